@@ -1,0 +1,175 @@
+"""The `tilegen` command. Bad input ends with one line on stderr and exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from . import __version__
+from .compiler import CompileOptions, Compiled, compile_variants, local_arch, nvcc_version
+from .emit import emit
+from .errors import TilegenError, UsageError
+from .families import FAMILIES, get_family
+from .progress import Progress
+from .render import render, template_hash
+from .space import Space, parse_options
+from .store import ResultLog, Row, compiled_row, skipped_row
+from .table import text_table
+
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args) or 0
+    except TilegenError as error:
+        print(f"tilegen: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("tilegen: interrupted", file=sys.stderr)
+        return 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is reported in one line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"tilegen: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tilegen", description="Jinja templates -> CUDA kernel variants: render, "
+                     "compile, check, time and tune them.")
+    parser.add_argument("--version", action="version", version=f"tilegen {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    listing = commands.add_parser("list", help="families, their parameters, allowed values and defaults")
+    listing.add_argument("family", nargs="?")
+    listing.set_defaults(handler=cmd_list)
+
+    rendering = commands.add_parser("render", help="print one variant's CUDA source")
+    rendering.add_argument("family")
+    _add_params(rendering, "name=value; left out: the family's default")
+    rendering.set_defaults(handler=cmd_render)
+
+    emitting = commands.add_parser("emit", help="write variants/ from scratch (the golden record)")
+    emitting.add_argument("--out", type=Path, default=Path("variants"), help="folder (default: variants)")
+    emitting.set_defaults(handler=cmd_emit)
+
+    compiling = commands.add_parser("compile", help="compile a space with nvcc and print its resources")
+    _add_space_arguments(compiling)
+    compiling.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")
+    compiling.set_defaults(handler=cmd_compile)
+    return parser
+
+
+def _add_params(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("-p", "--param", dest="params", action="append", default=[], metavar="NAME=VALUE",
+                        help=help_text)
+
+
+def _add_space_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("family")
+    _add_params(parser, "name=v1,v2,... (repeatable); a parameter left out takes the default space")
+    parser.add_argument("--filter", metavar="PATTERN",
+                        help="keep variants whose name contains PATTERN (a glob when it has * ? [)")
+    parser.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
+    parser.add_argument("--jobs", type=int, help="parallel compiles (default: one per core)")
+
+
+# ---- commands -------------------------------------------------------------------------------------
+
+def cmd_list(args: argparse.Namespace) -> None:
+    if args.family is None:
+        print(text_table(["family", "size", "what"],
+                         [[f.name, f.shape_format, f.summary] for f in FAMILIES.values()]))
+        return
+    family = get_family(args.family)
+    print(f"{family.name}: {family.summary}\nsize: {family.shape_format}, e.g. {family.shape_example}\n")
+    rows = []
+    for p in family.variant_type.parameters():
+        allowed = ", ".join(map(str, p.choices)) if p.choices else f"integer >= {p.minimum}"
+        rows.append([p.name, allowed, p.default, ",".join(map(str, p.space)), p.help])
+    print(text_table(["parameter", "allowed", "default", "default space", "meaning"], rows))
+    print(f"\ndefault variant: {family.default_variant().name}")
+
+
+def cmd_render(args: argparse.Namespace) -> None:
+    family = get_family(args.family)
+    values = parse_options(family, args.params)
+    for name, chosen in values.items():
+        if len(chosen) != 1:
+            raise UsageError(f"render takes one value per parameter, like -p {name}={chosen[0]} "
+                             f"(got {','.join(chosen)}); use compile for a space")
+    sys.stdout.write(render(family.variant({name: chosen[0] for name, chosen in values.items()})))
+
+
+def cmd_emit(args: argparse.Namespace) -> None:
+    count = emit(args.out)
+    print(f"wrote {count} files under {args.out}/")
+
+
+def cmd_compile(args: argparse.Namespace) -> None:
+    family = get_family(args.family)
+    expansion = Space.from_options(family, args.params).expand(args.filter)
+    options = compile_options(args)
+    if not expansion.valid and not expansion.skipped:
+        raise UsageError(f"no {family.name} variant matches --filter {args.filter!r}")
+    log = ResultLog(args.out) if args.out else None
+    rows = [skipped_row(s.variant, s.reason, provenance=compile_provenance(options, family.template))
+            for s in expansion.skipped]
+    progress = Progress(len(expansion.valid), "compile")
+
+    def record(compiled: Compiled) -> None:
+        progress.advance(compiled.variant.name)
+        rows.append(compiled_row(compiled, provenance=compile_provenance(options, family.template)))
+
+    compiled = compile_variants(expansion.valid, options, on_done=record)
+    progress.close()
+    if log:
+        with log:
+            for row in rows:
+                log.append(row)
+            log.write_csv()
+    print(resource_table(rows))
+    print(compile_summary(compiled, len(expansion.skipped)))
+    if log:
+        print(f"rows written to {log.path} and {args.out / 'results.csv'}")
+
+
+# ---- helpers shared by the commands ---------------------------------------------------------------
+
+def compile_options(args: argparse.Namespace) -> CompileOptions:
+    arch = args.arch or local_arch()
+    return CompileOptions(arch=arch, jobs=args.jobs) if args.jobs else CompileOptions(arch=arch)
+
+
+def compile_provenance(options: CompileOptions, template: str) -> dict[str, str]:
+    return {"arch": options.arch, "nvcc": nvcc_version(), "template_hash": template_hash(template),
+            "tilegen": __version__}
+
+
+def resource_table(rows: list[Row]) -> str:
+    body = [[r.name, r.status, r.registers, r.static_shared_bytes, r.dynamic_shared_bytes, r.spill_bytes,
+             r.stack_bytes, r.compile_seconds, _first_line(r.message)] for r in rows]
+    return text_table(["variant", "status", "regs", "static smem", "dyn smem", "spill", "stack", "seconds",
+                       "note"], body)
+
+
+def compile_summary(compiled: list[Compiled], skipped: int) -> str:
+    failed = sum(not c.ok for c in compiled)
+    cached = sum(c.cached for c in compiled)
+    return (f"{len(compiled) - failed} compiled ({cached} from cache), {failed} failed, {skipped} skipped "
+            f"as invalid")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:100] if text.strip() else ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""Errors meant for people: each message is one line saying what is wrong and how to fix it."""
+
+
+class TilegenError(Exception):
+    """Base of every error the command line reports as one line with exit code 2."""
+
+
+class UsageError(TilegenError, ValueError):
+    """Bad input: an unknown parameter, a malformed value or size, a missing file."""
+
+
+class InvalidVariant(TilegenError, ValueError):
+    """A variant that breaks a rule or a CUDA limit; the message names parameter, value and limit."""
+
+
+class ToolMissing(TilegenError):
+    """A program tilegen needs (nvcc, compute-sanitizer) is not installed or not on PATH."""
+
+
+class TemplateProblem(TilegenError):
+    """A template failed to load or render; the message names the template file and line."""

@@ -1,0 +1,140 @@
+"""transpose: out = inᵀ for a row-major H x W matrix (seed 001; the CUDA samples' `transpose`).
+
+A block of tile x rows threads moves one tile x tile tile, each thread tile / rows elements.
+`naive` reads rows of `in` (coalesced) and writes columns of `out` (strided); `shared` stages the
+tile in shared memory so that both the reads and the writes are coalesced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+from ..errors import InvalidVariant
+from ..family import Family, Launch, blocks, check_shared_bytes, element_bytes, parse_dims
+from ..limits import MAX_ELEMENTS, MAX_THREADS_PER_BLOCK
+from ..variant import Variant, choice, integer
+
+DTYPES = ("f32", "f64")
+SMEM = ("static", "dynamic")
+METHODS = ("naive", "shared")
+BOUNDS = ("none", "guard")
+SYNCS = ("both", "none")
+
+
+@dataclass(frozen=True, order=True)
+class TransposeVariant(Variant):
+    family: ClassVar[str] = "transpose"
+
+    dtype: str = choice("f32", DTYPES, help="element type: f32 float, f64 double")
+    method: str = choice("shared", METHODS, space=METHODS,
+                         help="naive: strided writes; shared: tile through shared memory")
+    tile: int = integer(32, tag="t", minimum=1, space=(16, 32, 64), help="edge of the square tile a block moves")
+    rows: int = integer(8, tag="r", minimum=1, space=(8, 16),
+                        help="threads per tile column: a block is tile x rows threads")
+    padding: int = integer(1, tag="p", minimum=0, space=(0, 1),
+                           help="extra elements per shared row (1 removes the column read's bank conflicts)")
+    bounds: str = choice("guard", BOUNDS, space=BOUNDS, help="none: shapes must be tile multiples; guard: checked")
+    sync: str = choice("both", SYNCS, emitted=SYNCS,
+                       help="both: barrier between the tile's writes and reads; none: a race on purpose")
+    smem: str = choice("static", SMEM, omit="static",
+                       help="shared tile declared static, or extern and sized at launch")
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.tile * self.rows
+
+    @property
+    def elements_per_thread(self) -> int:
+        return self.tile // self.rows
+
+    @property
+    def shared_bytes(self) -> int:
+        """Shared memory of the staged tile: tile · (tile + padding) elements (none for naive)."""
+        if self.method == "naive":
+            return 0
+        return self.tile * (self.tile + self.padding) * element_bytes(self.dtype)
+
+    @property
+    def barrier(self) -> bool:
+        """Whether the barrier between writing the shared tile and reading it back is kept."""
+        return self.method == "shared" and self.sync == "both"
+
+    def check_combination(self) -> None:
+        if self.tile % self.rows:
+            raise InvalidVariant(
+                f"rows {self.rows} does not divide tile {self.tile}; each thread must move a whole number of elements")
+        threads = self.threads_per_block
+        if threads > MAX_THREADS_PER_BLOCK:
+            raise InvalidVariant(
+                f"tile {self.tile} with rows {self.rows} gives {threads} threads per block; "
+                f"the CUDA limit is {MAX_THREADS_PER_BLOCK}")
+        if self.method == "naive":
+            for name, value, only in (("padding", self.padding, 0), ("sync", self.sync, "both"),
+                                      ("smem", self.smem, "static")):
+                if value != only:
+                    raise InvalidVariant(
+                        f"{name} {value} applies to method=shared only; naive has no shared tile (use {name}={only})")
+        check_shared_bytes(self.smem, self.shared_bytes, f"tile {self.tile} with padding {self.padding}")
+
+
+@dataclass(frozen=True)
+class TransposeShape:
+    h: int
+    w: int
+
+    def __str__(self) -> str:
+        return f"{self.h}x{self.w}"
+
+
+class TransposeFamily(Family):
+    name = "transpose"
+    variant_type = TransposeVariant
+    template = "transpose.cu.j2"
+    summary = "out = in^T for an H x W matrix, naive or through a shared-memory tile (seed 001)"
+    shape_format = "HxW"
+    shape_example = "8192x8192"
+    throughput_unit = "GB/s"
+
+    def _parse_shape(self, text: str) -> TransposeShape:
+        h, w = parse_dims(text, 2)
+        if h * w > MAX_ELEMENTS:
+            raise ValueError(f"{h * w} elements; 32-bit indexing allows {MAX_ELEMENTS}")
+        return TransposeShape(h, w)
+
+    def launch(self, variant: TransposeVariant, shape: TransposeShape) -> Launch:
+        t = variant.tile
+        return Launch(grid=(blocks(shape.w, t), blocks(shape.h, t), 1), block=(t, variant.rows, 1),
+                      dynamic_shared_bytes=variant.dynamic_shared_bytes)
+
+    def refusal(self, variant: TransposeVariant, shape: TransposeShape) -> str | None:
+        t = variant.tile
+        if variant.bounds == "none" and (shape.h % t or shape.w % t):
+            return f"bounds=none needs H and W to be multiples of tile {t}; {shape} is not (use bounds=guard)"
+        return super().refusal(variant, shape)
+
+    def input_dims(self, shape: TransposeShape) -> dict[str, tuple[int, ...]]:
+        return {"in": (shape.h, shape.w)}
+
+    def output_dims(self, shape: TransposeShape) -> tuple[str, tuple[int, ...]]:
+        return "out", (shape.w, shape.h)
+
+    def output_region(self, shape: TransposeShape) -> tuple[slice, ...]:
+        return (slice(0, shape.w), slice(0, shape.h))
+
+    def reference(self, inputs: Mapping[str, np.ndarray], shape: TransposeShape) -> np.ndarray:
+        return inputs["in"].T.astype(np.float64)
+
+    def tolerance(self, dtype: str, shape: TransposeShape) -> float:
+        return 0.0  # a transpose copies bits: anything but an exact match is wrong
+
+    def kernel_arguments(self, shape: TransposeShape, arrays: Mapping[str, Any]) -> list[Any]:
+        return [arrays["in"], arrays["out"], np.int32(shape.h), np.int32(shape.w)]
+
+    def operations(self, shape: TransposeShape) -> int:
+        return 0
+
+    def bytes_moved(self, shape: TransposeShape, dtype: str) -> int:
+        return 2 * shape.h * shape.w * element_bytes(dtype)

@@ -1,0 +1,16 @@
+"""CUDA limits every variant is validated against: one place for each number.
+
+Sources: CUDA C++ Programming Guide, "Compute Capabilities" table (threads per block, static shared
+memory per block, shared memory per block with opt-in on compute capability 9.0).
+"""
+
+MAX_THREADS_PER_BLOCK = 1024
+MAX_STATIC_SHARED_BYTES = 48 * 1024
+# Dynamic shared memory beyond 48 KiB needs cudaFuncSetAttribute; 227 KiB is the sm_90 opt-in maximum.
+MAX_DYNAMIC_SHARED_BYTES = 227 * 1024
+WARP_SIZE = 32
+# Kernels index with 32-bit ints, so no matrix may hold 2**31 elements or more.
+MAX_ELEMENTS = 2**31 - 1
+
+DTYPE_BYTES = {"f32": 4, "f64": 8}
+DTYPE_CTYPE = {"f32": "float", "f64": "double"}

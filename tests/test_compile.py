@@ -1,0 +1,80 @@
+"""Compile with nvcc (no GPU needed): resources from ptxas match the families' formulas."""
+
+from __future__ import annotations
+
+import pytest
+
+from gen import compiler
+from gen.compiler import CompileOptions, compile_variant, compile_variants, parse_ptxas
+from gen.errors import ToolMissing
+from gen.families import FAMILIES, MatmulVariant, TransposeVariant
+from gen.space import Space
+
+# The whole golden record (every f32 tile/padding/bounds/sync/method combination), plus f64 and
+# dynamic shared memory: well over the 60 representative variants the toolkit promises.
+REPRESENTATIVE = [v for f in FAMILIES.values() for v in Space.emitted(f).expand().valid] + [
+    MatmulVariant(dtype="f64", tile=32, padding=1), MatmulVariant(tile=32, smem="dynamic", bounds="split"),
+    TransposeVariant(dtype="f64", tile=64, rows=16), TransposeVariant(smem="dynamic")]
+
+
+@pytest.fixture(scope="module")
+def compiled(compile_options: CompileOptions):
+    return compile_variants(REPRESENTATIVE, compile_options)
+
+
+def test_representative_variants_compile_for_sm_90(compiled) -> None:
+    assert len(compiled) >= 60
+    failures = [(c.variant.name, c.log) for c in compiled if not c.ok]
+    assert not failures
+
+
+def test_ptxas_static_shared_bytes_equal_the_family_formula(compiled) -> None:
+    for result in compiled:
+        assert result.resources.static_shared_bytes == result.variant.static_shared_bytes, result.variant.name
+    matmul = next(c for c in compiled if c.variant == MatmulVariant(tile=16, padding=1))
+    assert matmul.resources.static_shared_bytes == 2 * 16 * 17 * 4
+
+
+def test_the_seed_kernels_do_not_spill(compiled) -> None:
+    assert all(c.resources.spill_bytes == 0 and c.resources.registers > 0 for c in compiled)
+
+
+def test_a_repeated_compile_is_served_from_the_cache(compiled, compile_options, monkeypatch) -> None:
+    def no_nvcc(*args, **kwargs):
+        raise AssertionError("nvcc ran although every variant was cached")
+
+    monkeypatch.setattr(compiler, "_run_nvcc", no_nvcc)
+    again = compile_variants(REPRESENTATIVE, compile_options)
+    assert all(c.cached for c in again)
+    assert [c.resources for c in again] == [c.resources for c in compiled]
+
+
+def test_another_arch_is_another_cache_entry(compile_options, tmp_path) -> None:
+    variant = MatmulVariant(tile=8)
+    first = compile_variant(variant, CompileOptions(arch="sm_90", cache=tmp_path))
+    other_arch = compile_variant(variant, CompileOptions(arch="sm_80", cache=tmp_path))
+    assert not first.cached and not other_arch.cached
+    assert compile_variant(variant, CompileOptions(arch="sm_80", cache=tmp_path)).cached
+
+
+def test_a_compile_error_is_a_result_with_the_log(compile_options, monkeypatch) -> None:
+    monkeypatch.setattr(compiler, "render", lambda variant: "this is not CUDA;\n")
+    result = compile_variant(MatmulVariant(tile=8, padding=7), compile_options)
+    assert not result.ok and result.cubin is None and result.resources is None
+    assert "error" in result.log
+
+
+def test_missing_nvcc_is_one_clear_message(monkeypatch) -> None:
+    monkeypatch.setattr(compiler, "nvcc_path", lambda: None)
+    with pytest.raises(ToolMissing, match="nvcc not found: install the CUDA toolkit"):
+        compile_variants([MatmulVariant()], CompileOptions())
+
+
+def test_parse_ptxas_reads_registers_shared_spills_and_stack() -> None:
+    log = """ptxas info    : Compiling entry function 'k' for 'sm_90'
+ptxas info    : Function properties for k
+    24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 2176 bytes smem, 400 bytes cmem[0]"""
+    resources = parse_ptxas(log)
+    assert (resources.registers, resources.static_shared_bytes, resources.stack_bytes) == (40, 2176, 24)
+    assert resources.spill_bytes == 20

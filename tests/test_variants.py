@@ -1,0 +1,123 @@
+"""Variants: validation with errors that name parameter, value and limit; names that round-trip."""
+
+from __future__ import annotations
+
+import pytest
+
+from gen.errors import InvalidVariant, UsageError
+from gen.families import FAMILIES, MatmulVariant, TransposeVariant, get_family, variant_from_name
+from gen.space import Space
+
+ALL_SPACES = [pytest.param(Space.emitted(f), id=f"{f.name}-emitted") for f in FAMILIES.values()] + [
+    pytest.param(Space.default(f), id=f"{f.name}-default") for f in FAMILIES.values()]
+
+
+@pytest.mark.parametrize("space", ALL_SPACES)
+def test_every_valid_name_round_trips(space: Space) -> None:
+    valid = space.expand().valid
+    assert valid
+    for variant in valid:
+        assert variant_from_name(variant.name) == variant
+        assert variant.name.isidentifier()
+
+
+def test_names_are_unique_across_dtypes_and_smem() -> None:
+    space = Space.default(get_family("matmul"), {"dtype": ["f32", "f64"], "smem": ["static", "dynamic"],
+                                                 "sync": ["both", "after-load", "after-compute", "none"]})
+    names = [v.name for v in space]
+    assert len(names) == len(set(names)) == len(space)
+
+
+def test_the_documented_example_name() -> None:
+    variant = MatmulVariant(dtype="f32", tile=16, padding=1, bounds="guard", sync="both")
+    assert variant.name == "matmul_f32_t16_p1_guard_both"
+    assert MatmulVariant(smem="dynamic", sync="after-load").name == "matmul_f32_t16_p0_guard_afterload_dynamic"
+
+
+@pytest.mark.parametrize("bad_name", [
+    "matmul_f32_t16_p1_guard",  # a field missing
+    "matmul_f32_t16_p1_guard_both_static_extra",
+    "matmul_f16_t16_p1_guard_both",
+    "matmul_f32_t016_p1_guard_both",  # would parse, but is not the canonical spelling
+    "transpose_f32_t16_p1_guard_both",
+])
+def test_malformed_names_are_refused(bad_name: str) -> None:
+    with pytest.raises(UsageError):
+        variant_from_name(bad_name)
+
+
+def test_variants_are_hashable_and_sortable() -> None:
+    variants = [MatmulVariant(tile=32), MatmulVariant(tile=8), MatmulVariant(tile=8)]
+    assert len(set(variants)) == 2
+    assert [v.tile for v in sorted(variants)] == [8, 8, 32]
+
+
+@pytest.mark.parametrize("variant, message", [
+    (MatmulVariant(tile=64), "tile 64 gives 4096 threads per block; the CUDA limit is 1024"),
+    (MatmulVariant(tile=32, padding=200), "static shared memory; the CUDA limit is 49152"),
+    (MatmulVariant(padding=-1), "padding -1 is below its minimum of 0"),
+    (MatmulVariant(bounds="clamp"), "bounds 'clamp' is not one of: none, guard, split"),
+    (MatmulVariant(sync="divergent", bounds="none"), "sync=divergent puts the barriers inside the bounds branch"),
+    (TransposeVariant(tile=32, rows=12), "rows 12 does not divide tile 32"),
+    (TransposeVariant(tile=64, rows=32), "tile 64 with rows 32 gives 2048 threads per block"),
+    (TransposeVariant(method="naive", padding=1), "padding 1 applies to method=shared only"),
+    (TransposeVariant(method="naive", padding=0, sync="none"), "sync none applies to method=shared only"),
+])
+def test_invalid_variants_name_parameter_value_and_limit(variant, message: str) -> None:
+    with pytest.raises(InvalidVariant, match=message.replace("(", r"\(").replace(")", r"\)")):
+        variant.check()
+
+
+def test_dynamic_shared_memory_may_exceed_the_static_limit() -> None:
+    big = MatmulVariant(tile=32, padding=200, smem="dynamic")
+    big.check()
+    assert big.dynamic_shared_bytes == big.shared_bytes == 2 * 32 * 232 * 4
+    assert big.static_shared_bytes == 0
+
+
+def test_user_values_are_parsed_and_checked_one_by_one() -> None:
+    family = get_family("matmul")
+    assert family.variant({"tile": "8", "bounds": "split"}) == MatmulVariant(tile=8, bounds="split")
+    with pytest.raises(UsageError, match="tile must be an integer, got 'big'"):
+        family.variant({"tile": "big"})
+    with pytest.raises(UsageError, match="matmul has no parameter 'tiles'"):
+        family.variant({"tiles": "8"})
+
+
+def test_space_keeps_invalid_points_out_with_their_reason() -> None:
+    space = Space.from_options(get_family("transpose"), ["tile=32,64", "rows=8,32", "method=shared"])
+    expansion = space.expand()
+    assert len(space) == len(expansion.valid) + len(expansion.skipped) == 2 * 2 * 2 * 2  # tile, rows, padding, bounds
+    reasons = {s.variant.name: s.reason for s in expansion.skipped}
+    assert all("t64_r32" in name for name in reasons)
+    assert all("2048 threads per block" in reason for reason in reasons.values())
+
+
+def test_space_filter_takes_substrings_and_globs() -> None:
+    space = Space.default(get_family("matmul"))
+    assert {v.bounds for v in space.expand("_split_").valid} == {"split"}
+    assert {v.tile for v in space.expand("matmul_f32_t8_*").valid} == {8}
+    assert len(space.expand().valid) == len(space) == 3 * 2 * 3
+
+
+def test_bounds_none_refuses_a_shape_that_is_not_a_tile_multiple() -> None:
+    matmul, transpose = get_family("matmul"), get_family("transpose")
+    odd = matmul.parse_shape("1000x999x1001")
+    reason = matmul.refusal(MatmulVariant(tile=16, bounds="none"), odd)
+    assert reason and "multiples of tile 16" in reason and "1000x999x1001" in reason
+    assert matmul.refusal(MatmulVariant(tile=16, bounds="guard"), odd) is None
+    assert matmul.refusal(MatmulVariant(tile=8, bounds="none"), matmul.parse_shape("64x64x8")) is None
+    assert transpose.refusal(TransposeVariant(bounds="none"), transpose.parse_shape("100x64"))
+
+
+@pytest.mark.parametrize("text", ["4096x4096", "0x4x4", "axbxc", "8x8x8:4,8,8", "8x8x8:8,8"])
+def test_bad_matmul_sizes_say_what_is_expected(text: str) -> None:
+    with pytest.raises(UsageError, match="expected MxNxK"):
+        get_family("matmul").parse_shape(text)
+
+
+def test_leading_dimensions_describe_a_view() -> None:
+    shape = get_family("matmul").parse_shape("100x50x70:80,64,64")
+    assert (shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc) == (100, 50, 70, 80, 64, 64)
+    assert str(shape) == "100x50x70:80,64,64"
+    assert str(get_family("matmul").parse_shape("100x50x70")) == "100x50x70"
