@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
 import numpy as np
 
@@ -52,6 +52,7 @@ class Family(ABC):
     shape_format: ClassVar[str]  # how a problem size is written, e.g. "MxNxK"
     shape_example: ClassVar[str]
     throughput_unit: ClassVar[str]  # "TFLOP/s" or "GB/s"
+    default_sizes: ClassVar[tuple[str, ...]]  # problem sizes a sweep takes when given none
 
     def default_variant(self) -> Variant:
         return self.variant_type()
@@ -123,6 +124,14 @@ class Family(ABC):
         """Launch arguments in the order of the kernel's signature; `arrays` maps names to device arrays."""
 
     @abstractmethod
+    def ceiling_key(self, dtype: str) -> str:
+        """Which measured ceiling throughput is compared with: "copy", "gemm_f32", "gemm_f64"."""
+
+    @abstractmethod
+    def sanitize_size(self, variant: Variant) -> str:
+        """A small problem for compute-sanitizer; odd where the variant checks bounds."""
+
+    @abstractmethod
     def operations(self, shape: Any) -> int:
         """Floating-point operations of one launch."""
 
@@ -149,6 +158,15 @@ def parse_dims(text: str, count: int, separator: str = "x") -> list[int]:
     if min(dims) < 1:
         raise ValueError("every dimension must be at least 1")
     return dims
+
+
+def check_naive_settings(settings: Iterable[tuple[str, Any, tuple[Any, ...]]]) -> None:
+    """Parameters about shared tiles must keep a neutral value on method=naive, which has none;
+    each setting is (name, value, allowed values), the last allowed value being the one to suggest."""
+    for name, value, allowed in settings:
+        if value not in allowed:
+            raise InvalidVariant(f"{name} {value} does not apply to method=naive, which has no shared tile "
+                                 f"(use {name}={allowed[-1]})")
 
 
 def check_shared_bytes(smem: str, shared_bytes: int, what: str) -> None:

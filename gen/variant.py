@@ -181,6 +181,11 @@ class Variant:
         """Shared memory to ask for at launch (extern __shared__)."""
         return self.shared_bytes - self.static_shared_bytes
 
+    @property
+    def deliberately_racy(self) -> bool:
+        """Whether a barrier was left out on purpose (checked several times, on different inputs)."""
+        return False
+
     def check_combination(self) -> None:
         """Family rules that involve several parameters or a CUDA limit; overridden per family."""
 

@@ -43,6 +43,12 @@ MATMUL_BARRIERS = {"both": (1, 1), "after-load": (1, 0), "after-compute": (0, 1)
                    "divergent": (1, 1)}
 
 
+def test_naive_matmul_has_no_shared_memory_and_no_barrier() -> None:
+    source = render(MatmulVariant(method="naive"))
+    assert BARRIER not in source and "__shared__" not in source
+    assert "sum += A[row * lda + k] * B[k * ldb + col];" in source
+
+
 @pytest.mark.parametrize("bounds", ["none", "guard", "split"])
 @pytest.mark.parametrize("sync", list(MATMUL_BARRIERS))
 def test_matmul_sync_placement_renders_the_barriers_it_promises(sync: str, bounds: str) -> None:

@@ -60,8 +60,9 @@ def test_variants_are_hashable_and_sortable() -> None:
     (MatmulVariant(sync="divergent", bounds="none"), "sync=divergent puts the barriers inside the bounds branch"),
     (TransposeVariant(tile=32, rows=12), "rows 12 does not divide tile 32"),
     (TransposeVariant(tile=64, rows=32), "tile 64 with rows 32 gives 2048 threads per block"),
-    (TransposeVariant(method="naive", padding=1), "padding 1 applies to method=shared only"),
-    (TransposeVariant(method="naive", padding=0, sync="none"), "sync none applies to method=shared only"),
+    (TransposeVariant(method="naive", padding=1), "padding 1 does not apply to method=naive"),
+    (TransposeVariant(method="naive", padding=0, sync="none"), "sync none does not apply to method=naive"),
+    (MatmulVariant(method="naive", bounds="split"), "bounds split does not apply to method=naive"),
 ])
 def test_invalid_variants_name_parameter_value_and_limit(variant, message: str) -> None:
     with pytest.raises(InvalidVariant, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -14,7 +14,8 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from ..errors import InvalidVariant
-from ..family import UNIT_ROUNDOFF, Family, Launch, blocks, check_shared_bytes, element_bytes, parse_dims
+from ..family import (UNIT_ROUNDOFF, Family, Launch, blocks, check_naive_settings, check_shared_bytes, element_bytes,
+                      parse_dims)
 from ..limits import MAX_ELEMENTS, MAX_THREADS_PER_BLOCK
 from ..variant import Variant, choice, integer
 
@@ -22,6 +23,7 @@ DTYPES = ("f32", "f64")
 SMEM = ("static", "dynamic")
 BOUNDS = ("none", "guard", "split")
 SYNCS = ("both", "after-load", "after-compute", "none", "divergent")
+METHODS = ("tiled", "naive")
 # Which barrier each placement keeps: after the tile loads, after the partial products.
 LOAD_BARRIER_SYNCS = ("both", "after-load", "divergent")
 COMPUTE_BARRIER_SYNCS = ("both", "after-compute", "divergent")
@@ -44,6 +46,8 @@ class MatmulVariant(Variant):
                             "(the last four are races on purpose)")
     smem: str = choice("static", SMEM, omit="static",
                        help="shared tiles declared static, or extern and sized at launch")
+    method: str = choice("tiled", METHODS, omit="tiled", emitted=METHODS,
+                         help="tiled: through shared memory; naive: straight from global memory (the baseline)")
 
     @property
     def threads_per_block(self) -> int:
@@ -51,24 +55,33 @@ class MatmulVariant(Variant):
 
     @property
     def shared_bytes(self) -> int:
-        """Shared memory of the two tiles, A's and B's: 2 · tile · (tile + padding) elements."""
+        """Shared memory of the two tiles, A's and B's: 2 · tile · (tile + padding) elements (none for naive)."""
+        if self.method == "naive":
+            return 0
         return 2 * self.tile * (self.tile + self.padding) * element_bytes(self.dtype)
 
     @property
     def load_barrier(self) -> bool:
         """Whether the barrier between the tile loads and the products is kept."""
-        return self.sync in LOAD_BARRIER_SYNCS
+        return self.method == "tiled" and self.sync in LOAD_BARRIER_SYNCS
 
     @property
     def compute_barrier(self) -> bool:
         """Whether the barrier between the products and the next iteration's loads is kept."""
-        return self.sync in COMPUTE_BARRIER_SYNCS
+        return self.method == "tiled" and self.sync in COMPUTE_BARRIER_SYNCS
+
+    @property
+    def deliberately_racy(self) -> bool:
+        return self.method == "tiled" and self.sync != "both"
 
     def check_combination(self) -> None:
         threads = self.threads_per_block
         if threads > MAX_THREADS_PER_BLOCK:
             raise InvalidVariant(
                 f"tile {self.tile} gives {threads} threads per block; the CUDA limit is {MAX_THREADS_PER_BLOCK}")
+        if self.method == "naive":
+            check_naive_settings([("padding", self.padding, (0,)), ("sync", self.sync, ("both",)),
+                                  ("smem", self.smem, ("static",)), ("bounds", self.bounds, ("none", "guard"))])
         check_shared_bytes(self.smem, self.shared_bytes, f"tile {self.tile} with padding {self.padding}")
         if self.sync == "divergent" and self.bounds != "guard":
             raise InvalidVariant(
@@ -117,6 +130,7 @@ class MatmulFamily(Family):
     shape_format = "MxNxK[:lda,ldb,ldc]"
     shape_example = "4096x4096x4096 or 1000x999x1001:1024,1024,1024"
     throughput_unit = "TFLOP/s"
+    default_sizes = ("2048x2048x2048",)
 
     def _parse_shape(self, text: str) -> MatmulShape:
         dims_text, _, leading_text = text.partition(":")
@@ -158,6 +172,12 @@ class MatmulFamily(Family):
     def kernel_arguments(self, shape: MatmulShape, arrays: Mapping[str, Any]) -> list[Any]:
         ints = [np.int32(x) for x in (shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc)]
         return [arrays["A"], arrays["B"], arrays["C"], *ints]
+
+    def ceiling_key(self, dtype: str) -> str:
+        return f"gemm_{dtype}"
+
+    def sanitize_size(self, variant: MatmulVariant) -> str:
+        return "64x64x64" if variant.bounds == "none" else "70x50x60"
 
     def operations(self, shape: MatmulShape) -> int:
         return 2 * shape.m * shape.n * shape.k

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from ..errors import InvalidVariant
-from ..family import Family, Launch, blocks, check_shared_bytes, element_bytes, parse_dims
+from ..family import Family, Launch, blocks, check_naive_settings, check_shared_bytes, element_bytes, parse_dims
 from ..limits import MAX_ELEMENTS, MAX_THREADS_PER_BLOCK
 from ..variant import Variant, choice, integer
 
@@ -62,6 +62,10 @@ class TransposeVariant(Variant):
         """Whether the barrier between writing the shared tile and reading it back is kept."""
         return self.method == "shared" and self.sync == "both"
 
+    @property
+    def deliberately_racy(self) -> bool:
+        return self.method == "shared" and not self.barrier
+
     def check_combination(self) -> None:
         if self.tile % self.rows:
             raise InvalidVariant(
@@ -72,11 +76,8 @@ class TransposeVariant(Variant):
                 f"tile {self.tile} with rows {self.rows} gives {threads} threads per block; "
                 f"the CUDA limit is {MAX_THREADS_PER_BLOCK}")
         if self.method == "naive":
-            for name, value, only in (("padding", self.padding, 0), ("sync", self.sync, "both"),
-                                      ("smem", self.smem, "static")):
-                if value != only:
-                    raise InvalidVariant(
-                        f"{name} {value} applies to method=shared only; naive has no shared tile (use {name}={only})")
+            check_naive_settings([("padding", self.padding, (0,)), ("sync", self.sync, ("both",)),
+                                  ("smem", self.smem, ("static",))])
         check_shared_bytes(self.smem, self.shared_bytes, f"tile {self.tile} with padding {self.padding}")
 
 
@@ -97,6 +98,7 @@ class TransposeFamily(Family):
     shape_format = "HxW"
     shape_example = "8192x8192"
     throughput_unit = "GB/s"
+    default_sizes = ("8192x8192",)
 
     def _parse_shape(self, text: str) -> TransposeShape:
         h, w = parse_dims(text, 2)
@@ -132,6 +134,12 @@ class TransposeFamily(Family):
 
     def kernel_arguments(self, shape: TransposeShape, arrays: Mapping[str, Any]) -> list[Any]:
         return [arrays["in"], arrays["out"], np.int32(shape.h), np.int32(shape.w)]
+
+    def ceiling_key(self, dtype: str) -> str:
+        return "copy"
+
+    def sanitize_size(self, variant: TransposeVariant) -> str:
+        return f"{2 * variant.tile}x{2 * variant.tile}" if variant.bounds == "none" else "100x70"
 
     def operations(self, shape: TransposeShape) -> int:
         return 0

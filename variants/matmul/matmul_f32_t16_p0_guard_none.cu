@@ -7,10 +7,11 @@
 //   bounds    guard
 //   sync      none
 //   smem      static
-//   template  matmul.cu.j2 (sha256 39d91d5330b8)
+//   method    tiled
+//   template  matmul.cu.j2 (sha256 7124e2273efb)
 //
 // Reproduce with:
-//   tilegen render matmul -p dtype=f32 -p tile=16 -p padding=0 -p bounds=guard -p sync=none -p smem=static
+//   tilegen render matmul -p dtype=f32 -p tile=16 -p padding=0 -p bounds=guard -p sync=none -p smem=static -p method=tiled
 //
 // C = A * B, with A (M x K), B (K x N) and C (M x N) row-major; lda, ldb and ldc are their row
 // strides, so each may be a view into a larger matrix.
