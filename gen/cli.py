@@ -15,7 +15,10 @@ from .families import FAMILIES, get_family
 from .progress import Progress
 from .render import render, template_hash
 from .space import Space, parse_options
+from .jobs import CACHE_CONFIGS, TimingOptions
 from .store import ResultLog, Row, compiled_row, skipped_row
+from .sweep import SweepOptions, summary, sweep
+from .worker import parse_gpus
 from .table import text_table
 
 EXIT_USAGE = 2
@@ -64,6 +67,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_space_arguments(compiling)
     compiling.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")
     compiling.set_defaults(handler=cmd_compile)
+
+    sweeping = commands.add_parser("sweep", help="compile, check and time a space on the GPU, row by row")
+    _add_space_arguments(sweeping)
+    sweeping.add_argument("--size", dest="sizes", action="append", default=[], metavar="SIZE",
+                          help="problem size, e.g. 4096x4096x4096 (repeatable; default: the family's)")
+    sweeping.add_argument("--out", type=Path, required=True, help="folder for results.jsonl and results.csv")
+    sweeping.add_argument("--resume", action="store_true", help="continue a killed sweep in --out")
+    sweeping.add_argument("--sanitize", action="store_true",
+                          help="also run compute-sanitizer (racecheck, synccheck, memcheck) at a small size")
+    sweeping.add_argument("--warm", action="store_true", help="do not flush the L2 between timed launches")
+    sweeping.add_argument("--cache", default="none", metavar="LIST",
+                          help=f"cache preferences to run, from {','.join(CACHE_CONFIGS)} (default: none)")
+    sweeping.add_argument("--budget", type=float, default=TimingOptions.budget_s, metavar="SECONDS",
+                          help="timing budget per variant and size (default: %(default)s)")
+    sweeping.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                          help="a worker silent this long is hung and killed (default: %(default)s)")
+    sweeping.add_argument("--seed", type=int, help="seed of the random inputs (default: a fresh one)")
+    sweeping.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
+    sweeping.add_argument("--top", type=int, default=10, help="rows in the summary table (default: 10)")
+    sweeping.set_defaults(handler=cmd_sweep)
     return parser
 
 
@@ -141,6 +164,19 @@ def cmd_compile(args: argparse.Namespace) -> None:
         print(f"rows written to {log.path} and {args.out / 'results.csv'}")
 
 
+def cmd_sweep(args: argparse.Namespace) -> None:
+    options = SweepOptions(
+        family=args.family, out=args.out, params=parse_options(get_family(args.family), args.params),
+        sizes=args.sizes, filter=args.filter, resume=args.resume, sanitize=args.sanitize,
+        cache_configs=_list(args.cache), arch=args.arch, compile_jobs=args.jobs,
+        timing=TimingOptions(budget_s=_positive(args.budget, "--budget"), warm=args.warm),
+        silence_s=_positive(args.timeout, "--timeout"), gpus=parse_gpus(args.gpus), seed=args.seed)
+    report = sweep(options)
+    print(summary(report, args.top))
+    split = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in report.seconds.items())
+    print(f"\n{report.new_rows} new rows in {args.out}/results.jsonl and results.csv ({split})")
+
+
 # ---- helpers shared by the commands ---------------------------------------------------------------
 
 def compile_options(args: argparse.Namespace) -> CompileOptions:
@@ -165,6 +201,16 @@ def compile_summary(compiled: list[Compiled], skipped: int) -> str:
     cached = sum(c.cached for c in compiled)
     return (f"{len(compiled) - failed} compiled ({cached} from cache), {failed} failed, {skipped} skipped "
             f"as invalid")
+
+
+def _list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _positive(value: float, option: str) -> float:
+    if value <= 0:
+        raise UsageError(f"{option} must be a positive number of seconds, got {value}")
+    return value
 
 
 def _first_line(text: str) -> str:

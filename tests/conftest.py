@@ -25,3 +25,24 @@ def compile_options(private_cache: Path) -> CompileOptions:
     if nvcc_path() is None:
         pytest.skip("nvcc is not installed")
     return CompileOptions(arch="sm_90", cache=private_cache / "cubins")
+
+
+def _gpu_missing() -> str | None:
+    """Why GPU tests cannot run here, or None when they can."""
+    import importlib.util
+    import shutil
+    import subprocess
+
+    if importlib.util.find_spec("pycuda") is None:
+        return "pycuda is not installed (pip install 'tilegen[cuda]')"
+    if shutil.which("nvidia-smi") is None:
+        return "no NVIDIA driver (nvidia-smi not found)"
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+    return None if "GPU" in listed else "no CUDA GPU visible"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    reason = _gpu_missing() if gpu_items else None
+    for item in gpu_items if reason else []:
+        item.add_marker(pytest.mark.skip(reason=f"GPU test: {reason}"))

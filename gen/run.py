@@ -1,0 +1,298 @@
+"""Load, launch, check and time variants on one GPU. The only module that imports pycuda.
+
+A `Runner` lives in a worker process that sees one GPU (CUDA_VISIBLE_DEVICES is set before this
+module is imported). It works in the device's primary context, so CuPy or PyTorch in the same
+process (for the cuBLAS ceiling) share it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+from collections import OrderedDict
+from typing import Any, Callable
+
+import numpy as np
+import pycuda.autoprimaryctx  # noqa: F401  (creates and pushes the primary context)
+import pycuda.driver as cuda
+import pycuda.gpuarray as gpuarray
+
+from .family import Family, Launch
+from .families import get_family
+from .jobs import CACHE_CONFIGS, DeviceInfo, Job, Measurement, Timing, TimingOptions, median_relative_error
+from .paths import cache_dir
+from .store import Status
+from .variant import Variant
+
+_CACHE_PREFERENCE = {
+    "none": cuda.func_cache.PREFER_NONE,
+    "shared": cuda.func_cache.PREFER_SHARED,
+    "l1": cuda.func_cache.PREFER_L1,
+    "equal": cuda.func_cache.PREFER_EQUAL,
+}
+REFERENCES_KEPT = 3
+WARM_SAMPLE_MS = 1.0  # inputs and float64 references kept per (shape, dtype, seed), most recent first
+
+
+class Runner:
+    def __init__(self, physical_index: int = 0):
+        self.device = read_device_info(physical_index)
+        self._functions: dict[tuple[str, str, str], Any] = {}
+        self._modules: list[Any] = []  # keep loaded modules alive
+        self._problems: OrderedDict[tuple, tuple[dict[str, np.ndarray], np.ndarray]] = OrderedDict()
+        self._flush_buffer = cuda.mem_alloc(2 * self.device.l2_bytes)
+        self._ceilings: dict[str, float] | None = None
+
+    def run(self, job: Job, report: Callable[[str], None] = lambda phase: None) -> Measurement:
+        """Check the job's variant on fresh inputs for every seed, then time it if it is right."""
+        family = get_family(job.family)
+        variant = family.variant_type.from_name(job.name)
+        shape = family.parse_shape(job.shape)
+        try:
+            function = self._function(job, variant)
+            return self._check_and_time(job, family, variant, shape, function, report)
+        except cuda.MemoryError as error:
+            return Measurement(Status.LAUNCH_ERROR, f"out of device memory: {error}", device=self.device)
+        except cuda.Error as error:
+            # A failed launch (illegal address, misaligned access, ...) leaves the context unusable.
+            return Measurement(Status.LAUNCH_ERROR, f"{type(error).__name__}: {error}", device=self.device,
+                               context_lost=True)
+
+    def ceilings(self, report: Callable[[str], None] = lambda phase: None) -> dict[str, float]:
+        """Copy bandwidth and cuBLAS rates of this GPU model, measured once and kept on disk."""
+        if self._ceilings is None:
+            path = cache_dir() / "ceilings.json"
+            known = json.loads(path.read_text()) if path.exists() else {}
+            if self.device.model not in known:
+                report("measuring ceilings")
+                known[self.device.model] = measure_ceilings()
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(known, indent=1))
+            self._ceilings = known[self.device.model]
+        return self._ceilings
+
+    # ---- stages ------------------------------------------------------------------------------
+
+    def _check_and_time(self, job: Job, family: Family, variant: Variant, shape: Any, function: Any,
+                        report: Callable[[str], None]) -> Measurement:
+        launch = family.launch(variant, shape)
+        started = time.perf_counter()
+        worst, problem, arrays = 0.0, "", {}
+        tolerance = family.tolerance(variant.dtype, shape)
+        for seed in job.seeds:
+            report(f"check seed {seed}")
+            inputs, reference = self._problem(family, variant, shape, seed)
+            arrays = {name: gpuarray.to_gpu(host) for name, host in inputs.items()}
+            name, dims = family.output_dims(shape)
+            arrays[name] = gpuarray.to_gpu(np.full(dims, np.nan, dtype=next(iter(inputs.values())).dtype))
+            launcher(function, launch, family.kernel_arguments(shape, _pointers(arrays)))()
+            cuda.Context.synchronize()
+            error, found = compare(arrays[name].get(), reference, family.output_region(shape), tolerance)
+            worst = max(worst, error) if not math.isnan(error) else math.inf
+            problem = problem or found
+        measurement = Measurement(Status.WRONG if problem else Status.OK, problem, error=worst, tolerance=tolerance,
+                                  checks=len(job.seeds), device=self.device, unit=family.throughput_unit,
+                                  check_seconds=time.perf_counter() - started)
+        if problem or job.timing is None:
+            return measurement
+        ceiling_key = family.ceiling_key(variant.dtype)
+        measurement.ceiling = self.ceilings(report).get(ceiling_key)
+        report("time")
+        started = time.perf_counter()
+        timing = self._time(launcher(function, launch, family.kernel_arguments(shape, _pointers(arrays))), job.timing)
+        measurement.timing, measurement.l2_flushed = timing, not job.timing.warm
+        measurement.throughput = family.throughput(variant, shape, timing.median_ms / 1e3)
+        measurement.time_seconds = time.perf_counter() - started
+        return measurement
+
+    def _time(self, launch: Callable[[], None], options: TimingOptions) -> Timing:
+        """CUDA events around each launch, after warm-up; sample until the median is steady.
+
+        Cold (the default): an asynchronous L2 flush goes first, which also keeps the GPU busy
+        while the host records the start event and launches, so launch latency is not timed.
+        Warm: a batch of back-to-back launches per sample, long enough to hide that latency.
+        """
+        for _ in range(options.warmup):
+            launch()
+        start, end = cuda.Event(), cuda.Event()
+        batch = 1 if not options.warm else self._warm_batch(launch, start, end)
+        samples: list[float] = []
+        deadline = time.monotonic() + options.budget_s
+        while len(samples) < options.max_samples:
+            if not options.warm:
+                self._flush_l2(len(samples))
+            start.record()
+            for _ in range(batch):
+                launch()
+            end.record()
+            end.synchronize()
+            samples.append(end.time_since(start) / batch)
+            if len(samples) >= options.min_samples and (
+                    median_relative_error(samples) < options.target_rsd or time.monotonic() > deadline):
+                break
+        return Timing.of(samples)
+
+    @staticmethod
+    def _warm_batch(launch: Callable[[], None], start: Any, end: Any) -> int:
+        """Launches per warm sample: enough for about a millisecond of work."""
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        return max(1, min(1000, math.ceil(WARM_SAMPLE_MS / max(end.time_since(start), 1e-3))))
+
+    def _flush_l2(self, salt: int) -> None:
+        """Write a buffer twice the L2's size, so the next launch finds none of its data cached."""
+        cuda.memset_d32_async(self._flush_buffer, salt, 2 * self.device.l2_bytes // 4, None)
+
+    def _problem(self, family: Family, variant: Variant, shape: Any, seed: int) -> tuple[dict, np.ndarray]:
+        """Random inputs and their float64 reference, kept for the next variants on the same problem."""
+        key = (family.name, str(shape), variant.dtype, seed)
+        if key not in self._problems:
+            data = family.host_data(variant, shape, seed)
+            self._problems[key] = (data.inputs, family.reference(data.inputs, shape))
+            while len(self._problems) > REFERENCES_KEPT:
+                self._problems.popitem(last=False)
+        self._problems.move_to_end(key)
+        return self._problems[key]
+
+    def _function(self, job: Job, variant: Variant) -> Any:
+        key = (job.cubin, job.name, job.cache_config)
+        if key not in self._functions:
+            with open(job.cubin, "rb") as handle:
+                module = cuda.module_from_buffer(handle.read())
+            self._modules.append(module)
+            function = module.get_function(job.name)
+            configure(function, job.cache_config, variant.dynamic_shared_bytes)
+            self._functions[key] = function
+        return self._functions[key]
+
+def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> None:
+    """Cache preference, the matching shared-memory carveout, and the opt-in for > 48 KiB dynamic shared."""
+    if cache_config != "none":
+        function.set_cache_config(_CACHE_PREFERENCE[cache_config])
+        function.set_attribute(cuda.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT, CACHE_CONFIGS[cache_config])
+    if dynamic_shared_bytes > 48 * 1024:
+        function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_shared_bytes)
+
+
+def compare(out: np.ndarray, reference: np.ndarray, region: tuple[slice, ...], tolerance: float) -> tuple[float, str]:
+    """Relative error of the written region, and what is wrong ('' when nothing is)."""
+    written = out[region].astype(np.float64)
+    unwritten = int(np.isnan(written).sum())
+    outside = np.ones(out.shape, dtype=bool)
+    outside[region] = False
+    stray = int((~np.isnan(out[outside])).sum())
+    norm = float(np.linalg.norm(reference)) or 1.0
+    error = float(np.linalg.norm(np.nan_to_num(written - reference, nan=0.0))) / norm
+    if unwritten:
+        return math.nan, f"{unwritten} of {written.size} output elements were not written (or are NaN)"
+    if stray:
+        return error, f"{stray} elements outside the output region were written"
+    if error > tolerance:
+        return error, f"relative error {error:.3g} is above the tolerance {tolerance:.3g}"
+    return error, ""
+
+
+def read_device_info(physical_index: int) -> DeviceInfo:
+    device = pycuda.autoprimaryctx.device
+    attribute = cuda.device_attribute
+    major, minor = device.compute_capability()
+    return DeviceInfo(
+        name=device.name(), cc=f"{major}.{minor}", sm_count=device.get_attribute(attribute.MULTIPROCESSOR_COUNT),
+        memory_bytes=device.total_memory(), l2_bytes=device.get_attribute(attribute.L2_CACHE_SIZE),
+        driver=driver_version(physical_index), index=physical_index)
+
+
+def driver_version(physical_index: int) -> str:
+    """The driver's version as nvidia-smi prints it (580.159.04), else the CUDA API version it serves."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader",
+                                 "-i", str(physical_index)], capture_output=True, text=True, timeout=20).stdout
+        if listed.strip():
+            return listed.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    api = cuda.get_driver_version()
+    return f"CUDA {api // 1000}.{api % 1000 // 10}"
+
+
+def measure_ceilings() -> dict[str, float]:
+    """Device-to-device copy bandwidth (GB/s, bytes read + written) and, when CuPy or PyTorch is
+    importable, cuBLAS SGEMM and DGEMM rates (TFLOP/s, no TF32) at 8192^3."""
+    ceilings = {"copy": copy_bandwidth()}
+    ceilings.update(gemm_rates())
+    return ceilings
+
+
+def copy_bandwidth(size: int = 1 << 30, repeats: int = 20) -> float:
+    source, target = cuda.mem_alloc(size), cuda.mem_alloc(size)
+    cuda.memset_d32(source, 0x3F800000, size // 4)
+    start, end = cuda.Event(), cuda.Event()
+    samples = []
+    for _ in range(repeats + 3):
+        start.record()
+        cuda.memcpy_dtod(target, source, size)
+        end.record()
+        end.synchronize()
+        samples.append(end.time_since(start))
+    seconds = float(np.median(samples[3:])) / 1e3
+    return 2 * size / seconds / 1e9
+
+
+def gemm_rates(n: int = 8192, repeats: int = 10) -> dict[str, float]:
+    try:
+        import cupy
+    except ImportError:
+        return _torch_gemm_rates(n, repeats)
+    rates = {}
+    for dtype, key in ((cupy.float32, "gemm_f32"), (cupy.float64, "gemm_f64")):
+        a = cupy.random.uniform(-1, 1, (n, n)).astype(dtype)
+        b = cupy.random.uniform(-1, 1, (n, n)).astype(dtype)
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        samples = []
+        for _ in range(repeats + 2):
+            start.record()
+            cupy.matmul(a, b)
+            end.record()
+            end.synchronize()
+            samples.append(cupy.cuda.get_elapsed_time(start, end))
+        rates[key] = 2 * n**3 / (float(np.median(samples[2:])) / 1e3) / 1e12
+        del a, b
+    cupy.get_default_memory_pool().free_all_blocks()
+    return rates
+
+
+def _torch_gemm_rates(n: int, repeats: int) -> dict[str, float]:
+    try:
+        import torch
+    except ImportError:
+        return {}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rates = {}
+    for dtype, key in ((torch.float32, "gemm_f32"), (torch.float64, "gemm_f64")):
+        a = torch.rand(n, n, device="cuda", dtype=dtype) * 2 - 1
+        b = torch.rand(n, n, device="cuda", dtype=dtype) * 2 - 1
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        samples = []
+        for _ in range(repeats + 2):
+            start.record()
+            torch.matmul(a, b)
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end))
+        rates[key] = 2 * n**3 / (float(np.median(samples[2:])) / 1e3) / 1e12
+    return rates
+
+
+def launcher(function: Any, launch: Launch, arguments: list[Any]) -> Callable[[], None]:
+    """A call that launches `function` with prepared arguments: little host work per launch."""
+    function.prepare("".join("P" if isinstance(a, cuda.DeviceAllocation) else a.dtype.char for a in arguments))
+    grid, block, shared = launch.grid, launch.block, launch.dynamic_shared_bytes
+    return lambda: function.prepared_async_call(grid, block, None, *arguments, shared_size=shared)
+
+
+def _pointers(arrays: dict[str, Any]) -> dict[str, Any]:
+    return {name: array.gpudata for name, array in arrays.items()}

@@ -1,0 +1,86 @@
+"""Stand-ins for the GPU: worker processes that hang or crash, and an in-process executor.
+
+Worker targets live at module level so that spawned processes can import them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from gen.jobs import DeviceInfo, Job, Measurement, Timing
+from gen.store import Status
+
+FAKE_DEVICE = DeviceInfo(name="Fake GPU", cc="9.0", sm_count=132, memory_bytes=80 * 2**30, l2_bytes=50 * 2**20,
+                         driver="13.0", index=0)
+
+
+def fake_measurement(job: Job) -> Measurement:
+    tile = int(job.name.split("_t")[1].split("_")[0])
+    timing = Timing(median_ms=1.0 / tile, min_ms=0.9 / tile, max_ms=1.1 / tile, stdev_ms=0.01, samples=20)
+    return Measurement(Status.OK, error=1e-7, tolerance=1e-5, checks=len(job.seeds), timing=timing,
+                       l2_flushed=True, throughput=float(tile), unit="TFLOP/s", ceiling=50.0, device=FAKE_DEVICE)
+
+
+def _serve(connection: Connection, on_t8) -> None:
+    connection.send(("ready", FAKE_DEVICE))
+    while (job := connection.recv()) is not None:
+        if "_t8_" in job.name:
+            on_t8()
+        connection.send(("done", fake_measurement(job)))
+
+
+def hanging_worker(connection: Connection, index: int) -> None:
+    _serve(connection, lambda: time.sleep(3600))
+
+
+def crashing_worker(connection: Connection, index: int) -> None:
+    _serve(connection, lambda: os._exit(3))
+
+
+def chatty_slow_worker(connection: Connection, index: int) -> None:
+    """Slow, but reports progress: must not be mistaken for a hang."""
+    def slow() -> None:
+        for _ in range(4):
+            time.sleep(0.4)
+            connection.send(("phase", "still checking"))
+    _serve(connection, slow)
+
+
+def unavailable_worker(connection: Connection, index: int) -> None:
+    connection.send(("unavailable", "no usable CUDA GPU 0: fake"))
+
+
+class FakeExecutor:
+    """Runs jobs in this process: every variant is ok, faster with larger tiles."""
+
+    def __init__(self, delay_s: float = 0.0):
+        self.delay_s, self.ran = delay_s, []
+
+    def devices(self) -> list[DeviceInfo]:
+        return [FAKE_DEVICE]
+
+    def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
+        for job in jobs:
+            time.sleep(self.delay_s)
+            self.ran.append(job)
+            yield job, fake_measurement(job)
+
+    def close(self) -> None:
+        pass
+
+
+def slow_sweep(out: str) -> None:
+    """A sweep of 18 variants x 2 sizes at 0.3 s a job, for a test to kill in the middle."""
+    from gen.sweep import SweepOptions, sweep
+
+    sweep(SweepOptions("matmul", Path(out), sizes=["64x64x64", "96x96x96"], progress=False, seed=1),
+          executor=FakeExecutor(delay_s=0.3))
+
+
+if __name__ == "__main__":
+    slow_sweep(sys.argv[1])

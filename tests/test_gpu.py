@@ -1,0 +1,104 @@
+"""On a real GPU (marker `gpu`): every correct variant is right, races and hangs are caught,
+and a crashing kernel does not stop a sweep. Skipped with a reason where there is no GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gen import compiler
+from gen.jobs import TimingOptions
+from gen.store import Row, Status
+from gen.sweep import SweepOptions, sweep
+
+pytestmark = pytest.mark.gpu
+QUICK = TimingOptions(budget_s=0.05, min_samples=5)
+
+
+def run(tmp_path: Path, family: str, params: dict, sizes: list[str], **options) -> dict[str, Row]:
+    report = sweep(SweepOptions(family, tmp_path, params=params, sizes=sizes, timing=QUICK, progress=False, **options))
+    return {row.key: row for row in report.rows}
+
+
+def _only_refusals_and_ok(rows: dict[str, Row]) -> None:
+    bad = {key: (row.status, row.message) for key, row in rows.items()
+           if row.status != Status.OK and not (row.status == Status.SKIPPED and "bounds=none needs" in row.message)}
+    assert not bad
+
+
+MATMUL_SIZES = ["256x256x256", "1000x999x1001", "1x4097x33", "300x200x100:128,256,256"]
+
+
+def test_every_default_matmul_variant_is_right_at_multiple_and_odd_shapes(tmp_path: Path) -> None:
+    rows = run(tmp_path, "matmul", {}, MATMUL_SIZES)
+    _only_refusals_and_ok(rows)
+    assert sum(row.status == Status.OK for row in rows.values()) == 18 + 12 * 3  # bounds=none only at 256^3
+    for row in rows.values():
+        if row.status == Status.OK:
+            assert row.error <= row.tolerance and row.checks == 1
+            assert row.min_ms <= row.median_ms <= row.max_ms and row.samples >= 5
+            assert 0 < row.ceiling_share < 1.5 and row.provenance["cc"]
+
+
+def test_f64_dynamic_shared_and_naive_matmul_are_right(tmp_path: Path) -> None:
+    rows = run(tmp_path, "matmul", {"dtype": ["f64", "f32"], "smem": ["dynamic"], "tile": ["16", "32"]},
+               ["1000x999x1001", "256x256x256"])
+    rows.update(run(tmp_path / "naive", "matmul", {"method": ["naive"], "padding": ["0"], "bounds": ["guard"]},
+                    ["1000x999x1001"]))
+    _only_refusals_and_ok(rows)
+    assert any(row.params["dtype"] == "f64" and row.error < 1e-12 for row in rows.values() if row.error is not None)
+
+
+def test_every_default_transpose_variant_is_right(tmp_path: Path) -> None:
+    rows = run(tmp_path, "transpose", {}, ["512x512", "1000x999", "1x4097"])
+    rows.update(run(tmp_path / "f64", "transpose", {"dtype": ["f64"], "smem": ["dynamic"], "method": ["shared"]},
+                    ["1000x999"]))
+    _only_refusals_and_ok(rows)
+    assert all(row.error == 0.0 for row in rows.values() if row.status == Status.OK)
+
+
+def test_racy_placements_are_caught(tmp_path: Path) -> None:
+    rows = run(tmp_path, "matmul", {"tile": ["16"], "padding": ["0"], "bounds": ["guard"],
+                                    "sync": ["after-load", "after-compute", "none"]}, ["1024x1024x1024"], sanitize=True)
+    rows.update(run(tmp_path / "t", "transpose", {"method": ["shared"], "tile": ["32"], "rows": ["8"], "padding": ["1"],
+                                                  "bounds": ["guard"], "sync": ["none"]}, ["1000x999"], sanitize=True))
+    assert all(row.checks in (None, 3) for row in rows.values())
+    caught = {row.name: row.status for row in rows.values() if row.status in (Status.WRONG, Status.RACY)}
+    assert caught, {row.name: (row.status, row.message) for row in rows.values()}
+    assert any(row.hazards and row.hazards.get("racecheck") for row in rows.values())
+
+
+def test_divergent_barriers_end_without_stopping_the_sweep(tmp_path: Path) -> None:
+    rows = run(tmp_path, "matmul", {"tile": ["16"], "padding": ["0"], "bounds": ["guard"], "sync": ["divergent", "both"]},
+               ["1000x999x1001"], sanitize=True, silence_s=20.0)
+    by_sync = {row.params["sync"]: row for row in rows.values()}
+    assert by_sync["divergent"].status in (Status.TIMEOUT, Status.LAUNCH_ERROR, Status.RACY), by_sync["divergent"]
+    assert by_sync["both"].status == Status.OK
+
+
+OUT_OF_BOUNDS = """extern "C" __global__ void {name}(const float* A, const float* B, float* C,
+    int M, int N, int K, int lda, int ldb, int ldc)
+{{
+    C[(size_t)1 << 40] = 1.0f;  // a terabyte past C: an illegal address
+}}
+"""
+
+
+def test_an_out_of_bounds_kernel_is_a_launch_error_and_the_next_variant_runs(tmp_path: Path, monkeypatch) -> None:
+    real_render = compiler.render
+
+    def inject(variant):
+        return OUT_OF_BOUNDS.format(name=variant.name) if variant.tile == 8 else real_render(variant)
+
+    monkeypatch.setattr(compiler, "render", inject)
+    rows = run(tmp_path, "matmul", {"tile": ["8", "16", "32"], "padding": ["0"], "bounds": ["guard"]}, ["256x256x256"])
+    by_tile = {row.params["tile"]: row for row in rows.values()}
+    assert by_tile[8].status == Status.LAUNCH_ERROR and "illegal" in by_tile[8].message.lower()
+    assert by_tile[16].status == by_tile[32].status == Status.OK
+
+
+def test_every_cache_configuration_runs(tmp_path: Path) -> None:
+    rows = run(tmp_path, "matmul", {"tile": ["32"], "padding": ["1"], "bounds": ["guard"]}, ["512x512x512"],
+               cache_configs=["none", "shared", "l1", "equal"])
+    assert sorted(row.cache_config for row in rows.values() if row.status == Status.OK) == ["equal", "l1", "none", "shared"]

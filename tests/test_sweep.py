@@ -1,0 +1,165 @@
+"""The sweep driver without a GPU: isolation, resume after a kill, rows, and the no-GPU fallback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gen import compiler
+from gen.jobs import Job
+from gen.store import Status, read_rows
+from gen.sweep import SweepOptions, summary, sweep
+from gen.worker import GpuUnavailable, IsolatedWorker, LocalExecutor, parse_gpus
+from gen.sanitize import count_hazards
+
+from . import fakes
+from .conftest import REPO
+
+
+def _job(tile: int) -> Job:
+    return Job(f"matmul_f32_t{tile}_p0_guard_both", "matmul", "/nonexistent.cubin", "64x64x64")
+
+
+def test_a_hanging_variant_is_a_timeout_and_the_next_one_runs() -> None:
+    worker = IsolatedWorker(silence_s=1.0, target=fakes.hanging_worker)
+    try:
+        hung = worker.run(_job(8))
+        assert hung.status is Status.TIMEOUT and "no progress for 1 s" in hung.message
+        assert worker.run(_job(16)).status is Status.OK
+        assert worker.restarts == 1
+    finally:
+        worker.stop()
+
+
+def test_a_crashing_variant_is_a_launch_error_and_the_next_one_runs() -> None:
+    worker = IsolatedWorker(silence_s=10.0, target=fakes.crashing_worker)
+    try:
+        crashed = worker.run(_job(8))
+        assert crashed.status is Status.LAUNCH_ERROR and "exit code 3" in crashed.message
+        assert worker.run(_job(32)).status is Status.OK
+        assert worker.restarts == 1
+    finally:
+        worker.stop()
+
+
+def test_progress_reports_keep_a_slow_worker_alive() -> None:
+    worker = IsolatedWorker(silence_s=1.0, target=fakes.chatty_slow_worker)
+    try:
+        assert worker.run(_job(8)).status is Status.OK  # 1.6 s of work, never 1 s of silence
+    finally:
+        worker.stop()
+
+
+def test_a_worker_that_finds_no_gpu_says_why() -> None:
+    executor = LocalExecutor([0], target=fakes.unavailable_worker)
+    with pytest.raises(GpuUnavailable, match="fake"):
+        executor.devices()
+    executor.close()
+
+
+def test_a_sweep_records_every_row_with_the_schema_of_the_design(tmp_path: Path, compile_options) -> None:
+    options = SweepOptions("matmul", tmp_path, params={"tile": ["8", "16", "64"]}, sizes=["64x64x64", "100x70x90"],
+                           progress=False, seed=5)
+    report = sweep(options, executor=fakes.FakeExecutor())
+    rows = read_rows(tmp_path / "results.jsonl")
+    assert len(rows) == len(report.rows) == 3 * 2 * 3 * 2  # tiles x paddings x bounds x sizes
+    by_status = {status: [r for r in rows if r.status == status] for status in Status}
+    assert len(by_status[Status.SKIPPED]) == 2 * 3 * 2 + 2 * 2  # tile 64 everywhere; bounds=none on the odd size
+    assert any("4096 threads per block" in r.message for r in by_status[Status.SKIPPED])
+    assert any("multiples of tile" in r.message for r in by_status[Status.SKIPPED])
+    ok = by_status[Status.OK]
+    assert len(ok) == 36 - 16
+    row = ok[0]
+    for field in ("registers", "static_shared_bytes", "spill_bytes", "median_ms", "min_ms", "max_ms", "stdev_ms",
+                  "samples", "throughput", "ceiling_share", "error"):
+        assert getattr(row, field) is not None, field
+    for key in ("gpu", "cc", "sm_count", "driver", "nvcc", "template_hash", "tilegen", "arch"):
+        assert key in row.provenance, key
+    assert (tmp_path / "results.csv").exists()
+    assert "fastest at 64x64x64" in summary(report)
+
+
+def test_a_killed_sweep_resumes_with_nothing_lost_or_duplicated(tmp_path: Path, compile_options) -> None:
+    out = tmp_path / "run"
+    child = subprocess.Popen([sys.executable, "-m", "tests.fakes", str(out)], cwd=REPO,
+                             env=dict(os.environ, PYTHONPATH=str(REPO)))
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not results.exists() or results.read_text().count('"ok"') < 4):
+        time.sleep(0.1)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    finished = [line for line in results.read_text().splitlines() if _is_json(line)]
+    assert 4 <= len(finished) < 36, "the kill should land mid-sweep"
+    executor = fakes.FakeExecutor()
+    report = sweep(SweepOptions("matmul", out, sizes=["64x64x64", "96x96x96"], resume=True, progress=False, seed=1),
+                   executor=executor)
+    after = results.read_text().splitlines()
+    assert after[: len(finished)] == finished  # every finished row kept as it was
+    keys = [r.key for r in read_rows(results)]
+    assert len(keys) == len(set(keys)) == 18 * 2
+    assert len(executor.ran) == report.new_rows == 36 - len(finished)
+
+
+def _is_json(line: str) -> bool:
+    try:
+        json.loads(line)
+        return True
+    except ValueError:
+        return False
+
+
+def test_without_a_gpu_a_sweep_compiles_and_says_no_kernel_ran(tmp_path: Path, compile_options) -> None:
+    done = subprocess.run([sys.executable, "-m", "gen", "sweep", "transpose", "-p", "tile=32", "-p", "rows=8",
+                           "--size", "256x256", "--out", str(tmp_path), "--arch", "sm_90"],
+                          capture_output=True, text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert done.returncode == 0, done.stderr
+    assert "no kernel was run:" in done.stdout
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    compiled = [r for r in rows if r["status"] == "compiled"]
+    assert len(compiled) == 2 * 2 * 2 - 2  # methods x paddings x bounds, less naive with padding 1
+    assert all(r["message"].startswith("not run:") and r["registers"] > 0 for r in compiled)
+
+
+def test_a_compile_error_is_a_row_and_the_sweep_goes_on(tmp_path: Path, compile_options, monkeypatch) -> None:
+    real_render = compiler.render
+    monkeypatch.setattr(compiler, "render",
+                        lambda v: "broken;\n" if v.name == "matmul_f32_t16_p1_guard_both" else real_render(v))
+    sweep(SweepOptions("matmul", tmp_path, params={"tile": ["16"], "bounds": ["guard", "split"]}, sizes=["64x64x64"],
+                       progress=False), executor=fakes.FakeExecutor())
+    rows = {r.name: r for r in read_rows(tmp_path / "results.jsonl")}
+    assert rows["matmul_f32_t16_p1_guard_both"].status is Status.COMPILE_ERROR
+    assert "error" in rows["matmul_f32_t16_p1_guard_both"].message
+    assert [r.status for n, r in rows.items() if n != "matmul_f32_t16_p1_guard_both"] == [Status.OK] * 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--cache", "huge"], "cache 'huge' is not one of: none, shared, l1, equal"),
+    (["--gpus", "one"], "--gpus 'one' must be 'all' or GPU indices"),
+    (["--budget", "0"], "--budget must be a positive number of seconds"),
+    (["--size", "64x64"], "size '64x64' for matmul"),
+])
+def test_bad_sweep_options_are_one_line_and_exit_code_2(tmp_path: Path, args: list[str], message: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "gen", "sweep", "matmul", "--out", str(tmp_path), *args],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_parse_gpus() -> None:
+    assert parse_gpus("0,1") == [0, 1]
+    assert parse_gpus("all")  # at least one index even without nvidia-smi
+
+
+def test_count_hazards_reads_the_sanitizer_summaries() -> None:
+    assert count_hazards("========= RACECHECK SUMMARY: 3 hazards displayed (3 errors, 0 warnings)\n") == 3
+    assert count_hazards("========= ERROR SUMMARY: 0 errors\n") == 0
+    assert count_hazards("========= ERROR SUMMARY: 1 error\n") == 1
+    assert count_hazards("the program printed nothing useful") is None
