@@ -14,6 +14,7 @@ from .errors import TilegenError, UsageError
 from .families import FAMILIES, get_family
 from .progress import Progress
 from .render import render, template_hash
+from .report import load_rows, report
 from .space import Space, parse_options
 from .jobs import CACHE_CONFIGS, TimingOptions
 from .store import ResultLog, Row, compiled_row, skipped_row
@@ -87,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweeping.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
     sweeping.add_argument("--top", type=int, default=10, help="rows in the summary table (default: 10)")
     sweeping.set_defaults(handler=cmd_sweep)
+
+    reporting = commands.add_parser("report", help="tables from the results of sweeps")
+    reporting.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="folders holding results.jsonl")
+    reporting.add_argument("--top", type=int, default=10, help="rows in the top table (default: 10)")
+    reporting.add_argument("--markdown", action="store_true", help="Markdown tables instead of plain text")
+    reporting.set_defaults(handler=cmd_report)
     return parser
 
 
@@ -175,6 +182,10 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     print(summary(report, args.top))
     split = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in report.seconds.items())
     print(f"\n{report.new_rows} new rows in {args.out}/results.jsonl and results.csv ({split})")
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    print(report(load_rows(args.dirs), args.top, args.markdown))
 
 
 # ---- helpers shared by the commands ---------------------------------------------------------------

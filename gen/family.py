@@ -33,15 +33,6 @@ class Launch:
     dynamic_shared_bytes: int
 
 
-@dataclass
-class HostData:
-    """Host arrays of one check: random inputs, and the output buffer poisoned with NaN."""
-
-    inputs: dict[str, np.ndarray]
-    output_name: str
-    output: np.ndarray
-
-
 class Family(ABC):
     """One kernel family. Subclasses fill in the class attributes and the abstract methods."""
 
@@ -81,16 +72,11 @@ class Family(ABC):
             return self.operations(shape) / seconds / 1e12
         return self.bytes_moved(shape, variant.dtype) / seconds / 1e9
 
-    def host_data(self, variant: Variant, shape: Any, seed: int) -> HostData:
-        """Fresh random inputs in [-1, 1) (never zeros, never constant) and a NaN-poisoned output."""
+    def random_inputs(self, variant: Variant, shape: Any, seed: int) -> dict[str, np.ndarray]:
+        """Fresh random inputs in [-1, 1): never zeros, never constant, padding columns included."""
         rng = np.random.default_rng(seed)
         dtype = NUMPY_DTYPE[variant.dtype]
-        inputs = {
-            name: rng.uniform(-1.0, 1.0, size=dims).astype(dtype)
-            for name, dims in self.input_dims(shape).items()
-        }
-        output_name, output_dims = self.output_dims(shape)
-        return HostData(inputs, output_name, np.full(output_dims, np.nan, dtype=dtype))
+        return {name: rng.uniform(-1.0, 1.0, size=dims).astype(dtype) for name, dims in self.input_dims(shape).items()}
 
     # ---- what each family defines -------------------------------------------------------------
 
@@ -105,7 +91,8 @@ class Family(ABC):
         """Allocated dimensions of each input, leading dimensions included, in kernel order."""
 
     @abstractmethod
-    def output_dims(self, shape: Any) -> tuple[str, tuple[int, ...]]: ...
+    def output_dims(self, shape: Any) -> tuple[str, tuple[int, ...]]:
+        """The output's name and allocated dimensions; the kernel sees it poisoned with NaN."""
 
     @abstractmethod
     def output_region(self, shape: Any) -> tuple[slice, ...]:

@@ -12,14 +12,16 @@ import math
 import subprocess
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 import pycuda.autoprimaryctx  # noqa: F401  (creates and pushes the primary context)
 import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
+from pycuda.reduction import ReductionKernel
 
-from .family import Family, Launch
+from .family import NUMPY_DTYPE, Family, Launch
 from .families import get_family
 from .jobs import CACHE_CONFIGS, DeviceInfo, Job, Measurement, Timing, TimingOptions, median_relative_error
 from .paths import cache_dir
@@ -32,8 +34,8 @@ _CACHE_PREFERENCE = {
     "l1": cuda.func_cache.PREFER_L1,
     "equal": cuda.func_cache.PREFER_EQUAL,
 }
-REFERENCES_KEPT = 3
-WARM_SAMPLE_MS = 1.0  # inputs and float64 references kept per (shape, dtype, seed), most recent first
+PROBLEMS_KEPT = 3  # inputs and float64 references kept on the device per (shape, dtype, seed)
+WARM_SAMPLE_MS = 1.0  # a warm sample times back-to-back launches for about this long
 
 
 class Runner:
@@ -41,7 +43,8 @@ class Runner:
         self.device = read_device_info(physical_index)
         self._functions: dict[tuple[str, str, str], Any] = {}
         self._modules: list[Any] = []  # keep loaded modules alive
-        self._problems: OrderedDict[tuple, tuple[dict[str, np.ndarray], np.ndarray]] = OrderedDict()
+        self._problems: OrderedDict[tuple, DeviceProblem] = OrderedDict()
+        self._checker = OutputChecker()
         self._flush_buffer = cuda.mem_alloc(2 * self.device.l2_bytes)
         self._ceilings: dict[str, float] | None = None
 
@@ -77,35 +80,44 @@ class Runner:
 
     def _check_and_time(self, job: Job, family: Family, variant: Variant, shape: Any, function: Any,
                         report: Callable[[str], None]) -> Measurement:
-        launch = family.launch(variant, shape)
+        run = launcher(function, family.launch(variant, shape))
         started = time.perf_counter()
-        worst, problem, arrays = 0.0, "", {}
+        measurement, arguments = self._check(job, family, variant, shape, run, report)
+        measurement.check_seconds = time.perf_counter() - started
+        if measurement.status is not Status.OK or job.timing is None:
+            return measurement
+        measurement.ceiling = self.ceilings(report).get(family.ceiling_key(variant.dtype))
+        report("time")
+        started = time.perf_counter()
+        measurement.timing = self._time(lambda: run(arguments), job.timing)
+        measurement.l2_flushed = not job.timing.warm
+        measurement.throughput = family.throughput(variant, shape, measurement.timing.median_ms / 1e3)
+        measurement.time_seconds = time.perf_counter() - started
+        return measurement
+
+    def _check(self, job: Job, family: Family, variant: Variant, shape: Any, run: Callable[[list[Any]], None],
+               report: Callable[[str], None]) -> tuple[Measurement, list[Any]]:
+        """One launch per seed on fresh inputs into a NaN-poisoned output, each compared with its
+        reference; the verdict, and the last launch's arguments (for timing)."""
+        worst, problem, arguments = 0.0, "", []
         tolerance = family.tolerance(variant.dtype, shape)
+        output_name, output_dims = family.output_dims(shape)
         for seed in job.seeds:
             report(f"check seed {seed}")
-            inputs, reference = self._problem(family, variant, shape, seed)
-            arrays = {name: gpuarray.to_gpu(host) for name, host in inputs.items()}
-            name, dims = family.output_dims(shape)
-            arrays[name] = gpuarray.to_gpu(np.full(dims, np.nan, dtype=next(iter(inputs.values())).dtype))
-            launcher(function, launch, family.kernel_arguments(shape, _pointers(arrays)))()
+            expected = self._problem(family, variant, shape, seed)
+            # Fresh copies, so that a kernel scribbling on its inputs cannot spoil the next check.
+            arrays = {name: array.copy() for name, array in expected.inputs.items()}
+            arrays[output_name] = gpuarray.empty(output_dims, dtype=NUMPY_DTYPE[variant.dtype])
+            arrays[output_name].fill(np.nan)
+            arguments = family.kernel_arguments(shape, {name: array.gpudata for name, array in arrays.items()})
+            run(arguments)
             cuda.Context.synchronize()
-            error, found = compare(arrays[name].get(), reference, family.output_region(shape), tolerance)
+            error, found = self._checker.compare(arrays[output_name], expected, family.output_region(shape), tolerance)
             worst = max(worst, error) if not math.isnan(error) else math.inf
             problem = problem or found
         measurement = Measurement(Status.WRONG if problem else Status.OK, problem, error=worst, tolerance=tolerance,
-                                  checks=len(job.seeds), device=self.device, unit=family.throughput_unit,
-                                  check_seconds=time.perf_counter() - started)
-        if problem or job.timing is None:
-            return measurement
-        ceiling_key = family.ceiling_key(variant.dtype)
-        measurement.ceiling = self.ceilings(report).get(ceiling_key)
-        report("time")
-        started = time.perf_counter()
-        timing = self._time(launcher(function, launch, family.kernel_arguments(shape, _pointers(arrays))), job.timing)
-        measurement.timing, measurement.l2_flushed = timing, not job.timing.warm
-        measurement.throughput = family.throughput(variant, shape, timing.median_ms / 1e3)
-        measurement.time_seconds = time.perf_counter() - started
-        return measurement
+                                  checks=len(job.seeds), device=self.device, unit=family.throughput_unit)
+        return measurement, arguments
 
     def _time(self, launch: Callable[[], None], options: TimingOptions) -> Timing:
         """CUDA events around each launch, after warm-up; sample until the median is steady.
@@ -147,13 +159,16 @@ class Runner:
         """Write a buffer twice the L2's size, so the next launch finds none of its data cached."""
         cuda.memset_d32_async(self._flush_buffer, salt, 2 * self.device.l2_bytes // 4, None)
 
-    def _problem(self, family: Family, variant: Variant, shape: Any, seed: int) -> tuple[dict, np.ndarray]:
-        """Random inputs and their float64 reference, kept for the next variants on the same problem."""
+    def _problem(self, family: Family, variant: Variant, shape: Any, seed: int) -> "DeviceProblem":
+        """Random inputs and their float64 reference on the device, kept for the next variants."""
         key = (family.name, str(shape), variant.dtype, seed)
         if key not in self._problems:
-            data = family.host_data(variant, shape, seed)
-            self._problems[key] = (data.inputs, family.reference(data.inputs, shape))
-            while len(self._problems) > REFERENCES_KEPT:
+            inputs = family.random_inputs(variant, shape, seed)
+            reference = np.ascontiguousarray(family.reference(inputs, shape))
+            self._problems[key] = DeviceProblem(
+                inputs={name: gpuarray.to_gpu(host) for name, host in inputs.items()},
+                reference=gpuarray.to_gpu(reference), reference_norm=float(np.linalg.norm(reference)))
+            while len(self._problems) > PROBLEMS_KEPT:
                 self._problems.popitem(last=False)
         self._problems.move_to_end(key)
         return self._problems[key]
@@ -178,22 +193,52 @@ def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> No
         function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_shared_bytes)
 
 
-def compare(out: np.ndarray, reference: np.ndarray, region: tuple[slice, ...], tolerance: float) -> tuple[float, str]:
-    """Relative error of the written region, and what is wrong ('' when nothing is)."""
-    written = out[region].astype(np.float64)
-    unwritten = int(np.isnan(written).sum())
-    outside = np.ones(out.shape, dtype=bool)
-    outside[region] = False
-    stray = int((~np.isnan(out[outside])).sum())
-    norm = float(np.linalg.norm(reference)) or 1.0
-    error = float(np.linalg.norm(np.nan_to_num(written - reference, nan=0.0))) / norm
-    if unwritten:
-        return math.nan, f"{unwritten} of {written.size} output elements were not written (or are NaN)"
-    if stray:
-        return error, f"{stray} elements outside the output region were written"
-    if error > tolerance:
-        return error, f"relative error {error:.3g} is above the tolerance {tolerance:.3g}"
-    return error, ""
+@dataclass
+class DeviceProblem:
+    inputs: dict[str, Any]  # pristine device arrays, copied for each check
+    reference: Any  # float64 device array: the output region, row-major
+    reference_norm: float
+
+
+class OutputChecker:
+    """Compares an output on the device with its float64 reference, in three reductions over the
+    whole buffer: squared error inside the region, NaN (unwritten) elements inside it, and
+    elements written outside it (the buffer is poisoned with NaN before the launch)."""
+
+    def __init__(self) -> None:
+        self._kernels: dict[str, tuple[Any, Any, Any]] = {}
+
+    def compare(self, out: Any, expected: DeviceProblem, region: tuple[slice, ...], tolerance: float
+                ) -> tuple[float, str]:
+        """Relative error ||out - ref|| / ||ref|| of the region, and what is wrong ('' when nothing is)."""
+        rows, cols, lead = region[0].stop, region[1].stop, out.shape[1]
+        squared, unwritten, stray = self._reductions(out.dtype)
+        arguments = (out, expected.reference, np.int32(rows), np.int32(cols), np.int32(lead))
+        missing = int(unwritten(*arguments).get())
+        outside = int(stray(*arguments).get())
+        error = math.sqrt(float(squared(*arguments).get())) / (expected.reference_norm or 1.0)
+        if missing:
+            return math.nan, f"{missing} of {rows * cols} output elements were not written (or are NaN)"
+        if outside:
+            return error, f"{outside} elements outside the output region were written"
+        if error > tolerance:
+            return error, f"relative error {error:.3g} is above the tolerance {tolerance:.3g}"
+        return error, ""
+
+    def _reductions(self, dtype: np.dtype) -> tuple[Any, Any, Any]:
+        ctype = "float" if dtype == np.float32 else "double"
+        if ctype not in self._kernels:
+            arguments = f"const {ctype} *out, const double *ref, int rows, int cols, int ld"
+            inside = "((long long)(i / ld) < rows && (long long)(i % ld) < cols)"
+            difference = "((double)out[i] - ref[(i / ld) * cols + i % ld])"
+            self._kernels[ctype] = (
+                ReductionKernel(np.float64, "0", "a+b", arguments=arguments,
+                                map_expr=f"({inside} && !isnan(out[i])) ? {difference} * {difference} : 0.0"),
+                ReductionKernel(np.int32, "0", "a+b", arguments=arguments,
+                                map_expr=f"({inside} && isnan(out[i])) ? 1 : 0"),
+                ReductionKernel(np.int32, "0", "a+b", arguments=arguments,
+                                map_expr=f"(!{inside} && !isnan(out[i])) ? 1 : 0"))
+        return self._kernels[ctype]
 
 
 def read_device_info(physical_index: int) -> DeviceInfo:
@@ -287,12 +332,15 @@ def _torch_gemm_rates(n: int, repeats: int) -> dict[str, float]:
     return rates
 
 
-def launcher(function: Any, launch: Launch, arguments: list[Any]) -> Callable[[], None]:
-    """A call that launches `function` with prepared arguments: little host work per launch."""
-    function.prepare("".join("P" if isinstance(a, cuda.DeviceAllocation) else a.dtype.char for a in arguments))
-    grid, block, shared = launch.grid, launch.block, launch.dynamic_shared_bytes
-    return lambda: function.prepared_async_call(grid, block, None, *arguments, shared_size=shared)
+def launcher(function: Any, launch: Launch) -> Callable[[list[Any]], None]:
+    """Launches `function` with prepared arguments: little host work per launch."""
+    prepared: list[str] = []
 
+    def run(arguments: list[Any]) -> None:
+        if not prepared:
+            prepared.append("".join("P" if isinstance(a, cuda.DeviceAllocation) else a.dtype.char for a in arguments))
+            function.prepare(prepared[0])
+        function.prepared_async_call(launch.grid, launch.block, None, *arguments,
+                                     shared_size=launch.dynamic_shared_bytes)
 
-def _pointers(arrays: dict[str, Any]) -> dict[str, Any]:
-    return {name: array.gpudata for name, array in arrays.items()}
+    return run

@@ -20,7 +20,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 from .errors import UsageError
 from .jobs import DeviceInfo, Job, Measurement, TimingOptions

@@ -3,7 +3,7 @@
 # (an air-gapped GPU machine). Uses a prebuilt pycuda wheel from the folder when there is one;
 # otherwise builds the sdist there (about 80 s on 16 cores) and leaves the wheel in FOLDER/built/.
 # Usage: source scripts/install_pycuda_offline.sh FOLDER [SITE]   (then PYTHONPATH has SITE and .)
-folder=${1:-.whl}
+folder=$(cd "${1:-.whl}" && pwd) || return 1
 site=${2:-/tmp/site}
 python3 -m pip install -q --no-index --no-deps --target "$site" "$folder"/*.whl || return 1
 if [ ! -d "$site/pycuda" ]; then
