@@ -228,16 +228,16 @@ class OutputChecker:
     def _reductions(self, dtype: np.dtype) -> tuple[Any, Any, Any]:
         ctype = "float" if dtype == np.float32 else "double"
         if ctype not in self._kernels:
-            arguments = f"const {ctype} *out, const double *ref, int rows, int cols, int ld"
+            arguments = f"const {ctype} *result, const double *ref, int rows, int cols, int ld"
             inside = "((long long)(i / ld) < rows && (long long)(i % ld) < cols)"
-            difference = "((double)out[i] - ref[(i / ld) * cols + i % ld])"
+            difference = "((double)result[i] - ref[(i / ld) * cols + i % ld])"
             self._kernels[ctype] = (
                 ReductionKernel(np.float64, "0", "a+b", arguments=arguments,
-                                map_expr=f"({inside} && !isnan(out[i])) ? {difference} * {difference} : 0.0"),
+                                map_expr=f"({inside} && !isnan(result[i])) ? {difference} * {difference} : 0.0"),
                 ReductionKernel(np.int32, "0", "a+b", arguments=arguments,
-                                map_expr=f"({inside} && isnan(out[i])) ? 1 : 0"),
+                                map_expr=f"({inside} && isnan(result[i])) ? 1 : 0"),
                 ReductionKernel(np.int32, "0", "a+b", arguments=arguments,
-                                map_expr=f"(!{inside} && !isnan(out[i])) ? 1 : 0"))
+                                map_expr=f"(!{inside} && !isnan(result[i])) ? 1 : 0"))
         return self._kernels[ctype]
 
 
