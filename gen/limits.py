@@ -9,6 +9,7 @@ MAX_STATIC_SHARED_BYTES = 48 * 1024
 # Dynamic shared memory beyond 48 KiB needs cudaFuncSetAttribute; 227 KiB is the sm_90 opt-in maximum.
 MAX_DYNAMIC_SHARED_BYTES = 227 * 1024
 WARP_SIZE = 32
+MAX_REGISTERS_PER_THREAD = 255
 # Kernels index with 32-bit ints, so no matrix may hold 2**31 elements or more.
 MAX_ELEMENTS = 2**31 - 1
 

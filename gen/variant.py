@@ -79,11 +79,11 @@ class Parameter:
         return f"{self.name:<10} {allowed:<40} default {self.default!s:<8} space {space:<12} {self.help}"
 
 
-def choice(default: str, choices: Iterable[str], *, help: str, space: Iterable[str] | None = None,
-           emitted: Iterable[str] | None = None, omit: str | None = None) -> Any:
-    """A dataclass field for an enumerated parameter."""
+def choice(default: Any, choices: Iterable[Any], *, help: str, space: Iterable[Any] | None = None,
+           emitted: Iterable[Any] | None = None, omit: Any = None, tag: str = "") -> Any:
+    """A dataclass field for an enumerated parameter (strings, or integers with a `tag`)."""
     choices = tuple(choices)
-    return _field(default, kind=str, choices=choices, minimum=None, tag="", omit=omit, help=help,
+    return _field(default, kind=type(default), choices=choices, minimum=None, tag=tag, omit=omit, help=help,
                   space=space, emitted=emitted)
 
 

@@ -20,7 +20,7 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     (["render", "matmul", "-p", "tile=64"], "tile 64 gives 4096 threads per block; the CUDA limit is 1024"),
     (["render", "matmul", "-p", "bounds=clamp"], "bounds 'clamp' is not one of: none, guard, split"),
     (["render", "matmul", "-p", "tile"], "must look like name=value"),
-    (["render", "conv", "-p", "tile=8"], "unknown family 'conv'; families: matmul, transpose"),
+    (["render", "conv", "-p", "tile=8"], "unknown family 'conv'; families: matmul, sgemm, transpose, copy"),
     (["render", "transpose", "-p", "rows=12"], "rows 12 does not divide tile 32"),
     (["compile", "matmul", "-p", "sync=sometimes"], "sync 'sometimes' is not one of"),
     (["compile", "matmul", "--arch", "volta"], "--arch 'volta' is not a GPU architecture"),

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from gen import compiler
+from gen.families import get_family
+from gen.space import Space
 from gen.jobs import TimingOptions
 from gen.store import Row, Status
 from gen.sweep import SweepOptions, sweep
@@ -51,13 +53,36 @@ def test_f64_dynamic_shared_and_naive_matmul_are_right(tmp_path: Path) -> None:
     assert any(row.params["dtype"] == "f64" and row.error < 1e-12 for row in rows.values() if row.error is not None)
 
 
-def test_every_default_transpose_variant_is_right(tmp_path: Path) -> None:
-    rows = run(tmp_path, "transpose", {}, ["512x512", "1000x999", "1x4097"])
-    rows.update(run(tmp_path / "f64", "transpose", {"dtype": ["f64"], "smem": ["dynamic"], "method": ["shared"]},
-                    ["1000x999"]))
-    # valid: 24 shared (tile x rows x padding x bounds) and 12 naive; bounds=none only at 512x512
-    assert _only_skipped_and_ok(rows) == 36 + 18 + 18 + 12
+def runnable(family_name: str, params: dict, sizes: list[str]) -> int:
+    """How many (variant, size) pairs of a space should run: valid and not refused."""
+    family = get_family(family_name)
+    valid = Space.default(family, params).expand().valid
+    return sum(family.refusal(v, family.parse_shape(size)) is None for v in valid for size in sizes)
+
+
+def test_every_default_transpose_and_copy_variant_is_right(tmp_path: Path) -> None:
+    sizes = ["512x512", "1000x999", "1x4097"]
+    rows = run(tmp_path, "transpose", {}, sizes)
+    f64 = {"dtype": ["f64"], "smem": ["dynamic"], "method": ["shared", "diagonal"]}
+    rows.update(run(tmp_path / "f64", "transpose", f64, ["1000x999", "256x256"]))
+    rows.update(run(tmp_path / "copy", "copy", {"bounds": ["none", "guard"]}, sizes))
+    expected = (runnable("transpose", {}, sizes) + runnable("transpose", f64, ["1000x999", "256x256"])
+                + runnable("copy", {"bounds": ["none", "guard"]}, sizes))
+    assert _only_skipped_and_ok(rows) == expected > 100
     assert all(row.error == 0.0 for row in rows.values() if row.status == Status.OK)
+
+
+SGEMM_SLICE = {"bm": ["64", "128"], "bn": ["128"], "bk": ["8", "16"], "wm": ["32", "64"], "wn": ["64"], "tm": ["8"],
+               "tn": ["4"], "padding": ["0", "4"], "vec": ["1", "4"], "stages": ["1", "2"],
+               "bounds": ["none", "guard", "split"]}
+SGEMM_SIZES = ["256x256x256", "300x200x100", "301x203x101", "200x300x64:72,304,304"]
+
+
+def test_sgemm_variants_are_right_at_multiple_odd_and_strided_shapes(tmp_path: Path) -> None:
+    rows = run(tmp_path, "sgemm", SGEMM_SLICE, SGEMM_SIZES)
+    assert _only_skipped_and_ok(rows) == runnable("sgemm", SGEMM_SLICE, SGEMM_SIZES) > 150
+    assert {row.params["bounds"] for row in rows.values() if row.status == Status.OK and row.shape == "301x203x101"} \
+        == {"guard", "split"}
 
 
 def test_racy_placements_are_caught(tmp_path: Path) -> None:

@@ -124,7 +124,7 @@ def test_without_a_gpu_a_sweep_compiles_and_says_no_kernel_ran(tmp_path: Path, c
     assert "no kernel was run:" in done.stdout
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     compiled = [r for r in rows if r["status"] == "compiled"]
-    assert len(compiled) == 2 * 2 * 2 - 2  # methods x paddings x bounds, less naive with padding 1
+    assert len(compiled) == 3 * 2 * 2 - 2  # methods x paddings x bounds, less naive with padding 1
     assert all(r["message"].startswith("not run:") and r["registers"] > 0 for r in compiled)
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 from ..errors import UsageError
 from ..family import Family
 from ..variant import Variant
+from .copy import CopyFamily, CopyVariant
 from .matmul import MatmulFamily, MatmulShape, MatmulVariant
+from .sgemm import SgemmFamily, SgemmVariant
 from .transpose import TransposeFamily, TransposeShape, TransposeVariant
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (MatmulFamily(), TransposeFamily())}
+FAMILIES: dict[str, Family] = {f.name: f for f in (MatmulFamily(), SgemmFamily(), TransposeFamily(), CopyFamily())}
 
 
 def get_family(name: str) -> Family:
@@ -24,5 +26,5 @@ def variant_from_name(name: str) -> Variant:
     return get_family(name.split("_", 1)[0]).variant_type.from_name(name)
 
 
-__all__ = ["FAMILIES", "get_family", "variant_from_name", "MatmulFamily", "MatmulShape", "MatmulVariant",
-           "TransposeFamily", "TransposeShape", "TransposeVariant"]
+__all__ = ["FAMILIES", "CopyFamily", "CopyVariant", "get_family", "variant_from_name", "MatmulFamily", "MatmulShape", "MatmulVariant",
+           "SgemmFamily", "SgemmVariant", "TransposeFamily", "TransposeShape", "TransposeVariant"]

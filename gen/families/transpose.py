@@ -19,7 +19,7 @@ from ..variant import Variant, choice, integer
 
 DTYPES = ("f32", "f64")
 SMEM = ("static", "dynamic")
-METHODS = ("naive", "shared")
+METHODS = ("naive", "shared", "diagonal")
 BOUNDS = ("none", "guard")
 SYNCS = ("both", "none")
 
@@ -30,9 +30,10 @@ class TransposeVariant(Variant):
 
     dtype: str = choice("f32", DTYPES, help="element type: f32 float, f64 double")
     method: str = choice("shared", METHODS, space=METHODS,
-                         help="naive: strided writes; shared: tile through shared memory")
+                         help="naive: strided writes; shared: tile through shared memory; diagonal: shared, "
+                              "blocks visited along diagonals (square grids)")
     tile: int = integer(32, tag="t", minimum=1, space=(16, 32, 64), help="edge of the square tile a block moves")
-    rows: int = integer(8, tag="r", minimum=1, space=(8, 16),
+    rows: int = integer(8, tag="r", minimum=1, space=(4, 8, 16),
                         help="threads per tile column: a block is tile x rows threads")
     padding: int = integer(1, tag="p", minimum=0, space=(0, 1),
                            help="extra elements per shared row (1 removes the column read's bank conflicts)")
@@ -60,11 +61,11 @@ class TransposeVariant(Variant):
     @property
     def barrier(self) -> bool:
         """Whether the barrier between writing the shared tile and reading it back is kept."""
-        return self.method == "shared" and self.sync == "both"
+        return self.method != "naive" and self.sync == "both"
 
     @property
     def deliberately_racy(self) -> bool:
-        return self.method == "shared" and not self.barrier
+        return self.method != "naive" and not self.barrier
 
     def check_combination(self) -> None:
         if self.tile % self.rows:
@@ -115,6 +116,8 @@ class TransposeFamily(Family):
         t = variant.tile
         if variant.bounds == "none" and (shape.h % t or shape.w % t):
             return f"bounds=none needs H and W to be multiples of tile {t}; {shape} is not (use bounds=guard)"
+        if variant.method == "diagonal" and blocks(shape.h, t) != blocks(shape.w, t):
+            return f"method=diagonal needs a square grid of tiles; {shape} with tile {t} is not (use method=shared)"
         return super().refusal(variant, shape)
 
     def input_dims(self, shape: TransposeShape) -> dict[str, tuple[int, ...]]:

@@ -9,7 +9,7 @@
 //   bounds    guard
 //   sync      both
 //   smem      static
-//   template  transpose.cu.j2 (sha256 0f91e0c9d567)
+//   template  transpose.cu.j2 (sha256 99fe7a2f85fd)
 //
 // Reproduce with:
 //   tilegen render transpose -p dtype=f32 -p method=naive -p tile=32 -p rows=8 -p padding=0 -p bounds=guard -p sync=both -p smem=static

@@ -9,7 +9,7 @@
 //   bounds    guard
 //   sync      none
 //   smem      static
-//   template  transpose.cu.j2 (sha256 0f91e0c9d567)
+//   template  transpose.cu.j2 (sha256 99fe7a2f85fd)
 //
 // Reproduce with:
 //   tilegen render transpose -p dtype=f32 -p method=shared -p tile=16 -p rows=16 -p padding=0 -p bounds=guard -p sync=none -p smem=static
@@ -33,8 +33,9 @@ extern "C" __global__ void transpose_f32_shared_t16_r16_p0_guard_none(
     // are served one bank conflict at a time.
     __shared__ float tile[TILE][TILE + PAD];
 
-    int x = blockIdx.x * TILE + threadIdx.x;  // the column of in this thread reads
-    int y = blockIdx.y * TILE + threadIdx.y;  // the first row of in this thread reads
+    const int tile_x = blockIdx.x, tile_y = blockIdx.y;
+    int x = tile_x * TILE + threadIdx.x;  // the column of in this thread reads
+    int y = tile_y * TILE + threadIdx.y;  // the first row of in this thread reads
     for (int j = 0; j < TILE; j += ROWS)
         if (x < W && y + j < H)  // Bound check: the tile may stick out past the edge of in.
             tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * W + x];
@@ -42,9 +43,9 @@ extern "C" __global__ void transpose_f32_shared_t16_r16_p0_guard_none(
     // No barrier here (sync=none): threads may read a column of the tile before the threads
     // that write it have done so, a read-after-write race left in on purpose.
 
-    // Block (bx, by) of in lands as block (by, bx) of out; a warp writes a row segment of out.
-    x = blockIdx.y * TILE + threadIdx.x;  // the column of out this thread writes
-    y = blockIdx.x * TILE + threadIdx.y;  // the first row of out this thread writes
+    // Tile (tx, ty) of in lands as tile (ty, tx) of out; a warp writes a row segment of out.
+    x = tile_y * TILE + threadIdx.x;  // the column of out this thread writes
+    y = tile_x * TILE + threadIdx.y;  // the first row of out this thread writes
     for (int j = 0; j < TILE; j += ROWS)
         if (x < H && y + j < W)  // Bound check: the tile may stick out past the edge of out.
             out[(y + j) * H + x] = tile[threadIdx.x][threadIdx.y + j];

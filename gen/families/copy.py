@@ -1,0 +1,68 @@
+"""copy: out = in for an H x W matrix, the CUDA samples' reference kernels for the transpose.
+
+`plain` is the samples' copy, `shared` their copySharedMem: the same tiles and threads as a
+transpose, without the transposition, so the gap between the two is the transpose's own cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Mapping
+
+import numpy as np
+
+from ..errors import InvalidVariant
+from ..family import check_shared_bytes, element_bytes
+from ..limits import MAX_THREADS_PER_BLOCK
+from ..variant import Variant, choice, integer
+from .transpose import TransposeFamily, TransposeShape
+
+
+@dataclass(frozen=True, order=True)
+class CopyVariant(Variant):
+    family: ClassVar[str] = "copy"
+
+    dtype: str = choice("f32", ("f32", "f64"), help="element type: f32 float, f64 double")
+    method: str = choice("plain", ("plain", "shared"), space=("plain", "shared"),
+                         help="plain: global to global; shared: through a shared tile (copySharedMem)")
+    tile: int = integer(32, tag="t", minimum=1, space=(32, 64), help="edge of the square tile a block moves")
+    rows: int = integer(8, tag="r", minimum=1, space=(8,), help="threads per tile column: a block is tile x rows threads")
+    bounds: str = choice("guard", ("none", "guard"), help="none: shapes must be tile multiples; guard: checked")
+    smem: str = choice("static", ("static", "dynamic"), omit="static",
+                       help="shared tile declared static, or extern and sized at launch")
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.tile * self.rows
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.tile * self.tile * element_bytes(self.dtype) if self.method == "shared" else 0
+
+    def check_combination(self) -> None:
+        if self.tile % self.rows:
+            raise InvalidVariant(f"rows {self.rows} does not divide tile {self.tile}")
+        if self.threads_per_block > MAX_THREADS_PER_BLOCK:
+            raise InvalidVariant(f"tile {self.tile} with rows {self.rows} gives {self.threads_per_block} threads "
+                                 f"per block; the CUDA limit is {MAX_THREADS_PER_BLOCK}")
+        if self.method == "plain" and self.smem != "static":
+            raise InvalidVariant("smem dynamic does not apply to method=plain, which has no shared tile (use smem=static)")
+        check_shared_bytes(self.smem, self.shared_bytes, f"tile {self.tile}")
+
+
+class CopyFamily(TransposeFamily):
+    """The transpose's shapes, launch and arguments; the output is the input itself."""
+
+    name = "copy"
+    variant_type = CopyVariant
+    template = "copy.cu.j2"
+    summary = "out = in for an H x W matrix: the samples' copy and copySharedMem, the transpose's yardstick"
+
+    def output_dims(self, shape: TransposeShape) -> tuple[str, tuple[int, ...]]:
+        return "out", (shape.h, shape.w)
+
+    def output_region(self, shape: TransposeShape) -> tuple[slice, ...]:
+        return (slice(0, shape.h), slice(0, shape.w))
+
+    def reference(self, inputs: Mapping[str, np.ndarray], shape: TransposeShape) -> np.ndarray:
+        return inputs["in"].astype(np.float64)

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""What limits a variant: ptxas resources, the SASS instruction mix, and (with --ncu SIZE, on a GPU)
+Nsight Compute's bank conflicts, occupancy and DRAM throughput for one launch.
+
+Usage: scripts/inspect_variant.py NAME [NAME ...] [--ncu SIZE]
+Needs cuobjdump (and ncu for --ncu) from the CUDA toolkit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections import Counter
+
+from gen.compiler import CompileOptions, compile_variant
+from gen.families import get_family, variant_from_name
+from gen.jobs import Job
+from gen.table import text_table
+from gen.worker import job_json
+
+NCU_METRICS = {
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "shared load bank conflicts",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "shared store bank conflicts",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy %",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM throughput % of peak",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "FMA pipe busy %",
+}
+WATCHED = ("FFMA", "LDS.128", "LDS", "STS", "LDG.E.128", "LDG.E", "STG.E.128", "STG.E", "BAR.SYNC")
+
+
+def sass_mix(cubin: str) -> tuple[Counter, int]:
+    """Counts of the watched opcodes (with their width suffix) and of all instructions."""
+    sass = subprocess.run(["cuobjdump", "-sass", cubin], capture_output=True, text=True, check=True).stdout
+    opcodes = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+    mix: Counter = Counter()
+    for opcode in opcodes:
+        base = opcode.split(".")[0]
+        wide = ".128" in opcode
+        if base in ("LDS", "LDG", "STG", "STS"):
+            key = {"LDS": "LDS", "STS": "STS", "LDG": "LDG.E", "STG": "STG.E"}[base]
+            mix[key + (".128" if wide else "")] += 1
+        elif base in ("FFMA", "BAR"):
+            mix["BAR.SYNC" if base == "BAR" else "FFMA"] += 1
+    return mix, len(opcodes)
+
+
+def ncu_metrics(name: str, cubin: str, size: str) -> dict[str, str]:
+    job = Job(name, variant_from_name(name).family, cubin, size, timing=None)
+    command = ["ncu", "--metrics", ",".join(NCU_METRICS), "--kernel-name", name, "--csv", sys.executable, "-m",
+               "gen.worker", "--once", job_json(job)]
+    output = subprocess.run(command, capture_output=True, text=True).stdout
+    values = {}
+    for line in output.splitlines():
+        cells = [cell.strip('"') for cell in line.split('","')]
+        if len(cells) > 3 and cells[-3] in NCU_METRICS:
+            values[NCU_METRICS[cells[-3]]] = cells[-1].strip('"')
+    return values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="+")
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--ncu", metavar="SIZE", help="also profile one launch at this size with Nsight Compute")
+    args = parser.parse_args()
+    rows = []
+    for name in args.names:
+        variant = variant_from_name(name)
+        get_family(variant.family)
+        compiled = compile_variant(variant, CompileOptions(arch=args.arch))
+        if not compiled.ok:
+            print(f"{name}: compile error\n{compiled.log}")
+            continue
+        mix, total = sass_mix(str(compiled.cubin))
+        r = compiled.resources
+        rows.append([name, r.registers, r.spill_bytes, total, f"{mix['FFMA'] / total:.0%}"]
+                    + [mix[op] for op in WATCHED])
+        if args.ncu:
+            for metric, value in ncu_metrics(name, str(compiled.cubin), args.ncu).items():
+                print(f"{name} @ {args.ncu}: {metric} = {value}")
+    print(text_table(["variant", "regs", "spill", "SASS", "FFMA share", *WATCHED], rows))
+
+
+if __name__ == "__main__":
+    main()
