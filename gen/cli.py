@@ -8,18 +8,24 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from . import __version__
-from .compiler import CompileOptions, Compiled, compile_variants, local_arch, nvcc_version
+from .compiler import CompileOptions, Compiled, compile_variants, local_arch, provenance
 from .emit import emit
 from .errors import TilegenError, UsageError
 from .families import FAMILIES, get_family
 from .progress import Progress
-from .render import render, template_hash
+from .render import render
+from .export import write_t4
+from .lookup import tuned_with_reason
+from .plots import plot
 from .report import load_rows, report
+from .strategies import STRATEGIES
+from .tune import TuneOptions, describe, revalidate, tune
+from .tunedb import DB_ENV, TuningDB, problem_of
 from .space import Space, parse_options
 from .jobs import CACHE_CONFIGS, TimingOptions
 from .store import ResultLog, Row, compiled_row, skipped_row
 from .sweep import SweepOptions, summary, sweep
-from .worker import parse_gpus
+from .worker import GpuUnavailable, LocalExecutor, parse_gpus
 from .table import text_table
 
 EXIT_USAGE = 2
@@ -89,10 +95,52 @@ def build_parser() -> argparse.ArgumentParser:
     sweeping.add_argument("--top", type=int, default=10, help="rows in the summary table (default: 10)")
     sweeping.set_defaults(handler=cmd_sweep)
 
-    reporting = commands.add_parser("report", help="tables from the results of sweeps")
-    reporting.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="folders holding results.jsonl")
+    tuning = commands.add_parser("tune", help="search a space for the fastest variant on this GPU, into the DB")
+    tuning.add_argument("family", nargs="?")
+    _add_params(tuning, "name=v1,v2,... (repeatable); a parameter left out takes the default space")
+    tuning.add_argument("--size", help="problem size, e.g. 2048x2048x2048")
+    tuning.add_argument("--filter", metavar="PATTERN", help="keep variants whose name contains PATTERN (or a glob)")
+    tuning.add_argument("--strategy", default="bayes", choices=STRATEGIES, help="search strategy (default: bayes)")
+    limit = tuning.add_mutually_exclusive_group()
+    limit.add_argument("--budget", type=int, help="evaluations (default: 100)")
+    limit.add_argument("--time", type=float, metavar="SECONDS", help="stop proposing after this long")
+    tuning.add_argument("--db", type=Path, help=f"tuning database (default: ${DB_ENV} or the user data folder)")
+    tuning.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
+    tuning.add_argument("--arch", help="GPU architecture (default: the local GPU's)")
+    tuning.add_argument("--seed", type=int, default=0, help="seed of the strategy (default: 0)")
+    tuning.add_argument("--top", type=int, default=3, help="finalists measured again, interleaved (default: 3)")
+    tuning.add_argument("--timing-budget", type=float, default=0.5, metavar="SECONDS",
+                        help="timing budget per evaluation (default: 0.5)")
+    tuning.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="a worker silent this long is hung and killed (default: 30)")
+    tuning.add_argument("--revalidate", action="store_true",
+                        help="time the stored winners for this GPU again and flag those that moved")
+    tuning.set_defaults(handler=cmd_tune)
+
+    finding = commands.add_parser("best", help="the stored winner for a shape and GPU")
+    finding.add_argument("family")
+    finding.add_argument("--size", required=True, help="problem size, e.g. 2048x2048x2048")
+    finding.add_argument("--dtype", default="f32")
+    finding.add_argument("--gpu", help="a GPU model, or part of its name (default: this machine's GPU)")
+    finding.add_argument("--db", type=Path, help="tuning database")
+    finding.set_defaults(handler=cmd_best)
+
+    exporting = commands.add_parser("export", help="the tuning database in another format")
+    exporting.add_argument("--t4", type=Path, required=True, metavar="FILE",
+                           help="write T4 JSON (the Open Autotuning Results Schema)")
+    exporting.add_argument("--db", type=Path, help="tuning database")
+    exporting.add_argument("--family", help="only this family")
+    exporting.add_argument("--gpu", help="only GPU models whose name contains this")
+    exporting.set_defaults(handler=cmd_export)
+
+    reporting = commands.add_parser("report", help="tables (and PNG plots) from sweep results or the tuning DB")
+    reporting.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="folders holding results.jsonl")
+    reporting.add_argument("--db", type=Path, help="report on a tuning database instead")
+    reporting.add_argument("--family", help="only this family")
     reporting.add_argument("--top", type=int, default=10, help="rows in the top table (default: 10)")
     reporting.add_argument("--markdown", action="store_true", help="Markdown tables instead of plain text")
+    reporting.add_argument("--plot", type=Path, metavar="OUT.png",
+                           help="also draw throughput heatmaps and strategy convergence (needs matplotlib)")
     reporting.set_defaults(handler=cmd_report)
     return parser
 
@@ -150,13 +198,13 @@ def cmd_compile(args: argparse.Namespace) -> None:
     if not expansion.valid and not expansion.skipped:
         raise UsageError(f"no {family.name} variant matches --filter {args.filter!r}")
     log = ResultLog(args.out) if args.out else None
-    rows = [skipped_row(s.variant, s.reason, provenance=compile_provenance(options, family.template))
+    rows = [skipped_row(s.variant, s.reason, provenance=provenance(options, family.template))
             for s in expansion.skipped]
     progress = Progress(len(expansion.valid), "compile")
 
     def record(compiled: Compiled) -> None:
         progress.advance(compiled.variant.name)
-        rows.append(compiled_row(compiled, provenance=compile_provenance(options, family.template)))
+        rows.append(compiled_row(compiled, provenance=provenance(options, family.template)))
 
     compiled = compile_variants(expansion.valid, options, on_done=record)
     progress.close()
@@ -184,8 +232,67 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     print(f"\n{report.new_rows} new rows in {args.out}/results.jsonl and results.csv ({split})")
 
 
+def cmd_tune(args: argparse.Namespace) -> None:
+    if args.revalidate:
+        return cmd_revalidate(args)
+    if not args.family or not args.size:
+        raise UsageError("tune needs FAMILY and --size (or --revalidate)")
+    options = TuneOptions(
+        family=args.family, size=args.size, params=parse_options(get_family(args.family), args.params),
+        filter=args.filter, strategy=args.strategy, budget=args.budget if args.budget or args.time else 100,
+        time_s=args.time, db=args.db, gpus=parse_gpus(args.gpus), arch=args.arch, seed=args.seed, top=args.top,
+        timing=TimingOptions(budget_s=_positive(args.timing_budget, "--timing-budget")),
+        silence_s=_positive(args.timeout, "--timeout"))
+    for result in tune(options):
+        print(describe(result))
+    print(f"stored in {TuningDB(args.db).path}")
+
+
+def cmd_revalidate(args: argparse.Namespace) -> None:
+    db = TuningDB(args.db)
+    executor = LocalExecutor(parse_gpus(args.gpus), args.timeout)
+    try:
+        checked = revalidate(db, executor, args.arch)
+    except GpuUnavailable as reason:
+        raise UsageError(f"revalidate needs a GPU: {reason}") from None
+    finally:
+        executor.close()
+    body = [[p.family, p.shape, stored.name, round(stored.median_ms, 4), round(new.median_ms, 4) if new.median_ms
+             else str(new.status), f"{change:+.1%}", f"{noise:.1%}", "MOVED" if abs(change) > noise else "",
+             _versions(stored, new)] for p, stored, new, change, noise in checked]
+    print(text_table(["family", "shape", "winner", "stored ms", "now ms", "change", "noise", "", "versions"], body))
+    print(f"{sum(abs(c[3]) > c[4] for c in checked)} of {len(checked)} stored winners moved more than the noise")
+
+
+def cmd_best(args: argparse.Namespace) -> None:
+    family = get_family(args.family)
+    shape = family.parse_shape(args.size)
+    db = TuningDB(args.db)
+    model = _pick_model(db, args.gpu) if args.gpu else None
+    variant, reason = tuned_with_reason(family.name, *shape.dims, dtype=args.dtype, db=args.db, gpu_model=model)
+    print(variant.name)
+    print(f"from {reason}", file=sys.stderr)
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    db = TuningDB(args.db)
+    model = _pick_model(db, args.gpu) if args.gpu else None
+    rows = db.rows(args.family, model)
+    if not rows:
+        raise UsageError(f"{db.path} holds no measurements for that family and GPU")
+    print(f"wrote {write_t4(rows, args.t4)} results to {args.t4}")
+
+
 def cmd_report(args: argparse.Namespace) -> None:
-    print(report(load_rows(args.dirs), args.top, args.markdown))
+    if bool(args.dirs) == bool(args.db):
+        raise UsageError("report takes result folders or --db FILE (one of the two)")
+    db = TuningDB(args.db) if args.db else None
+    rows = db.latest_rows(args.family) if db else [r for r in load_rows(args.dirs)
+                                                   if not args.family or r.family == args.family]
+    print(report(rows, args.top, args.markdown))
+    if args.plot:
+        traces = _traces(db, rows) if db else {}
+        print(f"plot written to {plot(rows, traces, args.plot, f'tilegen report: {args.db or args.dirs[0]}')}")
 
 
 # ---- helpers shared by the commands ---------------------------------------------------------------
@@ -193,11 +300,6 @@ def cmd_report(args: argparse.Namespace) -> None:
 def compile_options(args: argparse.Namespace) -> CompileOptions:
     arch = args.arch or local_arch()
     return CompileOptions(arch=arch, jobs=args.jobs) if args.jobs else CompileOptions(arch=arch)
-
-
-def compile_provenance(options: CompileOptions, template: str) -> dict[str, str]:
-    return {"arch": options.arch, "nvcc": nvcc_version(), "template_hash": template_hash(template),
-            "tilegen": __version__}
 
 
 def resource_table(rows: list[Row]) -> str:
@@ -212,6 +314,31 @@ def compile_summary(compiled: list[Compiled], skipped: int) -> str:
     cached = sum(c.cached for c in compiled)
     return (f"{len(compiled) - failed} compiled ({cached} from cache), {failed} failed, {skipped} skipped "
             f"as invalid")
+
+
+def _pick_model(db: TuningDB, name: str) -> str:
+    """The one GPU model in the database whose name contains `name`."""
+    found = [m for m in db.models() if name.lower() in m.lower()]
+    if len(found) != 1:
+        known = "; ".join(db.models()) or "none"
+        raise UsageError(f"--gpu {name!r} matches {len(found)} GPU models in {db.path} (known: {known})")
+    return found[0]
+
+
+def _traces(db: TuningDB, rows: list[Row]) -> dict[str, list[list[float | None]]]:
+    """Strategy -> traces of the problem with the most tuning sessions among `rows`' problems."""
+    problems = {problem_of(r) for r in rows if r.provenance.get("gpu_model")}
+    sessions = max((db.traces(p) for p in problems), key=len, default={})
+    grouped: dict[str, list[list[float | None]]] = {}
+    for strategy, trace in sessions.values():
+        grouped.setdefault(strategy, []).append(trace)
+    return grouped
+
+
+def _versions(stored: Row, new: Row) -> str:
+    changes = [f"{key} {stored.provenance.get(key)} -> {new.provenance.get(key)}" for key in ("driver", "nvcc")
+               if stored.provenance.get(key) != new.provenance.get(key)]
+    return "; ".join(changes)
 
 
 def _list(text: str) -> list[str]:

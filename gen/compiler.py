@@ -23,7 +23,8 @@ from typing import Callable, Iterable
 
 from .errors import ToolMissing, UsageError
 from .paths import cache_dir
-from .render import render
+from . import __version__
+from .render import render, template_hash
 from .variant import Variant
 
 DEFAULT_ARCH = "sm_90"
@@ -105,6 +106,12 @@ def compile_variant(variant: Variant, options: CompileOptions) -> Compiled:
     # The record goes last: its presence is what marks a cache entry complete.
     _write_atomically(record, json.dumps(entry).encode())
     return _from_record(variant, options.arch, cubin, entry, cached=False)
+
+
+def provenance(options: CompileOptions, template: str) -> dict[str, str]:
+    """What made a compiled row: architecture, nvcc, the template's hash and tilegen's version."""
+    return {"arch": options.arch, "nvcc": nvcc_version(), "template_hash": template_hash(template),
+            "tilegen": __version__}
 
 
 def cache_key(source: str, options: CompileOptions) -> str:

@@ -44,9 +44,14 @@ class Family(ABC):
     shape_example: ClassVar[str]
     throughput_unit: ClassVar[str]  # "TFLOP/s" or "GB/s"
     default_sizes: ClassVar[tuple[str, ...]]  # problem sizes a sweep takes when given none
+    heatmap_axes: ClassVar[tuple[str, str]] = ("tile", "padding")  # the report's throughput heatmap
 
     def default_variant(self) -> Variant:
         return self.variant_type()
+
+    def safe_variant(self, shape: Any) -> Variant:
+        """A variant that runs this shape, whatever it is: the default unless a family needs another."""
+        return self.default_variant()
 
     def variant(self, values: Mapping[str, Any]) -> Variant:
         return self.variant_type.from_params(values)

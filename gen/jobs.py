@@ -11,6 +11,7 @@ from .store import Row, Status
 # Run-time cache preferences (cuFuncSetCacheConfig), with the shared-memory carveout in percent
 # that goes with each on GPUs that have one (-1 leaves the driver's default).
 CACHE_CONFIGS = {"none": -1, "shared": 100, "l1": 0, "equal": 50}
+RACY_CHECKS = 3  # deliberately racy variants are checked this many times, on different inputs
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,14 @@ class Job:
     cache_config: str = "none"
     seeds: tuple[int, ...] = (1,)  # one check per seed, each on fresh random inputs
     timing: TimingOptions | None = field(default_factory=TimingOptions)
+
+
+def job_for(compiled: Any, shape: Any, cache_config: str, seed: int, timing: TimingOptions | None) -> Job:
+    """The job that checks (and times) a compiled variant: deliberately racy ones on several inputs."""
+    variant = compiled.variant
+    checks = RACY_CHECKS if variant.deliberately_racy else 1
+    return Job(variant.name, variant.family, str(compiled.cubin), str(shape), cache_config,
+               tuple(seed + i for i in range(checks)), timing)
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,7 @@ class Measurement:
                 t.median_ms, t.min_ms, t.max_ms, t.stdev_ms, t.samples)
             row.l2_flushed = self.l2_flushed
         row.throughput, row.unit, row.ceiling = self.throughput, self.unit, self.ceiling
+        row.measure_seconds = self.check_seconds + self.time_seconds
         if self.throughput is not None and self.ceiling:
             row.ceiling_share = self.throughput / self.ceiling
         if self.device:

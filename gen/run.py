@@ -1,8 +1,8 @@
 """Load, launch, check and time variants on one GPU. The only module that imports pycuda.
 
-A `Runner` lives in a worker process that sees one GPU (CUDA_VISIBLE_DEVICES is set before this
-module is imported). It works in the device's primary context, so CuPy or PyTorch in the same
-process (for the cuBLAS ceiling) share it.
+A `Runner` lives in a worker process that sees one GPU (CUDA_VISIBLE_DEVICES is set before it
+starts). It works in the device's primary context (pycuda.autoprimaryctx), so CuPy or PyTorch in
+the same process (for the cuBLAS ceiling) share it. Importing this module makes no context.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-import pycuda.autoprimaryctx  # noqa: F401  (creates and pushes the primary context)
 import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
 from pycuda.reduction import ReductionKernel
@@ -40,7 +39,9 @@ WARM_SAMPLE_MS = 1.0  # a warm sample times back-to-back launches for about this
 
 class Runner:
     def __init__(self, physical_index: int = 0):
-        self.device = read_device_info(physical_index)
+        import pycuda.autoprimaryctx  # the primary context of the one visible GPU, made current
+
+        self.device = read_device_info(pycuda.autoprimaryctx.device, physical_index)
         self._functions: dict[tuple[str, str, str], Any] = {}
         self._modules: list[Any] = []  # keep loaded modules alive
         self._problems: OrderedDict[tuple, DeviceProblem] = OrderedDict()
@@ -241,8 +242,8 @@ class OutputChecker:
         return self._kernels[ctype]
 
 
-def read_device_info(physical_index: int) -> DeviceInfo:
-    device = pycuda.autoprimaryctx.device
+def read_device_info(device: Any, physical_index: int) -> DeviceInfo:
+    """What identifies a pycuda Device's model, and its L2 size."""
     attribute = cuda.device_attribute
     major, minor = device.compute_capability()
     return DeviceInfo(

@@ -52,6 +52,7 @@ class Row:
     spill_bytes: int | None = None
     stack_bytes: int | None = None
     compile_seconds: float | None = None
+    measure_seconds: float | None = None  # checking and timing on the GPU
     # correctness
     error: float | None = None  # worst ||out - ref|| / ||ref|| over the checks
     tolerance: float | None = None

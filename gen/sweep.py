@@ -13,13 +13,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import __version__
-from .compiler import CompileOptions, Compiled, compile_variants, local_arch, nvcc_version
+from .compiler import CompileOptions, Compiled, compile_variants, local_arch, provenance
 from .errors import UsageError
 from .families import get_family
-from .jobs import CACHE_CONFIGS, Job, Measurement, TimingOptions
+from .jobs import CACHE_CONFIGS, Job, Measurement, TimingOptions, job_for
 from .progress import Progress
-from .render import template_hash
 from .sanitize import sanitize, sanitizer_path
 from .space import Space
 from .store import ResultLog, Row, Status, compiled_row, row_key, skipped_row
@@ -27,7 +25,6 @@ from .table import text_table
 from .variant import Variant
 from .worker import Executor, GpuUnavailable, LocalExecutor
 
-RACY_CHECKS = 3  # deliberately racy variants are checked this many times, on different inputs
 
 
 @dataclass(frozen=True)
@@ -73,8 +70,7 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
     if options.sanitize:
         sanitizer_path()
     compile_options = _compile_options(options)
-    provenance = {"arch": compile_options.arch, "nvcc": nvcc_version(), "template_hash": template_hash(family.template),
-                  "tilegen": __version__}
+    made_by = provenance(compile_options, family.template)
     seed = options.seed if options.seed is not None else random.randrange(1, 2**31)
     seconds: dict[str, float] = {}
     with ResultLog(options.out, options.resume) as log:
@@ -82,7 +78,7 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
         for skipped in expansion.skipped:
             for shape, cache in plan.open_points(skipped.variant):
                 log.append(skipped_row(skipped.variant, skipped.reason, str(shape), cache_config=cache,
-                                       provenance=dict(provenance)))
+                                       provenance=dict(made_by)))
         to_run = [v for v in expansion.valid if plan.open_points(v)]
         clock = time.perf_counter()
         compiled = _compile(to_run, compile_options, options.progress)
@@ -90,13 +86,13 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
         pending: dict[Job, Row] = {}
         for variant in to_run:
             for shape, cache in plan.open_points(variant):
-                row = compiled_row(compiled[variant], str(shape), cache_config=cache, provenance=dict(provenance))
+                row = compiled_row(compiled[variant], str(shape), cache_config=cache, provenance=dict(made_by))
                 if not compiled[variant].ok:
                     log.append(row)
                 elif reason := family.refusal(variant, shape):
                     log.append(skipped_row(variant, reason, str(shape), cache_config=cache, provenance=row.provenance))
                 else:
-                    pending[_job(compiled[variant], shape, cache, seed, options.timing)] = row
+                    pending[job_for(compiled[variant], shape, cache, seed, options.timing)] = row
         executor = executor or LocalExecutor(options.gpus, options.silence_s)
         try:
             ran, note = _run(pending, executor, options, log, seconds)
@@ -146,12 +142,6 @@ def _compile(variants: list[Variant], options: CompileOptions, show: bool) -> di
     results = compile_variants(variants, options, on_done=lambda c: progress.advance(c.variant.name))
     progress.close()
     return {c.variant: c for c in results}
-
-
-def _job(compiled: Compiled, shape: Any, cache: str, seed: int, timing: TimingOptions) -> Job:
-    checks = RACY_CHECKS if compiled.variant.deliberately_racy else 1
-    return Job(compiled.variant.name, compiled.variant.family, str(compiled.cubin), str(shape), cache,
-               tuple(seed + i for i in range(checks)), timing)
 
 
 def _run(pending: dict[Job, Row], executor: Executor, options: SweepOptions, log: ResultLog,

@@ -41,6 +41,9 @@ class Executor(Protocol):
 
     def close(self) -> None: ...
 
+    def by_model(self) -> dict[str, "Executor"]:
+        """Executors for each GPU model among this one's GPUs (models are tuned separately)."""
+
 
 def worker_main(connection: Connection, physical_index: int) -> None:
     """The worker process: make a context on one GPU, then run jobs until told to stop."""
@@ -194,6 +197,15 @@ class LocalExecutor:
     def close(self) -> None:
         for worker in self.workers:
             worker.stop()
+
+    def by_model(self) -> dict[str, "LocalExecutor"]:
+        """One executor per GPU model, sharing this one's started workers: models tune separately."""
+        groups: dict[str, LocalExecutor] = {}
+        for worker, device in zip(self.workers, self.devices()):
+            group = groups.setdefault(device.model, LocalExecutor([], target=worker.target))
+            group.workers.append(worker)
+            group._devices = (group._devices or []) + [device]
+        return groups
 
 
 def parse_gpus(text: str) -> list[int]:

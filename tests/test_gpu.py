@@ -160,3 +160,50 @@ def test_the_device_checker_catches_unwritten_stray_and_wrong_elements() -> None
     assert "1 of 35 output elements were not written" in verdict(unwritten)[1]
     assert "1 elements outside the output region were written" in verdict(stray)[1]
     assert "above the tolerance" in verdict(wrong)[1]
+
+
+def _gpu_count() -> int:
+    import subprocess
+
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")
+    except OSError:
+        return 0
+
+
+@pytest.mark.skipif(_gpu_count() < 2, reason="needs two GPUs of one host")
+def test_tuning_on_two_gpus_shares_the_space_and_never_shares_a_gpu(tmp_path: Path) -> None:
+    from gen.tune import TuneOptions, tune
+    from gen.tunedb import TuningDB
+
+    db = tmp_path / "t.sqlite"
+    (result,) = tune(TuneOptions("matmul", "1024x1024x1024", params={"padding": ["0"], "tile": ["8", "16", "32"]},
+                                 strategy="random", budget=9, db=db, gpus=[0, 1], timing=QUICK, progress=False))
+    rows = TuningDB(db).rows("matmul")
+    assert result.evaluations == 9
+    assert {row.provenance["gpu_index"] for row in rows} == {0, 1}  # the space was shared out
+    assert len({row.provenance["gpu_model"] for row in rows}) == 1 and all(r.status == Status.OK for r in rows)
+
+
+def test_tuned_and_matmul_run_in_the_callers_own_context(tmp_path: Path, monkeypatch) -> None:
+    import numpy as np
+
+    import gen
+    from gen.families import variant_from_name
+    from gen.tune import TuneOptions, tune
+    from gen.tunedb import TuningDB
+
+    monkeypatch.setenv("TILEGEN_DB", str(tmp_path / "t.sqlite"))
+    small = {"bm": ["64", "128"], "bn": ["64"], "bk": ["16"], "wm": ["32"], "wn": ["64"], "vec": ["4"]}
+    (result,) = tune(TuneOptions("sgemm", "512x512x512", params=small, strategy="brute", budget=20, timing=QUICK,
+                                 progress=False, top=2))
+    import pycuda.autoprimaryctx  # noqa: F401  (the caller's context)
+    import pycuda.gpuarray as gpuarray
+
+    assert gen.tuned("sgemm", 512, 512, 512) == variant_from_name(TuningDB().best(result.problem).name)
+    rng = np.random.default_rng(11)
+    for dtype, (m, n, k) in ((np.float32, (512, 512, 512)), (np.float32, (301, 203, 101)), (np.float64, (130, 70, 90))):
+        a, b = rng.uniform(-1, 1, (m, k)).astype(dtype), rng.uniform(-1, 1, (k, n)).astype(dtype)
+        c = gen.matmul(gpuarray.to_gpu(a), gpuarray.to_gpu(b)).get()
+        reference = a.astype(np.float64) @ b.astype(np.float64)
+        assert np.linalg.norm(c - reference) / np.linalg.norm(reference) < (1e-5 if dtype == np.float32 else 1e-12)

@@ -56,6 +56,7 @@ class CopyFamily(TransposeFamily):
     name = "copy"
     variant_type = CopyVariant
     template = "copy.cu.j2"
+    heatmap_axes = ("tile", "rows")
     summary = "out = in for an H x W matrix: the samples' copy and copySharedMem, the transpose's yardstick"
 
     def output_dims(self, shape: TransposeShape) -> tuple[str, tuple[int, ...]]:

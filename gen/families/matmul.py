@@ -115,6 +115,10 @@ class MatmulShape:
             if rows * lead > MAX_ELEMENTS:
                 raise ValueError(f"{name} would hold {rows * lead} elements; 32-bit indexing allows {MAX_ELEMENTS}")
 
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return (self.m, self.n, self.k)
+
     def __str__(self) -> str:
         text = f"{self.m}x{self.n}x{self.k}"
         if (self.lda, self.ldb, self.ldc) != (self.k, self.n, self.n):

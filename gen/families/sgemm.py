@@ -11,7 +11,7 @@ per step).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..errors import InvalidVariant
@@ -134,6 +134,7 @@ class SgemmFamily(MatmulFamily):
     template = "sgemm.cu.j2"
     summary = "C = A·B in float32, register-blocked: block, warp and thread tiles, 16-byte vectors, double buffering"
     default_sizes = ("2048x2048x2048",)
+    heatmap_axes = ("bm", "bn")
 
     def launch(self, variant: SgemmVariant, shape: MatmulShape) -> Launch:
         return Launch(grid=(blocks(shape.n, variant.bn), blocks(shape.m, variant.bm), 1),
@@ -146,6 +147,11 @@ class SgemmFamily(MatmulFamily):
         if variant.vec == 4 and any(d % 4 for d in (shape.k, shape.n, shape.lda, shape.ldb, shape.ldc)):
             return f"vec=4 needs K, N and the leading dimensions to be multiples of 4; {shape} is not (use vec=1)"
         return Family.refusal(self, variant, shape)
+
+    def safe_variant(self, shape: MatmulShape) -> SgemmVariant:
+        """The default (bounds=guard), with scalar loads where 16-byte ones would be misaligned."""
+        default = self.default_variant()
+        return default if self.refusal(default, shape) is None else replace(default, vec=1)
 
     def sanitize_size(self, variant: SgemmVariant) -> str:
         if variant.bounds == "none":

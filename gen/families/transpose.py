@@ -87,6 +87,10 @@ class TransposeShape:
     h: int
     w: int
 
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return (self.h, self.w)
+
     def __str__(self) -> str:
         return f"{self.h}x{self.w}"
 

@@ -1,0 +1,88 @@
+"""PNG plots for `tilegen report --plot`: throughput heatmaps per bounds mode, and how fast each
+tuning strategy converged. Needs matplotlib (pip install 'tilegen[plot]')."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from .errors import UsageError
+from .families import get_family
+from .report import measured
+from .store import Row
+from .tune import best_so_far
+
+
+def plot(rows: Sequence[Row], traces: dict[str, list[list[float | None]]], path: Path, title: str) -> Path:
+    """One figure: a heatmap per bounds mode of the largest problem in `rows`, then the convergence
+    of every strategy in `traces` (strategy -> one median trace per session)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as pyplot
+    except ImportError:
+        raise UsageError("plots need matplotlib: pip install 'tilegen[plot]'") from None
+    panels = _heatmap_panels(rows)
+    count = len(panels) + (1 if traces else 0)
+    if count == 0:
+        raise UsageError("nothing to plot: no correct measured rows and no tuning traces")
+    figure, axes = pyplot.subplots(1, count, figsize=(5.2 * count, 4.4), squeeze=False)
+    for axis, (label, x_name, y_name, x_values, y_values, grid) in zip(axes[0], panels):
+        image = axis.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
+        axis.set_xticks(range(len(x_values)), [str(v) for v in x_values])
+        axis.set_yticks(range(len(y_values)), [str(v) for v in y_values])
+        axis.set_xlabel(x_name)
+        axis.set_ylabel(y_name)
+        axis.set_title(label, fontsize=9)
+        for (row, column), value in _cells(grid):
+            axis.text(column, row, f"{value:.3g}", ha="center", va="center", color="white", fontsize=7)
+        figure.colorbar(image, ax=axis, shrink=0.8)
+    if traces:
+        _convergence(axes[0][-1], traces)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    pyplot.close(figure)
+    return path
+
+
+def _heatmap_panels(rows: Sequence[Row]) -> list[tuple]:
+    ok = measured(rows)
+    if not ok:
+        return []
+    problem = max({(r.family, r.shape) for r in ok}, key=lambda p: sum((r.family, r.shape) == p for r in ok))
+    family = get_family(problem[0])
+    x_name, y_name = family.heatmap_axes
+    chosen = [r for r in ok if (r.family, r.shape) == problem]
+    panels = []
+    for bounds in sorted({r.params.get("bounds", "") for r in chosen}):
+        subset = [r for r in chosen if r.params.get("bounds", "") == bounds]
+        x_values = sorted({r.params[x_name] for r in subset})
+        y_values = sorted({r.params[y_name] for r in subset})
+        grid = [[max((r.throughput for r in subset if r.params[x_name] == x and r.params[y_name] == y),
+                     default=float("nan")) for x in x_values] for y in y_values]
+        label = f"{family.name} {problem[1]}, bounds={bounds}: best {chosen[0].unit} over the other parameters"
+        panels.append((label, x_name, y_name, x_values, y_values, grid))
+    return panels
+
+
+def _cells(grid: list[list[float]]):
+    for row, values in enumerate(grid):
+        for column, value in enumerate(values):
+            if value == value:  # not NaN
+                yield (row, column), value
+
+
+def _convergence(axis, traces: dict[str, list[list[float | None]]]) -> None:
+    for strategy, sessions in sorted(traces.items()):
+        for number, trace in enumerate(sessions):
+            curve = best_so_far(trace)
+            steps = [i + 1 for i, value in enumerate(curve) if value is not None]
+            axis.plot(steps, [v for v in curve if v is not None], label=strategy if number == 0 else None,
+                      linewidth=1.6 if strategy == "brute" else 1.1, alpha=0.85)
+    axis.set_xscale("log")
+    axis.set_xlabel("evaluations")
+    axis.set_ylabel("best median so far (ms)")
+    axis.set_title("strategy convergence", fontsize=9)
+    axis.legend(fontsize=7)

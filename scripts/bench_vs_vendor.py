@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""tilegen's best variants beside the vendor on this GPU, in one process and on the same inputs:
+SGEMM against cuBLAS (CuPy, else PyTorch; float32 compute, no TF32) and the transpose against a
+device-to-device cudaMemcpy of the same bytes. Prints a table of ratios; asserts nothing.
+
+The variant for each shape comes from the tuning database (gen.tuned: the exact shape if tuned,
+else the nearest tuned shape, adapted to run this one). Every result is checked against a float64
+reference first; timings are CUDA-event medians after warm-up, the L2 flushed before each sample.
+Targets (issue 5): SGEMM >= 95% of cuBLAS at 4096^3 and 8192^3, at or above cuBLAS on one
+non-square shape; transpose >= 97% of the copy at 8192^2 and 16384^2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS float32 compute, no TF32, before CuPy loads
+
+import numpy as np  # noqa: E402
+import pycuda.autoprimaryctx  # noqa: E402,F401  (the primary context, shared with CuPy / PyTorch)
+import pycuda.driver as cuda  # noqa: E402
+import pycuda.gpuarray as gpuarray  # noqa: E402
+
+import gen  # noqa: E402
+from gen.families import get_family  # noqa: E402
+from gen.lookup import tuned_with_reason  # noqa: E402
+from gen.kernels import loaded  # noqa: E402
+from gen.run import launcher  # noqa: E402
+from gen.table import markdown_table, text_table  # noqa: E402
+
+SGEMM_SHAPES = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
+                "8192x128x8192", "128x8192x8192", "1000x1000x1000", "3000x5000x700"]
+TRANSPOSE_SHAPES = ["8192x8192", "16384x16384"]
+SAMPLES = 30
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, help="tuning database (default: the user's)")
+    parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
+    args = parser.parse_args()
+    vendor, multiply = vendor_sgemm()
+    flush = l2_flusher()
+    rows = [sgemm_row(size, args.db, multiply, flush) for size in SGEMM_SHAPES]
+    rows += [transpose_row(size, args.db, flush) for size in TRANSPOSE_SHAPES]
+    headers = ["problem", "tilegen variant (how it was chosen)", "tilegen ms", "vendor", "vendor ms", "ratio",
+               "error"]
+    print(f"{cuda.Context.get_device().name()}, vendor SGEMM: {vendor}")
+    print(text_table(headers, rows))
+    if args.markdown:
+        args.markdown.write_text(markdown_table(headers, rows) + "\n")
+
+
+def sgemm_row(size: str, db: Path | None, multiply: Callable, flush: Any) -> list[Any]:
+    m, n, k = get_family("sgemm").parse_shape(size).dims
+    rng = np.random.default_rng(7)
+    a = gpuarray.to_gpu(rng.uniform(-1, 1, (m, k)).astype(np.float32))
+    b = gpuarray.to_gpu(rng.uniform(-1, 1, (k, n)).astype(np.float32))
+    ours, theirs = gpuarray.empty((m, n), np.float32), gpuarray.empty((m, n), np.float32)
+    variant, reason = tuned_with_reason("sgemm", m, n, k, db=db)
+    reference = a.get().astype(np.float64) @ b.get().astype(np.float64)
+    run_ours = kernel(variant, f"{m}x{n}x{k}", {"A": a, "B": b, "C": ours})
+    run_theirs = lambda: multiply(a, b, theirs)  # noqa: E731
+    for run, out in ((lambda: gen.matmul(a, b, ours), ours), (run_theirs, theirs)):  # the ready-to-call path
+        out.fill(np.nan)
+        run()
+    errors = [relative_error(out.get(), reference) for out in (ours, theirs)]
+    ours_ms, theirs_ms = median_ms(run_ours, flush), median_ms(run_theirs, flush)
+    return [f"sgemm {size}", f"{variant.name} ({reason})", round(ours_ms, 4), "cuBLAS SGEMM", round(theirs_ms, 4),
+            f"{theirs_ms / ours_ms:.1%}", f"{errors[0]:.1e} / {errors[1]:.1e}"]
+
+
+def transpose_row(size: str, db: Path | None, flush: Any) -> list[Any]:
+    family = get_family("transpose")
+    shape = family.parse_shape(size)
+    variant, reason = tuned_with_reason("transpose", shape.h, shape.w, db=db)
+    host = np.random.default_rng(7).uniform(-1, 1, (shape.h, shape.w)).astype(np.float32)
+    source = gpuarray.to_gpu(host)
+    out, copy = gpuarray.empty((shape.w, shape.h), np.float32), gpuarray.empty_like(source)
+    run_ours = kernel(variant, size, {"in": source, "out": out})
+    run_copy = lambda: cuda.memcpy_dtod(copy.gpudata, source.gpudata, source.nbytes)  # noqa: E731
+    out.fill(np.nan)
+    run_ours()
+    exact = np.array_equal(out.get(), host.T)
+    ours_ms, copy_ms = median_ms(run_ours, flush), median_ms(run_copy, flush)
+    return [f"transpose {size}", f"{variant.name} ({reason})", round(ours_ms, 4), "cudaMemcpy D2D",
+            round(copy_ms, 4), f"{copy_ms / ours_ms:.1%}", "exact" if exact else "WRONG"]
+
+
+def kernel(variant: Any, size: str, arrays: dict[str, Any]) -> Callable[[], None]:
+    """A prepared launch of the variant on these arrays: little host work inside the timed region."""
+    family = get_family(variant.family)
+    shape = family.parse_shape(size)
+    arguments = family.kernel_arguments(shape, {name: array.gpudata for name, array in arrays.items()})
+    run = launcher(loaded(variant), family.launch(variant, shape))
+    return lambda: run(arguments)
+
+
+def vendor_sgemm() -> tuple[str, Callable]:
+    """cuBLAS SGEMM on the same device memory: through CuPy, else PyTorch."""
+    try:
+        import cupy
+
+        def multiply(a: Any, b: Any, out: Any) -> None:
+            cupy.matmul(_cupy(cupy, a), _cupy(cupy, b), out=_cupy(cupy, out))
+
+        return f"CuPy {cupy.__version__} (cuBLAS, CUPY_TF32={os.environ['CUPY_TF32']})", multiply
+    except ImportError:
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+        def multiply(a: Any, b: Any, out: Any) -> None:
+            torch.matmul(_torch(torch, a), _torch(torch, b), out=_torch(torch, out))
+
+        return f"PyTorch {torch.__version__} (cuBLAS, allow_tf32=False)", multiply
+
+
+def l2_flusher() -> Callable[[int], None]:
+    """Writes a buffer twice the L2's size, asynchronously: the next launch finds nothing cached."""
+    words = 2 * cuda.Context.get_device().get_attribute(cuda.device_attribute.L2_CACHE_SIZE) // 4
+    buffer = cuda.mem_alloc(4 * words)
+    return lambda salt: cuda.memset_d32_async(buffer, salt, words, None)
+
+
+def median_ms(run: Callable[[], Any], flush: Callable[[int], None], samples: int = SAMPLES) -> float:
+    start, end = cuda.Event(), cuda.Event()
+    for _ in range(3):
+        run()
+    times = []
+    for i in range(samples):
+        flush(i)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(end.time_since(start))
+    return statistics.median(times)
+
+
+def relative_error(out: np.ndarray, reference: np.ndarray) -> float:
+    if np.isnan(out).any():
+        return float("inf")
+    return float(np.linalg.norm(out - reference) / np.linalg.norm(reference))
+
+
+def _cupy(cupy: Any, array: Any) -> Any:
+    memory = cupy.cuda.UnownedMemory(int(array.gpudata), array.nbytes, array)
+    return cupy.ndarray(array.shape, dtype=array.dtype, memptr=cupy.cuda.MemoryPointer(memory, 0))
+
+
+def _torch(torch: Any, array: Any) -> Any:
+    class Shared:
+        __cuda_array_interface__ = {"shape": array.shape, "typestr": array.dtype.str,
+                                    "data": (int(array.gpudata), False), "version": 2}
+    return torch.as_tensor(Shared(), device="cuda")
+
+
+if __name__ == "__main__":
+    main()

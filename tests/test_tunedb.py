@@ -1,0 +1,87 @@
+"""The tuning database: winners and top k as views, transactions, and concurrent writers."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gen.errors import UsageError
+from gen.families import MatmulVariant
+from gen.store import Row, Status
+from gen.tunedb import Problem, TuningDB
+
+from .conftest import REPO
+
+MODEL = "NVIDIA H100 80GB HBM3 (cc 9.0, 132 SMs, 79 GiB)"
+PROBLEM = Problem(MODEL, "matmul", "f32", "256x256x256")
+
+
+def measured_row(tile: int, median_ms: float, status: Status = Status.OK, model: str = MODEL,
+                 shape: str = "256x256x256") -> Row:
+    variant = MatmulVariant(tile=tile)
+    return Row(variant.name, "matmul", variant.params(), status, shape=shape, median_ms=median_ms,
+               stdev_ms=median_ms / 100, throughput=1 / median_ms, unit="TFLOP/s",
+               provenance={"gpu_model": model, "cc": "9.0", "driver": "580", "nvcc": "13.0.88"})
+
+
+def test_best_and_top_k_rank_the_latest_correct_measurement_of_each_variant(tmp_path: Path) -> None:
+    db = TuningDB(tmp_path / "t.sqlite")
+    db.record([measured_row(8, 3.0), measured_row(16, 1.0), measured_row(32, 2.0),
+               measured_row(8, 0.5, Status.WRONG), measured_row(16, 9.0, model="other GPU (cc 9.0, 1 SMs, 1 GiB)")])
+    assert [r.params["tile"] for r in db.top(PROBLEM, 5)] == [16, 32]  # the wrong t8 is the latest t8 row
+    db.record([measured_row(32, 0.9)])  # measured again: the latest counts
+    assert db.best(PROBLEM).params["tile"] == 32
+    assert {name: row.status for name, row in db.measured(PROBLEM).items()}["matmul_f32_t8_p0_guard_both"] is Status.WRONG
+    assert db.problems("matmul") == sorted([PROBLEM, Problem("other GPU (cc 9.0, 1 SMs, 1 GiB)", "matmul", "f32",
+                                                             "256x256x256")])
+
+
+def test_rows_without_a_gpu_are_not_recorded(tmp_path: Path) -> None:
+    db = TuningDB(tmp_path / "t.sqlite")
+    row = measured_row(8, 1.0)
+    row.provenance = {}
+    assert db.record([row]) == 0 and db.count() == 0
+
+
+def test_a_failed_transaction_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = TuningDB(tmp_path / "t.sqlite")
+    values = TuningDB._values
+    monkeypatch.setattr(TuningDB, "_values", staticmethod(
+        lambda row: values(row)[:-1] + (None,) if row.params["tile"] == 16 else values(row)))  # NULL row: fails
+    with pytest.raises(sqlite3.IntegrityError):
+        db.record([measured_row(8, 1.0), measured_row(16, 1.0)])
+    assert db.count() == 0
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from gen.tunedb import TuningDB
+from tests.test_tunedb import measured_row
+db = TuningDB(Path(sys.argv[1]))
+for batch in range(30):
+    db.record([measured_row(8 + i % 3, 1.0 + batch + i / 100, shape=sys.argv[2]) for i in range(10)])
+"""
+
+
+def test_two_writers_at_once_lose_nothing_and_corrupt_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "shared.sqlite"
+    TuningDB(path)
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), f"{n}x{n}x{n}"], cwd=REPO)
+               for n in (64, 128)]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0]
+    db = TuningDB(path)
+    assert db.count() == 2 * 30 * 10
+    assert db.integrity() == "ok"
+    assert {p.shape for p in db.problems()} == {"64x64x64", "128x128x128"}
+
+
+def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("not sqlite " * 100)
+    with pytest.raises(UsageError, match="is not a tilegen tuning database"):
+        TuningDB(path)
