@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Iterable, Mapping
 
 import numpy as np
@@ -49,9 +49,9 @@ class Family(ABC):
     def default_variant(self) -> Variant:
         return self.variant_type()
 
-    def safe_variant(self, shape: Any) -> Variant:
-        """A variant that runs this shape, whatever it is: the default unless a family needs another."""
-        return self.default_variant()
+    def safe_variant(self, shape: Any, dtype: str = "f32") -> Variant:
+        """A variant of this element type that runs any shape: the default unless a family needs another."""
+        return replace(self.default_variant(), dtype=dtype)
 
     def variant(self, values: Mapping[str, Any]) -> Variant:
         return self.variant_type.from_params(values)

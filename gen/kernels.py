@@ -34,6 +34,8 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
     family = get_family(family_name)
     shape = family.parse_shape(f"{m}x{n}x{k}")
     variant = _choice(family_name, m, n, k, dtype)
+    if variant.dtype != dtype:
+        raise UsageError(f"the tuned {family_name} variant {variant.name} is not {dtype}; check the tuning database")
     if out is None:
         out = gpuarray.empty((m, n), dtype=a.dtype)
     function = loaded(variant)

@@ -60,7 +60,7 @@ def tuned_with_reason(family: str, *dims: int, dtype: str = "f32", db: Path | No
                     warnings.warn(f"no tuning for {model}; using {problem.gpu_model}'s winner at {problem.shape}",
                                   stacklevel=3)
                 return variant, f"{reason} ({problem.shape} on {problem.gpu_model})"
-    return chosen_family.safe_variant(shape), "the family's safe default (nothing tuned applies)"
+    return chosen_family.safe_variant(shape, dtype), "the family's safe default (nothing tuned applies)"
 
 
 @functools.cache

@@ -289,48 +289,43 @@ def copy_bandwidth(size: int = 1 << 30, repeats: int = 20) -> float:
 
 
 def gemm_rates(n: int = 8192, repeats: int = 10) -> dict[str, float]:
-    try:
-        import cupy
-    except ImportError:
-        return _torch_gemm_rates(n, repeats)
+    """cuBLAS through CuPy or PyTorch, timed with events on the default stream both libraries use."""
+    vendor = _vendor_gemm()
+    if vendor is None:
+        return {}
+    random_matrix, multiply = vendor
+    start, end = cuda.Event(), cuda.Event()
     rates = {}
-    for dtype, key in ((cupy.float32, "gemm_f32"), (cupy.float64, "gemm_f64")):
-        a = cupy.random.uniform(-1, 1, (n, n)).astype(dtype)
-        b = cupy.random.uniform(-1, 1, (n, n)).astype(dtype)
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    for dtype in ("f32", "f64"):
+        a, b = random_matrix(n, dtype), random_matrix(n, dtype)
         samples = []
         for _ in range(repeats + 2):
             start.record()
-            cupy.matmul(a, b)
+            multiply(a, b)
             end.record()
             end.synchronize()
-            samples.append(cupy.cuda.get_elapsed_time(start, end))
-        rates[key] = 2 * n**3 / (float(np.median(samples[2:])) / 1e3) / 1e12
+            samples.append(end.time_since(start))
+        rates[f"gemm_{dtype}"] = 2 * n**3 / (float(np.median(samples[2:])) / 1e3) / 1e12
         del a, b
-    cupy.get_default_memory_pool().free_all_blocks()
     return rates
 
 
-def _torch_gemm_rates(n: int, repeats: int) -> dict[str, float]:
+def _vendor_gemm() -> tuple[Callable[[int, str], Any], Callable[[Any, Any], Any]] | None:
+    """(random n x n matrix of a dtype, matrix product) from CuPy, else PyTorch (TF32 off), else None."""
+    try:
+        import cupy
+
+        types = {"f32": cupy.float32, "f64": cupy.float64}
+        return (lambda n, dtype: cupy.random.uniform(-1, 1, (n, n)).astype(types[dtype]), cupy.matmul)
+    except ImportError:
+        pass
     try:
         import torch
     except ImportError:
-        return {}
+        return None
     torch.backends.cuda.matmul.allow_tf32 = False
-    rates = {}
-    for dtype, key in ((torch.float32, "gemm_f32"), (torch.float64, "gemm_f64")):
-        a = torch.rand(n, n, device="cuda", dtype=dtype) * 2 - 1
-        b = torch.rand(n, n, device="cuda", dtype=dtype) * 2 - 1
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        samples = []
-        for _ in range(repeats + 2):
-            start.record()
-            torch.matmul(a, b)
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
-        rates[key] = 2 * n**3 / (float(np.median(samples[2:])) / 1e3) / 1e12
-    return rates
+    types = {"f32": torch.float32, "f64": torch.float64}
+    return (lambda n, dtype: torch.rand(n, n, device="cuda", dtype=types[dtype]) * 2 - 1, torch.matmul)
 
 
 def launcher(function: Any, launch: Launch) -> Callable[[list[Any]], None]:

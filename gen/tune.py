@@ -5,6 +5,7 @@ again, interleaved, to tell whether the winner's lead is larger than the noise.
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -18,6 +19,7 @@ from .errors import UsageError
 from .family import Family
 from .families import get_family
 from .jobs import TimingOptions, job_for
+from .lookup import runnable
 from .progress import Progress
 from .space import Space
 from .store import Row, compiled_row
@@ -27,6 +29,7 @@ from .variant import Variant
 from .worker import Executor, GpuUnavailable, LocalExecutor
 
 INTERLEAVED_ROUNDS = 5
+WARM_START = 10  # the nearest tuned shape's top variants, evaluated before the strategy's own picks
 
 
 @dataclass(frozen=True)
@@ -170,8 +173,11 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, valid: list[Va
     limit = min(options.budget or len(valid), len(valid))
     progress = Progress(limit, f"tune {problem.gpu_model.split(' (')[0]}", enabled=options.progress)
     trace: list[float | None] = []
+    warm = [v for v in warm_start(db, problem, family, shape, valid) if options.budget is None or
+            options.budget >= 2 * WARM_START][: limit]
     while len(trace) < limit and not _out_of_time(started, options.time_s):
-        batch = strategy.ask(min(len(executor.devices()), limit - len(trace)))
+        width = min(len(executor.devices()), limit - len(trace))
+        batch = [warm.pop(0) for _ in range(min(width, len(warm)))] or strategy.ask(width)
         if not batch:
             break
         for variant, row in evaluator.evaluate(batch).items():
@@ -191,6 +197,23 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, valid: list[Va
                       evaluator.gpu_evaluations, time.monotonic() - started, trace)
 
 
+def warm_start(db: TuningDB, problem: Problem, family: Family, shape: Any, valid: list[Variant]) -> list[Variant]:
+    """The top variants of the nearest shape tuned on this GPU model, adapted to run this shape."""
+    tuned_here = [p for p in db.problems(problem.family)
+                  if (p.gpu_model, p.dtype) == (problem.gpu_model, problem.dtype) and p.shape != problem.shape]
+    if not tuned_here:
+        return []
+    dims = shape.dims
+    nearest = min(tuned_here, key=lambda p: sum(abs(math.log2(a / b)) for a, b in
+                                                 zip(family.parse_shape(p.shape).dims, dims)))
+    allowed, chosen = set(valid), []
+    for row in db.top(nearest, 3 * WARM_START):
+        variant = runnable(family, family.variant_type.from_name(row.name), shape)
+        if variant in allowed and variant not in chosen:
+            chosen.append(variant)
+    return chosen[:WARM_START]
+
+
 def _interleaved(evaluator: Evaluator, finalists: list[Variant]) -> tuple[list[Standing], dict[str, Row]]:
     """Measure the finalists again in rounds, A B C A B C ..., so drift hits them alike."""
     medians: dict[str, list[float]] = {v.name: [] for v in finalists}
@@ -208,7 +231,7 @@ def _interleaved(evaluator: Evaluator, finalists: list[Variant]) -> tuple[list[S
 
 
 def _default_row(evaluator: Evaluator, family: Family, shape: Any, valid: list[Variant]) -> Row | None:
-    default = family.safe_variant(shape)
+    default = family.safe_variant(shape, valid[0].dtype)
     if family.refusal(default, shape) is not None:
         return None
     return evaluator.evaluate([default])[default]
@@ -238,11 +261,11 @@ def revalidate(db: TuningDB, executor: Executor, arch: str | None = None,
 
 
 def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpace, budget: int,
-           seed: int = 0) -> list[float | None]:
+           seed: int = 0) -> list[tuple[str, float | None]]:
     """Run a strategy against recorded measurements (name -> median ms, None for failures), no GPU:
-    the medians it would have seen, in the order it asked."""
+    what it asked for and the median it would have seen, in order."""
     search = make_strategy(strategy, space, seed)
-    seen: list[float | None] = []
+    seen: list[tuple[str, float | None]] = []
     while len(seen) < min(budget, len(space.variants)):
         batch = search.ask(1)
         if not batch:
@@ -250,7 +273,7 @@ def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpa
         for variant in batch:
             median = recorded.get(variant.name)
             search.tell(variant, median)
-            seen.append(median)
+            seen.append((variant.name, median))
     return seen
 
 

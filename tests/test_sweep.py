@@ -27,23 +27,16 @@ def _job(tile: int) -> Job:
     return Job(f"matmul_f32_t{tile}_p0_guard_both", "matmul", "/nonexistent.cubin", "64x64x64")
 
 
-def test_a_hanging_variant_is_a_timeout_and_the_next_one_runs() -> None:
-    worker = IsolatedWorker(silence_s=1.0, target=fakes.hanging_worker)
+@pytest.mark.parametrize("target, status, message", [
+    (fakes.hanging_worker, Status.TIMEOUT, "no progress for 1 s"),
+    (fakes.crashing_worker, Status.LAUNCH_ERROR, "exit code 3"),
+], ids=["hangs", "crashes"])
+def test_a_bad_variant_ends_as_a_row_and_a_fresh_worker_runs_the_next(target, status, message) -> None:
+    worker = IsolatedWorker(silence_s=1.0, target=target)
     try:
-        hung = worker.run(_job(8))
-        assert hung.status is Status.TIMEOUT and "no progress for 1 s" in hung.message
+        bad = worker.run(_job(8))
+        assert bad.status is status and message in bad.message
         assert worker.run(_job(16)).status is Status.OK
-        assert worker.restarts == 1
-    finally:
-        worker.stop()
-
-
-def test_a_crashing_variant_is_a_launch_error_and_the_next_one_runs() -> None:
-    worker = IsolatedWorker(silence_s=10.0, target=fakes.crashing_worker)
-    try:
-        crashed = worker.run(_job(8))
-        assert crashed.status is Status.LAUNCH_ERROR and "exit code 3" in crashed.message
-        assert worker.run(_job(32)).status is Status.OK
         assert worker.restarts == 1
     finally:
         worker.stop()

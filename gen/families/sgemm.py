@@ -148,9 +148,9 @@ class SgemmFamily(MatmulFamily):
             return f"vec=4 needs K, N and the leading dimensions to be multiples of 4; {shape} is not (use vec=1)"
         return Family.refusal(self, variant, shape)
 
-    def safe_variant(self, shape: MatmulShape) -> SgemmVariant:
+    def safe_variant(self, shape: MatmulShape, dtype: str = "f32") -> SgemmVariant:
         """The default (bounds=guard), with scalar loads where 16-byte ones would be misaligned."""
-        default = self.default_variant()
+        default = replace(self.default_variant(), dtype=dtype)
         return default if self.refusal(default, shape) is None else replace(default, vec=1)
 
     def sanitize_size(self, variant: SgemmVariant) -> str:
