@@ -60,9 +60,11 @@ def _heatmap_panels(rows: Sequence[Row]) -> list[tuple]:
         subset = [r for r in chosen if r.params.get("bounds", "") == bounds]
         x_values = sorted({r.params[x_name] for r in subset})
         y_values = sorted({r.params[y_name] for r in subset})
+        if len(x_values) * len(y_values) < 2:
+            continue  # a single cell (say, the default variant measured for comparison) says nothing
         grid = [[max((r.throughput for r in subset if r.params[x_name] == x and r.params[y_name] == y),
                      default=float("nan")) for x in x_values] for y in y_values]
-        label = f"{family.name} {problem[1]}, bounds={bounds}: best {chosen[0].unit} over the other parameters"
+        label = f"bounds={bounds}: best {chosen[0].unit}\n(over the other parameters)"
         panels.append((label, x_name, y_name, x_values, y_values, grid))
     return panels
 
@@ -75,12 +77,13 @@ def _cells(grid: list[list[float]]):
 
 
 def _convergence(axis, traces: dict[str, list[list[float | None]]]) -> None:
-    for strategy, sessions in sorted(traces.items()):
+    for colour, (strategy, sessions) in enumerate(sorted(traces.items())):
         for number, trace in enumerate(sessions):
             curve = best_so_far(trace)
             steps = [i + 1 for i, value in enumerate(curve) if value is not None]
-            axis.plot(steps, [v for v in curve if v is not None], label=strategy if number == 0 else None,
-                      linewidth=1.6 if strategy == "brute" else 1.1, alpha=0.85)
+            axis.plot(steps, [v for v in curve if v is not None], color=f"C{colour}",
+                      label=f"{strategy} ({len(sessions)} runs)" if number == 0 else None,
+                      linewidth=2.0 if strategy == "brute" else 0.9, alpha=0.8)
     axis.set_xscale("log")
     axis.set_xlabel("evaluations")
     axis.set_ylabel("best median so far (ms)")
