@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     limit = tuning.add_mutually_exclusive_group()
     limit.add_argument("--budget", type=int, help="evaluations (default: 100)")
     limit.add_argument("--time", type=float, metavar="SECONDS", help="stop proposing after this long")
-    tuning.add_argument("--db", type=Path, help=f"tuning database (default: ${DB_ENV} or the user data folder)")
+    tuning.add_argument("--db", type=Path, help=f"tuning database (default: ${DB_ENV}, else tilegen's cache folder)")
     tuning.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
     tuning.add_argument("--arch", help="GPU architecture (default: the local GPU's)")
     tuning.add_argument("--seed", type=int, default=0, help="seed of the strategy (default: 0)")

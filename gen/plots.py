@@ -3,6 +3,7 @@ tuning strategy converged. Needs matplotlib (pip install 'tilegen[plot]')."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Sequence
 
@@ -77,15 +78,22 @@ def _cells(grid: list[list[float]]):
 
 
 def _convergence(axis, traces: dict[str, list[list[float | None]]]) -> None:
+    """Best found so far as a fraction of the best any run found: thin lines per run, thick medians."""
+    measured = [t for sessions in traces.values() for trace in sessions for t in trace if t is not None]
+    if not measured:
+        return
+    overall = min(measured)
     for colour, (strategy, sessions) in enumerate(sorted(traces.items())):
-        for number, trace in enumerate(sessions):
-            curve = best_so_far(trace)
-            steps = [i + 1 for i, value in enumerate(curve) if value is not None]
-            axis.plot(steps, [v for v in curve if v is not None], color=f"C{colour}",
-                      label=f"{strategy} ({len(sessions)} runs)" if number == 0 else None,
-                      linewidth=2.0 if strategy == "brute" else 0.9, alpha=0.8)
+        curves = [[overall / v if v else 0.0 for v in best_so_far(trace)] for trace in sessions]
+        for curve in curves:
+            axis.plot(range(1, len(curve) + 1), curve, color=f"C{colour}", linewidth=0.6, alpha=0.25)
+        length = min(len(c) for c in curves)
+        median = [statistics.median(c[i] for c in curves) for i in range(length)]
+        axis.plot(range(1, length + 1), median, color=f"C{colour}", linewidth=2.0,
+                  label=f"{strategy} (median of {len(curves)} runs)" if len(curves) > 1 else strategy)
     axis.set_xscale("log")
+    axis.set_ylim(0.5, 1.01)
     axis.set_xlabel("evaluations")
-    axis.set_ylabel("best median so far (ms)")
+    axis.set_ylabel("best found / best of all runs")
     axis.set_title("strategy convergence", fontsize=9)
-    axis.legend(fontsize=7)
+    axis.legend(fontsize=7, loc="lower right")

@@ -106,10 +106,11 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
         raise UsageError(f"--budget must be at least 1 evaluation, got {options.budget}")
     family = get_family(options.family)
     shape = family.parse_shape(options.size)
-    valid = [v for v in Space.default(family, options.params).expand(options.filter).valid
-             if family.refusal(v, shape) is None]
+    candidates = Space.default(family, options.params).expand(options.filter).valid
+    valid = [v for v in candidates if family.refusal(v, shape) is None]
     if not valid:
-        raise UsageError(f"no valid {family.name} variant can run {shape} with these parameters")
+        reason = family.refusal(candidates[0], shape) if candidates else "no valid variant matches"
+        raise UsageError(f"no {family.name} variant in this space can run {shape}: {reason}")
     db = TuningDB(options.db)
     executor = executor or LocalExecutor(options.gpus, options.silence_s)
     try:

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-import platformdirs
-
 from .errors import UsageError
+from .paths import cache_dir
 from .store import Row, Status
 
 DB_ENV = "TILEGEN_DB"
@@ -82,9 +81,9 @@ class Problem:
 
 
 def default_db_path() -> Path:
-    """$TILEGEN_DB, else tuning.sqlite in the user's data folder."""
+    """$TILEGEN_DB, else tuning.sqlite in tilegen's cache folder (platformdirs; $TILEGEN_CACHE)."""
     override = os.environ.get(DB_ENV)
-    return Path(override) if override else Path(platformdirs.user_data_dir("tilegen")) / "tuning.sqlite"
+    return Path(override) if override else cache_dir() / "tuning.sqlite"
 
 
 class TuningDB:

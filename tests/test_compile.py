@@ -78,3 +78,18 @@ ptxas info    : Used 40 registers, used 1 barriers, 2176 bytes smem, 400 bytes c
     resources = parse_ptxas(log)
     assert (resources.registers, resources.static_shared_bytes, resources.stack_bytes) == (40, 2176, 24)
     assert resources.spill_bytes == 20
+
+
+def test_the_fastest_sgemm_variants_measured_on_an_h200_compile_without_spills(compile_options) -> None:
+    """The ten fastest of the exhaustive H200 run at 2048^3 (docs/results/data/h200): the default
+    space's winners must keep all their accumulators in registers."""
+    from gen.families import variant_from_name
+    from gen.store import Status, read_rows
+
+    from .conftest import REPO
+
+    rows = read_rows(REPO / "docs" / "results" / "data" / "h200" / "sgemm-2048-exhaustive.jsonl")
+    fastest = sorted((r for r in rows if r.status == Status.OK), key=lambda r: r.median_ms)[:10]
+    results = compile_variants([variant_from_name(r.name) for r in fastest], compile_options)
+    assert all(c.ok and c.resources.spill_bytes == 0 and c.resources.stack_bytes == 0 for c in results)
+    assert [c.resources.registers for c in results] == [r.registers for r in fastest]  # as ptxas said on the GPU host

@@ -137,6 +137,7 @@ def test_every_cache_configuration_runs(tmp_path: Path) -> None:
 
 def test_the_device_checker_catches_unwritten_stray_and_wrong_elements() -> None:
     import numpy as np
+    import pycuda.autoprimaryctx  # noqa: F401  (importing gen.run makes no context: the caller brings one)
     import pycuda.gpuarray as gpuarray
 
     from gen import run as gpu
