@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from . import __version__
-from .compiler import CompileOptions, Compiled, compile_variants, local_arch, provenance
+from .compiler import CompileOptions, Compiled, compile_variants, provenance
 from .emit import emit
 from .errors import TilegenError, UsageError
 from .families import FAMILIES, get_family
@@ -193,26 +193,29 @@ def cmd_emit(args: argparse.Namespace) -> None:
 
 def cmd_compile(args: argparse.Namespace) -> None:
     family = get_family(args.family)
-    expansion = Space.from_options(family, args.params).expand(args.filter)
-    options = compile_options(args)
-    if not expansion.valid and not expansion.skipped:
-        raise UsageError(f"no {family.name} variant matches --filter {args.filter!r}")
+    expansion = Space.from_options(family, args.params).select(args.filter)
+    options = CompileOptions.local(args.arch, args.jobs)
+    made_by = provenance(options, family.template)
+    rows = [skipped_row(s.variant, s.reason, provenance=dict(made_by)) for s in expansion.skipped]
     log = ResultLog(args.out) if args.out else None
-    rows = [skipped_row(s.variant, s.reason, provenance=provenance(options, family.template))
-            for s in expansion.skipped]
+    for row in rows if log else []:
+        log.append(row)
     progress = Progress(len(expansion.valid), "compile")
 
     def record(compiled: Compiled) -> None:
+        """Each row is kept the moment its compile finishes: a crash loses none of the earlier ones."""
         progress.advance(compiled.variant.name)
-        rows.append(compiled_row(compiled, provenance=provenance(options, family.template)))
+        rows.append(compiled_row(compiled, provenance=dict(made_by)))
+        if log:
+            log.append(rows[-1])
 
-    compiled = compile_variants(expansion.valid, options, on_done=record)
-    progress.close()
-    if log:
-        with log:
-            for row in rows:
-                log.append(row)
+    try:
+        compiled = compile_variants(expansion.valid, options, on_done=record)
+    finally:
+        progress.close()
+        if log:
             log.write_csv()
+            log.close()
     print(resource_table(rows))
     print(compile_summary(compiled, len(expansion.skipped)))
     if log:
@@ -296,11 +299,6 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 # ---- helpers shared by the commands ---------------------------------------------------------------
-
-def compile_options(args: argparse.Namespace) -> CompileOptions:
-    arch = args.arch or local_arch()
-    return CompileOptions(arch=arch, jobs=args.jobs) if args.jobs else CompileOptions(arch=arch)
-
 
 def resource_table(rows: list[Row]) -> str:
     body = [[r.name, r.status, r.registers, r.static_shared_bytes, r.dynamic_shared_bytes, r.spill_bytes,

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -53,6 +53,12 @@ class CompileOptions:
     flags: tuple[str, ...] = DEFAULT_FLAGS
     cache: Path = field(default_factory=lambda: cache_dir() / "cubins")
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+    @classmethod
+    def local(cls, arch: str | None = None, jobs: int | None = None) -> "CompileOptions":
+        """Options for this machine: the given architecture or the local GPU's, `jobs` or one per core."""
+        chosen = cls(arch=arch or local_arch())
+        return replace(chosen, jobs=jobs) if jobs else chosen
 
     def __post_init__(self) -> None:
         if not _ARCH_PATTERN.match(self.arch):

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .compiler import CompileOptions, compile_variant, local_arch
+from .compiler import CompileOptions, compile_variant
 from .errors import UsageError
 from .families import get_family
 from .lookup import tuned
@@ -58,7 +58,7 @@ def loaded(variant: Variant) -> Any:
 
     from .run import configure
 
-    compiled = compile_variant(variant, CompileOptions(arch=local_arch()))
+    compiled = compile_variant(variant, CompileOptions.local())
     if not compiled.ok:
         raise UsageError(f"{variant.name} does not compile: {compiled.log.strip().splitlines()[-1]}")
     function = cuda.module_from_buffer(compiled.cubin.read_bytes()).get_function(variant.name)

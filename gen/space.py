@@ -72,6 +72,13 @@ class Space:
             count *= len(values)
         return count
 
+    def select(self, pattern: str | None = None) -> Expansion:
+        """`expand`, refusing a filter that matches no variant at all."""
+        expansion = self.expand(pattern)
+        if not expansion.valid and not expansion.skipped:
+            raise UsageError(f"no {self.family.name} variant matches --filter {pattern!r}")
+        return expansion
+
     def expand(self, pattern: str | None = None) -> Expansion:
         """Valid variants and skipped ones with their reasons, keeping only names matching `pattern`."""
         valid, skipped = [], []

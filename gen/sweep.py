@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .compiler import CompileOptions, Compiled, compile_variants, local_arch, provenance
+from .compiler import CompileOptions, Compiled, compile_variants, provenance
 from .errors import UsageError
 from .families import get_family
 from .jobs import CACHE_CONFIGS, Job, Measurement, TimingOptions, job_for
@@ -64,12 +64,10 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
     for cache in options.cache_configs:
         if cache not in CACHE_CONFIGS:
             raise UsageError(f"cache {cache!r} is not one of: {', '.join(CACHE_CONFIGS)}")
-    expansion = Space.default(family, options.params).expand(options.filter)
-    if not expansion.valid and not expansion.skipped:
-        raise UsageError(f"no {family.name} variant matches --filter {options.filter!r}")
+    expansion = Space.default(family, options.params).select(options.filter)
     if options.sanitize:
         sanitizer_path()
-    compile_options = _compile_options(options)
+    compile_options = CompileOptions.local(options.arch, options.compile_jobs)
     made_by = provenance(compile_options, family.template)
     seed = options.seed if options.seed is not None else random.randrange(1, 2**31)
     seconds: dict[str, float] = {}
@@ -130,11 +128,6 @@ class _Plan:
     def open_points(self, variant: Variant) -> list[tuple[Any, str]]:
         return [(shape, cache) for shape in self.shapes for cache in self.caches
                 if row_key(variant.name, str(shape), cache) not in self.done]
-
-
-def _compile_options(options: SweepOptions) -> CompileOptions:
-    arch = options.arch or local_arch()
-    return CompileOptions(arch=arch, jobs=options.compile_jobs) if options.compile_jobs else CompileOptions(arch=arch)
 
 
 def _compile(variants: list[Variant], options: CompileOptions, show: bool) -> dict[Variant, Compiled]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Mapping, Sequence
 
-from .compiler import CompileOptions, compile_variants, local_arch, provenance
+from .compiler import CompileOptions, compile_variants, provenance
 from .errors import UsageError
 from .family import Family
 from .families import get_family
@@ -106,7 +106,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
         raise UsageError(f"--budget must be at least 1 evaluation, got {options.budget}")
     family = get_family(options.family)
     shape = family.parse_shape(options.size)
-    candidates = Space.default(family, options.params).expand(options.filter).valid
+    candidates = Space.default(family, options.params).select(options.filter).valid
     valid = [v for v in candidates if family.refusal(v, shape) is None]
     if not valid:
         reason = family.refusal(candidates[0], shape) if candidates else "no valid variant matches"
@@ -166,7 +166,7 @@ class Evaluator:
 def _tune_model(options: TuneOptions, family: Family, shape: Any, valid: list[Variant], problem: Problem,
                 executor: Executor, db: TuningDB) -> TuneResult:
     started = time.monotonic()
-    compile_options = CompileOptions(arch=options.arch or local_arch())
+    compile_options = CompileOptions.local(options.arch)
     evaluator = Evaluator(family, shape, problem, executor, db, compile_options, options.timing,
                           seed=random.Random(options.seed).randrange(1, 2**31))
     strategy = make_strategy(options.strategy, SearchSpace(valid), options.seed)
@@ -243,7 +243,7 @@ def revalidate(db: TuningDB, executor: Executor, arch: str | None = None,
     """Time every stored winner on this machine's GPU models again: (problem, stored, new, change,
     noise) for each; a change larger than the noise means the winner moved (driver, nvcc, clocks)."""
     models = {d.model for d in executor.devices()}
-    compile_options = CompileOptions(arch=arch or local_arch())
+    compile_options = CompileOptions.local(arch)
     checked = []
     for problem in (p for p in db.problems() if p.gpu_model in models):
         stored = db.best(problem)
