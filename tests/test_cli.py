@@ -51,7 +51,7 @@ def test_render_prints_the_variant(capsys) -> None:
 def test_compile_prints_resources_and_writes_rows(tmp_path: Path, compile_options) -> None:
     out = tmp_path / "run"
     done = run_cli("compile", "transpose", "-p", "method=shared", "-p", "tile=32,64", "-p", "rows=8,32",
-                   "-p", "bounds=guard", "-p", "padding=1", "--arch", "sm_90", "--out", str(out))
+                   "-p", "bounds=guard", "-p", "padding=1", "-p", "vec=1", "-p", "group=0", "--arch", "sm_90", "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "transpose_f32_shared_t32_r8_p1_guard_both" in done.stdout and "4224" in done.stdout
     assert "3 compiled" in done.stdout and "1 skipped" in done.stdout

@@ -61,7 +61,7 @@ def runnable(family_name: str, params: dict, sizes: list[str]) -> int:
 
 
 def test_every_default_transpose_and_copy_variant_is_right(tmp_path: Path) -> None:
-    sizes = ["512x512", "1000x999", "1x4097"]
+    sizes = ["512x512", "1000x999", "1x4097", "1000x996"]  # the last for vec=4: odd, but whole float4s
     rows = run(tmp_path, "transpose", {}, sizes)
     f64 = {"dtype": ["f64"], "smem": ["dynamic"], "method": ["shared", "diagonal"]}
     rows.update(run(tmp_path / "f64", "transpose", f64, ["1000x999", "256x256"]))

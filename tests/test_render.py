@@ -91,7 +91,7 @@ def test_t16_guard_both_is_the_seed_kernel() -> None:
 
 def test_f64_and_dynamic_shared_memory_render_their_declarations() -> None:
     source = render(MatmulVariant(dtype="f64", smem="dynamic"))
-    assert "extern __shared__ double shared_buffer[];" in source
+    assert "extern __shared__ __align__(16) double shared_buffer[];" in source
     assert "__shared__ double As" not in source
     assert "0.0f" not in source
 

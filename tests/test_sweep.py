@@ -111,7 +111,7 @@ def _is_json(line: str) -> bool:
 
 def test_without_a_gpu_a_sweep_compiles_and_says_no_kernel_ran(tmp_path: Path, compile_options) -> None:
     done = subprocess.run([sys.executable, "-m", "gen", "sweep", "transpose", "-p", "tile=32", "-p", "rows=8",
-                           "--size", "256x256", "--out", str(tmp_path), "--arch", "sm_90"],
+                           "-p", "vec=1", "-p", "group=0", "--size", "256x256", "--out", str(tmp_path), "--arch", "sm_90"],
                           capture_output=True, text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     assert done.returncode == 0, done.stderr
     assert "no kernel was run:" in done.stdout

@@ -6,6 +6,7 @@ import pytest
 
 from gen.errors import InvalidVariant, UsageError
 from gen.families import FAMILIES, MatmulVariant, TransposeVariant, get_family, variant_from_name
+from gen.families.copy import CopyVariant
 from gen.space import Space
 
 ALL_SPACES = [pytest.param(Space.emitted(f), id=f"{f.name}-emitted") for f in FAMILIES.values()] + [
@@ -63,6 +64,12 @@ def test_variants_are_hashable_and_sortable() -> None:
     (TransposeVariant(method="naive", padding=1), "padding 1 does not apply to method=naive"),
     (TransposeVariant(method="naive", padding=0, sync="none"), "sync none does not apply to method=naive"),
     (MatmulVariant(method="naive", bounds="split"), "bounds split does not apply to method=naive"),
+    (TransposeVariant(method="naive", padding=0, vec=4), "vec 4 does not apply to method=naive"),
+    (TransposeVariant(dtype="f64", vec=4), "vec 4 needs dtype f32"),
+    (TransposeVariant(tile=16, rows=4, vec=4), "needs a tile that is a multiple of 32"),
+    (TransposeVariant(tile=64, rows=2, vec=4), "needs rows to be a multiple of 4"),
+    (TransposeVariant(method="diagonal", group=8), "group 8 applies to method=shared only"),
+    (CopyVariant(dtype="f64", vec=4), "vec 4 needs dtype f32"),
 ])
 def test_invalid_variants_name_parameter_value_and_limit(variant, message: str) -> None:
     with pytest.raises(InvalidVariant, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -86,7 +93,7 @@ def test_user_values_are_parsed_and_checked_one_by_one() -> None:
 
 
 def test_space_keeps_invalid_points_out_with_their_reason() -> None:
-    space = Space.from_options(get_family("transpose"), ["tile=32,64", "rows=8,32", "method=shared"])
+    space = Space.from_options(get_family("transpose"), ["tile=32,64", "rows=8,32", "method=shared", "vec=1", "group=0"])
     expansion = space.expand()
     assert len(space) == len(expansion.valid) + len(expansion.skipped) == 2 * 2 * 2 * 2  # tile, rows, padding, bounds
     reasons = {s.variant.name: s.reason for s in expansion.skipped}
@@ -109,6 +116,19 @@ def test_bounds_none_refuses_a_shape_that_is_not_a_tile_multiple() -> None:
     assert matmul.refusal(MatmulVariant(tile=16, bounds="guard"), odd) is None
     assert matmul.refusal(MatmulVariant(tile=8, bounds="none"), matmul.parse_shape("64x64x8")) is None
     assert transpose.refusal(TransposeVariant(bounds="none"), transpose.parse_shape("100x64"))
+
+
+def test_vector_transposes_need_rows_of_whole_float4s_and_launch_fewer_threads() -> None:
+    transpose = get_family("transpose")
+    variant = TransposeVariant(tile=64, rows=8, vec=4)
+    variant.check()
+    assert variant.name == "transpose_f32_shared_t64_r8_p1_v4_guard_both"
+    assert TransposeVariant(tile=64, rows=8).name == "transpose_f32_shared_t64_r8_p1_guard_both"  # vec=1 unnamed
+    assert variant.threads_per_block == 16 * 8 and variant.elements_per_thread == 32
+    assert transpose.launch(variant, transpose.parse_shape("1000x996")).block == (16, 8, 1)
+    reason = transpose.refusal(variant, transpose.parse_shape("1000x999"))
+    assert reason and "multiples of 4" in reason and "use vec=1" in reason
+    assert transpose.refusal(variant, transpose.parse_shape(transpose.sanitize_size(variant))) is None
 
 
 @pytest.mark.parametrize("text", ["4096x4096", "0x4x4", "axbxc", "8x8x8:4,8,8", "8x8x8:8,8"])

@@ -15,7 +15,7 @@ from ..errors import InvalidVariant
 from ..family import check_shared_bytes, element_bytes
 from ..limits import MAX_THREADS_PER_BLOCK
 from ..variant import Variant, choice, integer
-from .transpose import TransposeFamily, TransposeShape
+from .transpose import VECS, TransposeFamily, TransposeShape, check_vector_dtype
 
 
 @dataclass(frozen=True, order=True)
@@ -27,13 +27,14 @@ class CopyVariant(Variant):
                          help="plain: global to global; shared: through a shared tile (copySharedMem)")
     tile: int = integer(32, tag="t", minimum=1, space=(32, 64), help="edge of the square tile a block moves")
     rows: int = integer(8, tag="r", minimum=1, space=(8,), help="threads per tile column: a block is tile x rows threads")
+    vec: int = choice(1, VECS, tag="v", omit=1, space=VECS, help="elements per load and store: 4 = 16-byte float4 (f32)")
     bounds: str = choice("guard", ("none", "guard"), help="none: shapes must be tile multiples; guard: checked")
     smem: str = choice("static", ("static", "dynamic"), omit="static",
                        help="shared tile declared static, or extern and sized at launch")
 
     @property
     def threads_per_block(self) -> int:
-        return self.tile * self.rows
+        return self.tile // self.vec * self.rows
 
     @property
     def shared_bytes(self) -> int:
@@ -42,6 +43,10 @@ class CopyVariant(Variant):
     def check_combination(self) -> None:
         if self.tile % self.rows:
             raise InvalidVariant(f"rows {self.rows} does not divide tile {self.tile}")
+        if self.vec > 1:
+            check_vector_dtype(self.vec, self.dtype)
+            if self.tile % self.vec:
+                raise InvalidVariant(f"vec {self.vec} does not divide tile {self.tile}")
         if self.threads_per_block > MAX_THREADS_PER_BLOCK:
             raise InvalidVariant(f"tile {self.tile} with rows {self.rows} gives {self.threads_per_block} threads "
                                  f"per block; the CUDA limit is {MAX_THREADS_PER_BLOCK}")

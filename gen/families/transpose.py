@@ -2,7 +2,8 @@
 
 A block of tile x rows threads moves one tile x tile tile, each thread tile / rows elements.
 `naive` reads rows of `in` (coalesced) and writes columns of `out` (strided); `shared` stages the
-tile in shared memory so that both the reads and the writes are coalesced.
+tile in shared memory so that both the reads and the writes are coalesced. With vec=4 a block is
+(tile / 4) x rows threads and every global access is a 16-byte float4.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ SMEM = ("static", "dynamic")
 METHODS = ("naive", "shared", "diagonal")
 BOUNDS = ("none", "guard")
 SYNCS = ("both", "none")
+VECS = (1, 4)
+GROUPS = (0, 1, 2, 4, 8, 16, 32)
+HINTS = ("normal", "stream")
+WARP_CHUNKS, WARP_ROWS = 8, 4  # with vec=4 a warp covers 8 float4s of 4 tile rows: 4 full 128-byte lines
 
 
 @dataclass(frozen=True, order=True)
@@ -34,9 +39,16 @@ class TransposeVariant(Variant):
                               "blocks visited along diagonals (square grids)")
     tile: int = integer(32, tag="t", minimum=1, space=(16, 32, 64), help="edge of the square tile a block moves")
     rows: int = integer(8, tag="r", minimum=1, space=(4, 8, 16),
-                        help="threads per tile column: a block is tile x rows threads")
+                        help="threads per tile column: a block is tile / vec x rows threads")
     padding: int = integer(1, tag="p", minimum=0, space=(0, 1),
                            help="extra elements per shared row (1 removes the column read's bank conflicts)")
+    group: int = choice(0, GROUPS, tag="g", omit=0, space=(0, 1, 2, 4, 8), emitted=(0, 2),
+                        help="method=shared: blocks take tiles in groups of this many tile columns "
+                             "(0: row by row), so the blocks running at once cover a compact patch")
+    vec: int = choice(1, VECS, tag="v", omit=1, space=VECS,
+                      help="elements per global load and store: 4 = 16-byte float4 (f32, tiles of 32 or more)")
+    hint: str = choice("normal", HINTS, omit="normal", emitted=("normal",),
+                       help="method=shared: stream marks global accesses evict-first (__ldcs/__stcs), touched once")
     bounds: str = choice("guard", BOUNDS, space=BOUNDS, help="none: shapes must be tile multiples; guard: checked")
     sync: str = choice("both", SYNCS, emitted=SYNCS,
                        help="both: barrier between the tile's writes and reads; none: a race on purpose")
@@ -45,11 +57,11 @@ class TransposeVariant(Variant):
 
     @property
     def threads_per_block(self) -> int:
-        return self.tile * self.rows
+        return self.tile // self.vec * self.rows
 
     @property
     def elements_per_thread(self) -> int:
-        return self.tile // self.rows
+        return self.tile * self.tile // self.threads_per_block
 
     @property
     def shared_bytes(self) -> int:
@@ -78,8 +90,36 @@ class TransposeVariant(Variant):
                 f"the CUDA limit is {MAX_THREADS_PER_BLOCK}")
         if self.method == "naive":
             check_naive_settings([("padding", self.padding, (0,)), ("sync", self.sync, ("both",)),
-                                  ("smem", self.smem, ("static",))])
+                                  ("smem", self.smem, ("static",)), ("vec", self.vec, (1,)),
+                                  ("hint", self.hint, ("normal",))])
+        if self.group and self.method != "shared":
+            raise InvalidVariant(f"group {self.group} applies to method=shared only, which visits tiles in order "
+                                 f"(use group=0 with method={self.method})")
+        if self.vec > 1:
+            check_vector_dtype(self.vec, self.dtype)
+            self._check_vector_tiles()
         check_shared_bytes(self.smem, self.shared_bytes, f"tile {self.tile} with padding {self.padding}")
+
+    def _check_vector_tiles(self) -> None:
+        """vec=4 warps cover 8 float4s in each of 4 tile rows."""
+        if self.tile % (self.vec * WARP_CHUNKS):
+            raise InvalidVariant(f"vec {self.vec} needs a tile that is a multiple of {self.vec * WARP_CHUNKS} "
+                                 f"(a warp covers {WARP_CHUNKS} vectors of a row); tile {self.tile} is not")
+        if self.rows % WARP_ROWS:
+            raise InvalidVariant(f"vec {self.vec} needs rows to be a multiple of {WARP_ROWS} (a warp covers "
+                                 f"{WARP_ROWS} tile rows); rows {self.rows} is not")
+
+
+def check_vector_dtype(vec: int, dtype: str) -> None:
+    if dtype != "f32":
+        raise InvalidVariant(f"vec {vec} needs dtype f32 (a float4 is 16 bytes); use vec=1 for {dtype}")
+
+
+def vector_refusal(vec: int, shape: "TransposeShape") -> str | None:
+    """Vectors of `vec` elements need every row to start aligned: H and W multiples of vec."""
+    if vec > 1 and (shape.h % vec or shape.w % vec):
+        return f"vec={vec} needs H and W to be multiples of {vec} (16-byte aligned rows); {shape} is not (use vec=1)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -113,7 +153,7 @@ class TransposeFamily(Family):
 
     def launch(self, variant: TransposeVariant, shape: TransposeShape) -> Launch:
         t = variant.tile
-        return Launch(grid=(blocks(shape.w, t), blocks(shape.h, t), 1), block=(t, variant.rows, 1),
+        return Launch(grid=(blocks(shape.w, t), blocks(shape.h, t), 1), block=(t // variant.vec, variant.rows, 1),
                       dynamic_shared_bytes=variant.dynamic_shared_bytes)
 
     def refusal(self, variant: TransposeVariant, shape: TransposeShape) -> str | None:
@@ -122,7 +162,7 @@ class TransposeFamily(Family):
             return f"bounds=none needs H and W to be multiples of tile {t}; {shape} is not (use bounds=guard)"
         if variant.method == "diagonal" and blocks(shape.h, t) != blocks(shape.w, t):
             return f"method=diagonal needs a square grid of tiles; {shape} with tile {t} is not (use method=shared)"
-        return super().refusal(variant, shape)
+        return vector_refusal(variant.vec, shape) or super().refusal(variant, shape)
 
     def input_dims(self, shape: TransposeShape) -> dict[str, tuple[int, ...]]:
         return {"in": (shape.h, shape.w)}
@@ -146,7 +186,9 @@ class TransposeFamily(Family):
         return "copy"
 
     def sanitize_size(self, variant: TransposeVariant) -> str:
-        return f"{2 * variant.tile}x{2 * variant.tile}" if variant.bounds == "none" else "100x70"
+        if variant.bounds == "none":
+            return f"{2 * variant.tile}x{2 * variant.tile}"
+        return "100x68" if variant.vec > 1 else "100x70"
 
     def operations(self, shape: TransposeShape) -> int:
         return 0

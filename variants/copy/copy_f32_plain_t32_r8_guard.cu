@@ -5,12 +5,13 @@
 //   method    plain
 //   tile      32
 //   rows      8
+//   vec       1
 //   bounds    guard
 //   smem      static
-//   template  copy.cu.j2 (sha256 ca99f06381fd)
+//   template  copy.cu.j2 (sha256 9a287fc0cb0e)
 //
 // Reproduce with:
-//   tilegen render copy -p dtype=f32 -p method=plain -p tile=32 -p rows=8 -p bounds=guard -p smem=static
+//   tilegen render copy -p dtype=f32 -p method=plain -p tile=32 -p rows=8 -p vec=1 -p bounds=guard -p smem=static
 //
 // out = in, with in and out (H x W) row-major: the yardstick for the transposes, moving the same
 // tiles with the same threads (a block of TILE x ROWS threads, TILE / ROWS elements each).
@@ -22,10 +23,13 @@ extern "C" __global__ void copy_f32_plain_t32_r8_guard(
 {
     constexpr int TILE = 32;
     constexpr int ROWS = 8;  // threads per tile column
+    using Vector = float;
+    const Vector* in_vectors = in;
+    Vector* out_vectors = out;
     const int x = blockIdx.x * TILE + threadIdx.x;
     const int y = blockIdx.y * TILE + threadIdx.y;
 
     for (int j = 0; j < TILE; j += ROWS)
         if (x < W && y + j < H)  // Bound check: the tile may stick out past the edge.
-            out[(y + j) * W + x] = in[(y + j) * W + x];
+            out_vectors[(y + j) * W + x] = in_vectors[(y + j) * W + x];
 }

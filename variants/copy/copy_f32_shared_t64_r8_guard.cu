@@ -5,12 +5,13 @@
 //   method    shared
 //   tile      64
 //   rows      8
+//   vec       1
 //   bounds    guard
 //   smem      static
-//   template  copy.cu.j2 (sha256 ca99f06381fd)
+//   template  copy.cu.j2 (sha256 9a287fc0cb0e)
 //
 // Reproduce with:
-//   tilegen render copy -p dtype=f32 -p method=shared -p tile=64 -p rows=8 -p bounds=guard -p smem=static
+//   tilegen render copy -p dtype=f32 -p method=shared -p tile=64 -p rows=8 -p vec=1 -p bounds=guard -p smem=static
 //
 // out = in, with in and out (H x W) row-major: the yardstick for the transposes, moving the same
 // tiles with the same threads (a block of TILE x ROWS threads, TILE / ROWS elements each).
@@ -23,17 +24,20 @@ extern "C" __global__ void copy_f32_shared_t64_r8_guard(
 {
     constexpr int TILE = 64;
     constexpr int ROWS = 8;  // threads per tile column
+    using Vector = float;
+    const Vector* in_vectors = in;
+    Vector* out_vectors = out;
     const int x = blockIdx.x * TILE + threadIdx.x;
     const int y = blockIdx.y * TILE + threadIdx.y;
-    __shared__ float tile[TILE][TILE];
+    __shared__ Vector tile[TILE][TILE / 1];
 
     for (int j = 0; j < TILE; j += ROWS)
         if (x < W && y + j < H)  // Bound check: the tile may stick out past the edge.
-            tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * W + x];
+            tile[threadIdx.y + j][threadIdx.x] = in_vectors[(y + j) * W + x];
     // Barrier, kept as in the samples so the comparison carries the transpose's synchronisation;
     // each thread reads back only its own elements, so the copy would be right without it.
     __syncthreads();
     for (int j = 0; j < TILE; j += ROWS)
         if (x < W && y + j < H)
-            out[(y + j) * W + x] = tile[threadIdx.y + j][threadIdx.x];
+            out_vectors[(y + j) * W + x] = tile[threadIdx.y + j][threadIdx.x];
 }

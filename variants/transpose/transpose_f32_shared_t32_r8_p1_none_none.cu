@@ -6,13 +6,16 @@
 //   tile      32
 //   rows      8
 //   padding   1
+//   group     0
+//   vec       1
+//   hint      normal
 //   bounds    none
 //   sync      none
 //   smem      static
-//   template  transpose.cu.j2 (sha256 99fe7a2f85fd)
+//   template  transpose.cu.j2 (sha256 eccd49d89478)
 //
 // Reproduce with:
-//   tilegen render transpose -p dtype=f32 -p method=shared -p tile=32 -p rows=8 -p padding=1 -p bounds=none -p sync=none -p smem=static
+//   tilegen render transpose -p dtype=f32 -p method=shared -p tile=32 -p rows=8 -p padding=1 -p group=0 -p vec=1 -p hint=normal -p bounds=none -p sync=none -p smem=static
 //
 // out = in^T, with in (H x W) and out (W x H) row-major.
 // A block of TILE x ROWS threads moves one TILE x TILE tile; each thread moves TILE / ROWS = 4
