@@ -6,7 +6,7 @@ repeats to cover its piece, so each thread accumulates (wm·wn)/32 outputs in re
 tile is stored transposed in shared memory (As[k][m]) so that both operands are read as 16-byte
 vectors along M and N. With stages=2 the next tiles' global loads are issued before the current
 products and stored into the other shared buffer after them (register prefetch, one barrier
-per step).
+per step); with load=async B's tile is copied there by cp.async instead (sm_80 and later).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .matmul import MatmulFamily, MatmulShape
 
 LANES_M, LANES_N = 4, 8  # how a warp's 32 lanes sit over its sub-tile
 BOUNDS = ("none", "guard", "split")
+LOADS = ("registers", "async")
 SYNCS = ("both", "none")
 
 
@@ -45,6 +46,8 @@ class SgemmVariant(Variant):
                       help="floats per global load and store: 4 = 16-byte vectors")
     stages: int = choice(2, (1, 2), tag="s", space=(1, 2), emitted=(1, 2),
                          help="shared buffers: 2 overlaps the next loads with the products")
+    load: str = choice("registers", LOADS, omit="registers", space=LOADS, emitted=LOADS,
+                       help="stages=2: the next tiles come through registers, or B's by cp.async (sm_80+)")
     bounds: str = choice("guard", BOUNDS, space=("none",), emitted=BOUNDS,
                          help="none: shapes must be tile multiples; guard: checked; split: interior blocks unchecked")
     sync: str = choice("both", SYNCS, emitted=SYNCS, help="both: the barriers; none: races, for teaching")
@@ -110,6 +113,9 @@ class SgemmVariant(Variant):
                 f"warp tile {self.wm} x {self.wn} leaves {self.accumulators} outputs and "
                 f"{held - self.accumulators} operands per thread, {held} registers; a thread has at most "
                 f"{MAX_REGISTERS_PER_THREAD}")
+        if self.load == "async" and self.stages != 2:
+            raise InvalidVariant(f"load=async overlaps the next step's copy with this one's products: it needs "
+                                 f"stages=2, not {self.stages} (or use load=registers)")
         if self.padding % 4:
             raise InvalidVariant(f"padding {self.padding} must be a multiple of 4 to keep A's rows 16-byte aligned")
         self._check_tile_loads(threads)

@@ -12,13 +12,14 @@
 //   padding   4
 //   vec       1
 //   stages    1
+//   load      registers
 //   bounds    none
 //   sync      none
 //   smem      static
-//   template  sgemm.cu.j2 (sha256 d5407f03aa6e)
+//   template  sgemm.cu.j2 (sha256 77565b8532a9)
 //
 // Reproduce with:
-//   tilegen render sgemm -p dtype=f32 -p bm=128 -p bn=128 -p bk=16 -p wm=64 -p wn=64 -p tm=8 -p tn=4 -p padding=4 -p vec=1 -p stages=1 -p bounds=none -p sync=none -p smem=static
+//   tilegen render sgemm -p dtype=f32 -p bm=128 -p bn=128 -p bk=16 -p wm=64 -p wn=64 -p tm=8 -p tn=4 -p padding=4 -p vec=1 -p stages=1 -p load=registers -p bounds=none -p sync=none -p smem=static
 //
 // C = A * B in float32 on the CUDA cores, with A (M x K), B (K x N) and C (M x N) row-major and
 // lda, ldb, ldc their row strides.
@@ -78,6 +79,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_f32_bm128_bn128_bk16_wm6
             const int row = k0 + b_row + i * B_ROWS_PER_PASS, col = block_n + b_col;
             b_next[i] = *reinterpret_cast<const Vector*>(&B[row * ldb + col]);
         }
+
     };
 
     // Registers -> shared buffer s; A is transposed on the way.

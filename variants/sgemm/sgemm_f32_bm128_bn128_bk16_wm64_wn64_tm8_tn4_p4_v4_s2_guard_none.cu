@@ -12,13 +12,14 @@
 //   padding   4
 //   vec       4
 //   stages    2
+//   load      registers
 //   bounds    guard
 //   sync      none
 //   smem      static
-//   template  sgemm.cu.j2 (sha256 d5407f03aa6e)
+//   template  sgemm.cu.j2 (sha256 77565b8532a9)
 //
 // Reproduce with:
-//   tilegen render sgemm -p dtype=f32 -p bm=128 -p bn=128 -p bk=16 -p wm=64 -p wn=64 -p tm=8 -p tn=4 -p padding=4 -p vec=4 -p stages=2 -p bounds=guard -p sync=none -p smem=static
+//   tilegen render sgemm -p dtype=f32 -p bm=128 -p bn=128 -p bk=16 -p wm=64 -p wn=64 -p tm=8 -p tn=4 -p padding=4 -p vec=4 -p stages=2 -p load=registers -p bounds=guard -p sync=none -p smem=static
 //
 // C = A * B in float32 on the CUDA cores, with A (M x K), B (K x N) and C (M x N) row-major and
 // lda, ldb, ldc their row strides.
@@ -28,7 +29,7 @@
 // outputs in registers. Per step of K a thread reads, from shared memory, ITER_M * TM values of A
 // and ITER_N * TN of B as 16-byte vectors, and does (ITER_M * TM) * (ITER_N * TN) FMAs with them.
 // Two shared buffers: the next step's global loads are issued before this step's products and
-// land in the other buffer after them, so memory latency hides behind arithmetic.
+// land in the other buffer after them (register prefetch), so memory latency hides behind arithmetic.
 // Launch: block (THREADS), grid (ceil(N / BN), ceil(M / BM)).
 // vec=4: 16-byte global loads and stores, so K, N and the leading dimensions must be multiples of 4.
 
@@ -80,6 +81,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_f32_bm128_bn128_bk16_wm6
             const int row = k0 + b_row + i * B_ROWS_PER_PASS, col = block_n + b_col;
             b_next[i] = (row < K && col < N) ? *reinterpret_cast<const Vector*>(&B[row * ldb + col]) : Vector{};
         }
+
     };
 
     // Registers -> shared buffer s; A is transposed on the way.
