@@ -35,18 +35,19 @@ from gen.table import markdown_table, text_table  # noqa: E402
 SGEMM_SHAPES = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
                 "8192x128x8192", "128x8192x8192", "1000x1000x1000", "3000x5000x700"]
 TRANSPOSE_SHAPES = ["8192x8192", "16384x16384"]
-SAMPLES = 30
+SAMPLES = 50
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, help="tuning database (default: the user's)")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
+    parser.add_argument("--only", choices=("sgemm", "transpose"), help="run one half of the table")
     args = parser.parse_args()
     vendor, multiply = vendor_sgemm()
     flush = l2_flusher()
-    rows = [sgemm_row(size, args.db, multiply, flush) for size in SGEMM_SHAPES]
-    rows += [transpose_row(size, args.db, flush) for size in TRANSPOSE_SHAPES]
+    rows = [sgemm_row(size, args.db, multiply, flush) for size in SGEMM_SHAPES if args.only != "transpose"]
+    rows += [transpose_row(size, args.db, flush) for size in TRANSPOSE_SHAPES if args.only != "sgemm"]
     headers = ["problem", "tilegen variant (how it was chosen)", "tilegen ms", "vendor", "vendor ms", "ratio",
                "error"]
     print(f"{cuda.Context.get_device().name()}, vendor SGEMM: {vendor}")
@@ -69,7 +70,7 @@ def sgemm_row(size: str, db: Path | None, multiply: Callable, flush: Any) -> lis
         out.fill(np.nan)
         run()
     errors = [relative_error(out.get(), reference) for out in (ours, theirs)]
-    ours_ms, theirs_ms = median_ms(run_ours, flush), median_ms(run_theirs, flush)
+    ours_ms, theirs_ms = paired_medians_ms(run_ours, run_theirs, flush)
     return [f"sgemm {size}", f"{variant.name} ({reason})", round(ours_ms, 4), "cuBLAS SGEMM", round(theirs_ms, 4),
             f"{theirs_ms / ours_ms:.1%}", f"{errors[0]:.1e} / {errors[1]:.1e}"]
 
@@ -86,7 +87,7 @@ def transpose_row(size: str, db: Path | None, flush: Any) -> list[Any]:
     out.fill(np.nan)
     run_ours()
     exact = np.array_equal(out.get(), host.T)
-    ours_ms, copy_ms = median_ms(run_ours, flush), median_ms(run_copy, flush)
+    ours_ms, copy_ms = paired_medians_ms(run_ours, run_copy, flush)
     return [f"transpose {size}", f"{variant.name} ({reason})", round(ours_ms, 4), "cudaMemcpy D2D",
             round(copy_ms, 4), f"{copy_ms / ours_ms:.1%}", "exact" if exact else "WRONG"]
 
@@ -127,19 +128,23 @@ def l2_flusher() -> Callable[[int], None]:
     return lambda salt: cuda.memset_d32_async(buffer, salt, words, None)
 
 
-def median_ms(run: Callable[[], Any], flush: Callable[[int], None], samples: int = SAMPLES) -> float:
+def paired_medians_ms(ours: Callable[[], Any], theirs: Callable[[], Any], flush: Callable[[int], None],
+                      samples: int = SAMPLES) -> tuple[float, float]:
+    """Median event times of both, sampled in alternation so that clock or thermal drift hits
+    both alike; each sample starts from a flushed L2."""
     start, end = cuda.Event(), cuda.Event()
     for _ in range(3):
-        run()
-    times = []
+        ours(), theirs()
+    times: tuple[list[float], list[float]] = ([], [])
     for i in range(samples):
-        flush(i)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(end.time_since(start))
-    return statistics.median(times)
+        for run, into in ((ours, times[0]), (theirs, times[1])):
+            flush(i)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            into.append(end.time_since(start))
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def relative_error(out: np.ndarray, reference: np.ndarray) -> float:

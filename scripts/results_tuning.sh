@@ -1,27 +1,62 @@
 #!/usr/bin/env bash
 # The tuning runs behind docs/results/<gpu>-tuning.md and <gpu>-vs-vendor.md, on one GPU.
-# Usage: scripts/results_tuning.sh OUT_DIR   (writes OUT_DIR/tuning.sqlite, live.sqlite and the logs)
+# Usage: scripts/results_tuning.sh OUT_DIR [PART ...]   (default: every part, in this order)
+#   sgemm      every default sgemm variant at 2048^3 (exhaustive), a live Bayesian search, and the
+#              vendor benchmark's large shapes warm-started from the 2048^3 ranking
+#   async      the cp.async twins (load=async) of the sgemm neighbourhood that wins, at 2048^3,
+#              then 4096^3 and 8192^3 with both loads in the search
+#   transpose  the default transpose space exhaustively at 8192^2 and 16384^2, then the winning
+#              neighbourhood with the streaming hint and tile 128
+#   shapes     the vendor table's other shapes, each tuned for itself (odd ones with bound checks)
+#   vendor     scripts/bench_vs_vendor.py on what the database now holds
+# Writes OUT_DIR/tuning.sqlite (kept between parts and runs), live.sqlite and vs-vendor.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: scripts/results_tuning.sh OUT_DIR}
+out=${1:?usage: scripts/results_tuning.sh OUT_DIR [sgemm|async|transpose|shapes|vendor ...]}
+shift
+parts=${*:-sgemm async transpose shapes vendor}
 mkdir -p "$out"
 db="$out/tuning.sqlite"
 quiet() { grep -v '^tune \|^compile ' || true; }
 timed() { local start=$SECONDS; "$@"; echo "[$(( SECONDS - start )) s] $*"; }
-# Every default sgemm variant compiled at once (all cores), then measured at 2048^3: the exhaustive
-# reference the strategies are judged against.
-timed python3 -m gen compile sgemm --arch sm_90 2>/dev/null | tail -1
-timed python3 -m gen tune sgemm --size 2048x2048x2048 --strategy brute --budget 100000 --timing-budget 0.2 \
-  --db "$db" 2>&1 | quiet
-# A live Bayesian search at the same size, into a database of its own (nothing known beforehand).
-timed python3 -m gen tune sgemm --size 2048x2048x2048 --strategy bayes --budget 100 --timing-budget 0.2 \
-  --db "$out/live.sqlite" 2>&1 | quiet
-# The vendor benchmark's large shapes, warm-started from the 2048^3 ranking; the transposes exhaustively.
-for size in 4096x4096x4096 8192x8192x8192; do
-  timed python3 -m gen tune sgemm --size "$size" --strategy bayes --budget 40 --timing-budget 0.3 --db "$db" 2>&1 | quiet
+tune() { timed python3 -m gen tune "$@" --db "$db" 2>&1 | quiet; }
+# The neighbourhood of the H200's sgemm winners: 16-byte vectors, padded A, two stages, tn 4.
+NEAR_SGEMM=(-p vec=4 -p padding=4 -p stages=2 -p tn=4 -p bounds=none)
+
+for part in $parts; do
+  case $part in
+    sgemm)
+      timed python3 -m gen compile sgemm --arch sm_90 2>/dev/null | tail -1
+      tune sgemm --size 2048x2048x2048 --strategy brute --budget 100000 --timing-budget 0.2
+      timed python3 -m gen tune sgemm --size 2048x2048x2048 --strategy bayes --budget 100 --timing-budget 0.2 \
+        --db "$out/live.sqlite" 2>&1 | quiet  # a database of its own: nothing known beforehand
+      for size in 4096x4096x4096 8192x8192x8192; do
+        tune sgemm --size "$size" --strategy bayes --budget 40 --timing-budget 0.3
+      done ;;
+    async)
+      tune sgemm --size 2048x2048x2048 --strategy brute --budget 1000 --timing-budget 0.2 "${NEAR_SGEMM[@]}" \
+        -p load=async
+      for size in 4096x4096x4096 8192x8192x8192; do
+        tune sgemm --size "$size" --strategy bayes --budget 20 --timing-budget 0.3 "${NEAR_SGEMM[@]}" \
+          -p load=registers,async
+      done ;;
+    transpose)
+      for size in 8192x8192 16384x16384; do
+        tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 --top 5
+        tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 --top 5 -p method=shared \
+          -p tile=64 -p rows=4,8 -p padding=1 -p group=1,2,4 -p vec=1,4 -p hint=normal,stream -p bounds=none
+        tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 --top 3 -p method=shared \
+          -p tile=128 -p rows=4,8 -p padding=1 -p group=1,2 -p vec=1,4 -p bounds=none -p smem=dynamic
+      done ;;
+    shapes)
+      for size in 4096x4096x256 1000x1000x1000 3000x5000x700; do
+        tune sgemm --size "$size" --strategy bayes --budget 30 --timing-budget 0.3 -p bounds=none,guard,split \
+          -p load=registers,async
+      done ;;
+    vendor)
+      timed python3 scripts/bench_vs_vendor.py --db "$db" --markdown "$out/vs-vendor.md" ;;
+    *)
+      echo "unknown part '$part'; parts: sgemm async transpose shapes vendor" >&2
+      exit 2 ;;
+  esac
 done
-for size in 8192x8192 16384x16384; do
-  timed python3 -m gen tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 \
-    --db "$db" 2>&1 | quiet
-done
-timed python3 scripts/bench_vs_vendor.py --db "$db" --markdown "$out/vs-vendor.md"
