@@ -25,12 +25,24 @@ MAX_GRID_Y = 65535
 
 
 @dataclass(frozen=True)
+class Cleared:
+    """An output the kernel adds into (split-K): zeroed before every launch, `rows` rows of
+    `width` 32-bit elements, `pitch_bytes` apart, in kernel argument number `argument`."""
+
+    argument: int
+    rows: int
+    width: int
+    pitch_bytes: int
+
+
+@dataclass(frozen=True)
 class Launch:
     """How one variant is launched on one shape."""
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     dynamic_shared_bytes: int
+    cleared: Cleared | None = None
 
 
 class Family(ABC):

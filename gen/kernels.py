@@ -24,6 +24,8 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
     import pycuda.driver as cuda
     import pycuda.gpuarray as gpuarray
 
+    from .run import launcher
+
     if cuda.Context.get_current() is None:
         raise UsageError("gen.matmul needs a current CUDA context: import pycuda.autoprimaryctx first")
     (m, k), (k2, n) = _matrix(a, "a"), _matrix(b, "b")
@@ -41,7 +43,7 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
     function = loaded(variant)
     launch = family.launch(variant, shape)
     arguments = family.kernel_arguments(shape, {"A": a.gpudata, "B": b.gpudata, "C": out.gpudata})
-    function(*arguments, grid=launch.grid, block=launch.block, shared=launch.dynamic_shared_bytes)
+    launcher(function, launch)(arguments)
     return out
 
 

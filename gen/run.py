@@ -329,13 +329,18 @@ def _vendor_gemm() -> tuple[Callable[[int, str], Any], Callable[[Any, Any], Any]
 
 
 def launcher(function: Any, launch: Launch) -> Callable[[list[Any]], None]:
-    """Launches `function` with prepared arguments: little host work per launch."""
+    """Launches `function` with prepared arguments: little host work per launch. An output the
+    launch marks as cleared is zeroed just before, in the same stream (inside any timing)."""
     prepared: list[str] = []
 
     def run(arguments: list[Any]) -> None:
         if not prepared:
             prepared.append("".join("P" if isinstance(a, cuda.DeviceAllocation) else a.dtype.char for a in arguments))
             function.prepare(prepared[0])
+        if launch.cleared:  # a split-K kernel adds into its output: zero it first, as part of the call
+            cleared = launch.cleared
+            cuda.memset_d2d32_async(arguments[cleared.argument], cleared.pitch_bytes, 0, cleared.width, cleared.rows,
+                                    None)
         function.prepared_async_call(launch.grid, launch.block, None, *arguments,
                                      shared_size=launch.dynamic_shared_bytes)
 

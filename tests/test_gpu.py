@@ -85,6 +85,18 @@ def test_sgemm_variants_are_right_at_multiple_odd_and_strided_shapes(tmp_path: P
         == {"guard", "split"}
 
 
+SPLIT_K = {"bm": ["64"], "bn": ["128"], "bk": ["16"], "wm": ["64"], "wn": ["32"], "tm": ["4"], "tn": ["4"],
+           "padding": ["4"], "vec": ["1", "4"], "stages": ["1", "2"], "load": ["registers", "async"],
+           "splitk": ["2", "4", "16"], "bounds": ["none", "guard", "split"]}
+
+
+def test_split_k_adds_every_slice_once_at_odd_strided_and_short_k_shapes(tmp_path: Path) -> None:
+    """K = 64 gives 16 slices only 4 steps: the empty ones must leave C alone; C is poisoned
+    before each run, so a launch that did not zero it first would come back NaN."""
+    rows = run(tmp_path, "sgemm", SPLIT_K, SGEMM_SIZES)
+    assert _only_skipped_and_ok(rows) == runnable("sgemm", SPLIT_K, SGEMM_SIZES) > 100
+
+
 def test_racy_placements_are_caught(tmp_path: Path) -> None:
     rows = run(tmp_path, "matmul", {"tile": ["16"], "padding": ["0"], "bounds": ["guard"],
                                     "sync": ["after-load", "after-compute", "none"]}, ["1024x1024x1024"], sanitize=True)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gen.errors import InvalidVariant, UsageError
 from gen.families import FAMILIES, MatmulVariant, TransposeVariant, get_family, variant_from_name
 from gen.families.copy import CopyVariant
+from gen.families.sgemm import SgemmVariant
 from gen.space import Space
 
 ALL_SPACES = [pytest.param(Space.emitted(f), id=f"{f.name}-emitted") for f in FAMILIES.values()] + [
@@ -142,3 +145,33 @@ def test_leading_dimensions_describe_a_view() -> None:
     assert (shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc) == (100, 50, 70, 80, 64, 64)
     assert str(shape) == "100x50x70:80,64,64"
     assert str(get_family("matmul").parse_shape("100x50x70")) == "100x50x70"
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"wm": 48}, "wm 48 does not divide bm 128; warps must tile the block"),
+    ({"tm": 6}, "tm 6 must be a multiple of 4"),
+    ({"bm": 256, "bn": 256, "wm": 32, "wn": 32}, "2048 threads per block; the CUDA limit is 1024"),
+    ({"wm": 128, "wn": 128, "tm": 8, "tn": 8}, "560 registers; a thread has at most 255"),
+    ({"padding": 2}, "padding 2 must be a multiple of 4"),
+    ({"stages": 1, "load": "async"}, "load=async overlaps the next step's copy with this one's products: it needs stages=2"),
+    ({"splitk": 3}, "splitk 3 is not one of: 1, 2, 4, 8, 16"),
+])
+def test_invalid_sgemm_variants_say_what_to_change(params: dict, message: str) -> None:
+    with pytest.raises(InvalidVariant, match=re.escape(message)):
+        SgemmVariant(**params).check()
+
+
+def test_sgemm_names_shared_memory_and_split_k_launch() -> None:
+    sgemm = get_family("sgemm")
+    variant = SgemmVariant(bm=64, bn=256, bk=16, wm=32, wn=64, load="async", splitk=4, bounds="split")
+    variant.check()
+    assert variant.name == "sgemm_f32_bm64_bn256_bk16_wm32_wn64_tm8_tn4_p4_v4_s2_async_sk4_split_both"
+    assert variant_from_name(variant.name) == variant
+    assert SgemmVariant().name == "sgemm_f32_bm128_bn128_bk16_wm64_wn64_tm8_tn4_p4_v4_s2_guard_both"
+    assert variant.shared_bytes == 2 * 16 * (64 + 4 + 256) * 4  # stages x bk x (bm + padding + bn) floats
+    assert variant.threads_per_block == (64 // 32) * (256 // 64) * 32
+    launch = sgemm.launch(variant, sgemm.parse_shape("1000x300x700:704,304,320"))
+    assert launch.grid == (2, 16, 4) and launch.cleared is not None
+    assert (launch.cleared.argument, launch.cleared.rows, launch.cleared.width, launch.cleared.pitch_bytes) == \
+        (2, 1000, 300, 320 * 4)  # C: M rows of N floats, ldc apart; its padding is left alone
+    assert sgemm.launch(SgemmVariant(), sgemm.parse_shape("64x64x64")).cleared is None

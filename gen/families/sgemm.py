@@ -7,6 +7,8 @@ tile is stored transposed in shared memory (As[k][m]) so that both operands are 
 vectors along M and N. With stages=2 the next tiles' global loads are issued before the current
 products and stored into the other shared buffer after them (register prefetch, one barrier
 per step); with load=async B's tile is copied there by cp.async instead (sm_80 and later).
+With splitk=S, blockIdx.z takes one of S slices of K and adds its partial sums into C, which the
+launch zeroes first: more blocks for shapes whose M x N tiles alone cannot fill the GPU.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..errors import InvalidVariant
-from ..family import Family, Launch, blocks, check_shared_bytes, element_bytes
+from ..family import Cleared, Family, Launch, blocks, check_shared_bytes, element_bytes
 from ..limits import MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_BLOCK, WARP_SIZE
 from ..variant import Variant, choice, integer
 from .matmul import MatmulFamily, MatmulShape
@@ -23,6 +25,7 @@ from .matmul import MatmulFamily, MatmulShape
 LANES_M, LANES_N = 4, 8  # how a warp's 32 lanes sit over its sub-tile
 BOUNDS = ("none", "guard", "split")
 LOADS = ("registers", "async")
+SPLITS = (1, 2, 4, 8, 16)
 SYNCS = ("both", "none")
 
 
@@ -48,6 +51,8 @@ class SgemmVariant(Variant):
                          help="shared buffers: 2 overlaps the next loads with the products")
     load: str = choice("registers", LOADS, omit="registers", space=LOADS, emitted=LOADS,
                        help="stages=2: the next tiles come through registers, or B's by cp.async (sm_80+)")
+    splitk: int = choice(1, SPLITS, tag="sk", omit=1,
+                         help="slices of K run by separate blocks, their sums added into C (zeroed first)")
     bounds: str = choice("guard", BOUNDS, space=("none",), emitted=BOUNDS,
                          help="none: shapes must be tile multiples; guard: checked; split: interior blocks unchecked")
     sync: str = choice("both", SYNCS, emitted=SYNCS, help="both: the barriers; none: races, for teaching")
@@ -143,8 +148,12 @@ class SgemmFamily(MatmulFamily):
     heatmap_axes = ("bm", "bn")
 
     def launch(self, variant: SgemmVariant, shape: MatmulShape) -> Launch:
-        return Launch(grid=(blocks(shape.n, variant.bn), blocks(shape.m, variant.bm), 1),
-                      block=(variant.threads_per_block, 1, 1), dynamic_shared_bytes=variant.dynamic_shared_bytes)
+        cleared = None  # split-K adds into C, which must start at zero
+        if variant.splitk > 1:
+            cleared = Cleared(argument=2, rows=shape.m, width=shape.n, pitch_bytes=4 * shape.ldc)
+        return Launch(grid=(blocks(shape.n, variant.bn), blocks(shape.m, variant.bm), variant.splitk),
+                      block=(variant.threads_per_block, 1, 1), dynamic_shared_bytes=variant.dynamic_shared_bytes,
+                      cleared=cleared)
 
     def refusal(self, variant: SgemmVariant, shape: MatmulShape) -> str | None:
         if variant.bounds == "none" and (shape.m % variant.bm or shape.n % variant.bn or shape.k % variant.bk):

@@ -13,13 +13,14 @@
 //   vec       4
 //   stages    1
 //   load      registers
+//   splitk    1
 //   bounds    split
 //   sync      both
 //   smem      static
-//   template  sgemm.cu.j2 (sha256 77565b8532a9)
+//   template  sgemm.cu.j2 (sha256 48cbc75de3d0)
 //
 // Reproduce with:
-//   tilegen render sgemm -p dtype=f32 -p bm=128 -p bn=128 -p bk=16 -p wm=64 -p wn=64 -p tm=8 -p tn=4 -p padding=4 -p vec=4 -p stages=1 -p load=registers -p bounds=split -p sync=both -p smem=static
+//   tilegen render sgemm -p dtype=f32 -p bm=128 -p bn=128 -p bk=16 -p wm=64 -p wn=64 -p tm=8 -p tn=4 -p padding=4 -p vec=4 -p stages=1 -p load=registers -p splitk=1 -p bounds=split -p sync=both -p smem=static
 //
 // C = A * B in float32 on the CUDA cores, with A (M x K), B (K x N) and C (M x N) row-major and
 // lda, ldb, ldc their row strides.
@@ -139,8 +140,9 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_f32_bm128_bn128_bk16_wm6
     };
 
     const int steps = (K + BK - 1) / BK;
+    const int k_begin = 0;
     for (int t = 0; t < steps; ++t) {
-        load_tiles(t * BK);
+        load_tiles(k_begin + t * BK);
         store_tiles(0);
         // Barrier: the whole tiles must be in shared memory before anyone multiplies them.
         __syncthreads();

@@ -13,13 +13,14 @@
 //   vec       4
 //   stages    2
 //   load      async
+//   splitk    1
 //   bounds    none
 //   sync      none
 //   smem      static
-//   template  sgemm.cu.j2 (sha256 77565b8532a9)
+//   template  sgemm.cu.j2 (sha256 48cbc75de3d0)
 //
 // Reproduce with:
-//   tilegen render sgemm -p dtype=f32 -p bm=128 -p bn=128 -p bk=16 -p wm=64 -p wn=64 -p tm=8 -p tn=4 -p padding=4 -p vec=4 -p stages=2 -p load=async -p bounds=none -p sync=none -p smem=static
+//   tilegen render sgemm -p dtype=f32 -p bm=128 -p bn=128 -p bk=16 -p wm=64 -p wn=64 -p tm=8 -p tn=4 -p padding=4 -p vec=4 -p stages=2 -p load=async -p splitk=1 -p bounds=none -p sync=none -p smem=static
 //
 // C = A * B in float32 on the CUDA cores, with A (M x K), B (K x N) and C (M x N) row-major and
 // lda, ldb, ldc their row strides.
@@ -139,13 +140,14 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_f32_bm128_bn128_bk16_wm6
     };
 
     const int steps = K / BK;
-    load_tiles(0, 0);
+    const int k_begin = 0;
+    load_tiles(k_begin, 0);
     store_tiles(0);
     // No barrier here (sync=none): threads may multiply tiles their block-mates have not stored yet, a race left in on purpose.
     for (int t = 0; t < steps; ++t) {
         const int s = t % STAGES;
         if (t + 1 < steps)
-            load_tiles((t + 1) * BK, s ^ 1);  // in flight while the products below run
+            load_tiles(k_begin + (t + 1) * BK, s ^ 1);  // in flight while the products below run
         multiply(s);
         if (t + 1 < steps)
             store_tiles(s ^ 1);  // every thread finished reading buffer s ^ 1 before the last barrier
