@@ -8,13 +8,14 @@
 #   transpose  the default transpose space exhaustively at 8192^2 and 16384^2, then the winning
 #              neighbourhood with the streaming hint and tile 128
 #   shapes     the vendor table's other shapes, each tuned for itself (odd ones with bound checks)
+#   splitk     split-K for the shapes whose M x N tiles cannot fill the GPU, around their winners
 #   vendor     scripts/bench_vs_vendor.py on what the database now holds
 # Writes OUT_DIR/tuning.sqlite (kept between parts and runs), live.sqlite and vs-vendor.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: scripts/results_tuning.sh OUT_DIR [sgemm|async|transpose|shapes|vendor ...]}
+out=${1:?usage: scripts/results_tuning.sh OUT_DIR [sgemm|async|transpose|shapes|splitk|vendor ...]}
 shift
-parts=${*:-sgemm async transpose shapes vendor}
+parts=${*:-sgemm async transpose shapes splitk vendor}
 mkdir -p "$out"
 db="$out/tuning.sqlite"
 quiet() { grep -v '^tune \|^compile ' || true; }
@@ -53,10 +54,16 @@ for part in $parts; do
         tune sgemm --size "$size" --strategy bayes --budget 30 --timing-budget 0.3 -p bounds=none,guard,split \
           -p load=registers,async
       done ;;
+    splitk)
+      for size in 8192x128x8192 128x8192x8192 4096x4096x256; do
+        tune sgemm --size "$size" --strategy bayes --budget 40 --timing-budget 0.3 -p bm=64,128 -p bn=64,128 \
+          -p bk=16 -p tm=4,8 -p tn=4 -p vec=4 -p padding=4 -p stages=2 -p load=registers,async \
+          -p splitk=1,2,4,8,16 -p bounds=none
+      done ;;
     vendor)
       timed python3 scripts/bench_vs_vendor.py --db "$db" --markdown "$out/vs-vendor.md" ;;
     *)
-      echo "unknown part '$part'; parts: sgemm async transpose shapes vendor" >&2
+      echo "unknown part '$part'; parts: sgemm async transpose shapes splitk vendor" >&2
       exit 2 ;;
   esac
 done
