@@ -85,6 +85,12 @@ def test_sgemm_variants_are_right_at_multiple_odd_and_strided_shapes(tmp_path: P
         == {"guard", "split"}
 
 
+def test_every_default_sgemm_variant_is_right(tmp_path: Path) -> None:
+    """All of the default space (bounds=none, both loads): 3168 variants at a shape every tile divides."""
+    rows = run(tmp_path, "sgemm", {}, ["256x256x256"])
+    assert _only_skipped_and_ok(rows) == runnable("sgemm", {}, ["256x256x256"]) > 3000
+
+
 SPLIT_K = {"bm": ["64"], "bn": ["128"], "bk": ["16"], "wm": ["64"], "wn": ["32"], "tm": ["4"], "tn": ["4"],
            "padding": ["4"], "vec": ["1", "4"], "stages": ["1", "2"], "load": ["registers", "async"],
            "splitk": ["2", "4", "16"], "bounds": ["none", "guard", "split"]}
