@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -24,8 +24,6 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
     import pycuda.driver as cuda
     import pycuda.gpuarray as gpuarray
 
-    from .run import launcher
-
     if cuda.Context.get_current() is None:
         raise UsageError("gen.matmul needs a current CUDA context: import pycuda.autoprimaryctx first")
     (m, k), (k2, n) = _matrix(a, "a"), _matrix(b, "b")
@@ -40,10 +38,7 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
         raise UsageError(f"the tuned {family_name} variant {variant.name} is not {dtype}; check the tuning database")
     if out is None:
         out = gpuarray.empty((m, n), dtype=a.dtype)
-    function = loaded(variant)
-    launch = family.launch(variant, shape)
-    arguments = family.kernel_arguments(shape, {"A": a.gpudata, "B": b.gpudata, "C": out.gpudata})
-    launcher(function, launch)(arguments)
+    launched(variant, shape)(family.kernel_arguments(shape, {"A": a.gpudata, "B": b.gpudata, "C": out.gpudata}))
     return out
 
 
@@ -51,6 +46,15 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
 def _choice(family: str, m: int, n: int, k: int, dtype: str) -> Variant:
     """The tuned variant for a shape, looked up once per process (the database is not read per call)."""
     return tuned(family, m, n, k, dtype=dtype)
+
+
+@functools.cache
+def launched(variant: Variant, shape: Any) -> Callable[[list[Any]], None]:
+    """A prepared launch of the variant on this shape, built once per process: call it with the
+    family's kernel arguments (an output split-K adds into is zeroed first)."""
+    from .run import launcher
+
+    return launcher(loaded(variant), get_family(variant.family).launch(variant, shape))
 
 
 @functools.cache

@@ -28,8 +28,7 @@ import pycuda.gpuarray as gpuarray  # noqa: E402
 import gen  # noqa: E402
 from gen.families import get_family  # noqa: E402
 from gen.lookup import tuned_with_reason  # noqa: E402
-from gen.kernels import loaded  # noqa: E402
-from gen.run import launcher  # noqa: E402
+from gen.kernels import launched  # noqa: E402
 from gen.table import markdown_table, text_table  # noqa: E402
 
 SGEMM_SHAPES = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
@@ -98,7 +97,7 @@ def kernel(variant: Any, size: str, arrays: dict[str, Any]) -> Callable[[], None
     family = get_family(variant.family)
     shape = family.parse_shape(size)
     arguments = family.kernel_arguments(shape, {name: array.gpudata for name, array in arrays.items()})
-    run = launcher(loaded(variant), family.launch(variant, shape))
+    run = launched(variant, shape)
     return lambda: run(arguments)
 
 

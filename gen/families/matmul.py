@@ -27,6 +27,7 @@ METHODS = ("tiled", "naive")
 # Which barrier each placement keeps: after the tile loads, after the partial products.
 LOAD_BARRIER_SYNCS = ("both", "after-load", "divergent")
 COMPUTE_BARRIER_SYNCS = ("both", "after-compute", "divergent")
+ARRAY_ARGUMENTS = ("A", "B", "C")  # the kernels' pointer arguments, in order; the sizes follow
 
 
 @dataclass(frozen=True, order=True)
@@ -175,7 +176,7 @@ class MatmulFamily(Family):
 
     def kernel_arguments(self, shape: MatmulShape, arrays: Mapping[str, Any]) -> list[Any]:
         ints = [np.int32(x) for x in (shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc)]
-        return [arrays["A"], arrays["B"], arrays["C"], *ints]
+        return [*(arrays[name] for name in ARRAY_ARGUMENTS), *ints]
 
     def ceiling_key(self, dtype: str) -> str:
         return f"gemm_{dtype}"

@@ -20,7 +20,7 @@ from ..errors import InvalidVariant
 from ..family import Cleared, Family, Launch, blocks, check_shared_bytes, element_bytes
 from ..limits import MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_BLOCK, WARP_SIZE
 from ..variant import Variant, choice, integer
-from .matmul import MatmulFamily, MatmulShape
+from .matmul import ARRAY_ARGUMENTS, MatmulFamily, MatmulShape
 
 LANES_M, LANES_N = 4, 8  # how a warp's 32 lanes sit over its sub-tile
 BOUNDS = ("none", "guard", "split")
@@ -150,7 +150,8 @@ class SgemmFamily(MatmulFamily):
     def launch(self, variant: SgemmVariant, shape: MatmulShape) -> Launch:
         cleared = None  # split-K adds into C, which must start at zero
         if variant.splitk > 1:
-            cleared = Cleared(argument=2, rows=shape.m, width=shape.n, pitch_bytes=4 * shape.ldc)
+            cleared = Cleared(argument=ARRAY_ARGUMENTS.index("C"), rows=shape.m, width=shape.n,
+                              pitch_bytes=4 * shape.ldc)
         return Launch(grid=(blocks(shape.n, variant.bn), blocks(shape.m, variant.bm), variant.splitk),
                       block=(variant.threads_per_block, 1, 1), dynamic_shared_bytes=variant.dynamic_shared_bytes,
                       cleared=cleared)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import InvalidVariant
 from ..family import Family, Launch, blocks, check_naive_settings, check_shared_bytes, element_bytes, parse_dims
-from ..limits import MAX_ELEMENTS, MAX_THREADS_PER_BLOCK
+from ..limits import MAX_ELEMENTS, MAX_THREADS_PER_BLOCK, WARP_SIZE
 from ..variant import Variant, choice, integer
 
 DTYPES = ("f32", "f64")
@@ -26,12 +26,15 @@ SYNCS = ("both", "none")
 VECS = (1, 4)
 GROUPS = (0, 1, 2, 4, 8, 16, 32)
 HINTS = ("normal", "stream")
-WARP_CHUNKS, WARP_ROWS = 8, 4  # with vec=4 a warp covers 8 float4s of 4 tile rows: 4 full 128-byte lines
+WARP_CHUNKS = 8  # with vec=4 a warp covers 8 float4s (128 bytes) of each of its tile rows
+WARP_ROWS = WARP_SIZE // WARP_CHUNKS  # ... and so 4 tile rows
 
 
 @dataclass(frozen=True, order=True)
 class TransposeVariant(Variant):
     family: ClassVar[str] = "transpose"
+    warp_chunks: ClassVar[int] = WARP_CHUNKS  # for the template
+    warp_rows: ClassVar[int] = WARP_ROWS
 
     dtype: str = choice("f32", DTYPES, help="element type: f32 float, f64 double")
     method: str = choice("shared", METHODS, space=METHODS,
@@ -48,7 +51,7 @@ class TransposeVariant(Variant):
     vec: int = choice(1, VECS, tag="v", omit=1, space=VECS,
                       help="elements per global load and store: 4 = 16-byte float4 (f32, tiles of 32 or more)")
     hint: str = choice("normal", HINTS, omit="normal", emitted=("normal",),
-                       help="method=shared: stream marks global accesses evict-first (__ldcs/__stcs), touched once")
+                       help="shared tiles: stream marks global accesses evict-first (__ldcs/__stcs), touched once")
     bounds: str = choice("guard", BOUNDS, space=BOUNDS, help="none: shapes must be tile multiples; guard: checked")
     sync: str = choice("both", SYNCS, emitted=SYNCS,
                        help="both: barrier between the tile's writes and reads; none: a race on purpose")

@@ -12,7 +12,7 @@
 //   bounds    none
 //   sync      none
 //   smem      static
-//   template  transpose.cu.j2 (sha256 eccd49d89478)
+//   template  transpose.cu.j2 (sha256 ae3a9a2e6d74)
 //
 // Reproduce with:
 //   tilegen render transpose -p dtype=f32 -p method=diagonal -p tile=64 -p rows=8 -p padding=0 -p group=0 -p vec=4 -p hint=normal -p bounds=none -p sync=none -p smem=static
@@ -44,12 +44,14 @@ extern "C" __global__ void transpose_f32_diagonal_t64_r8_p0_v4_none_none(
     // Block (bx, by) takes tile ((bx + by) mod gridDim.x, bx): the diagonal order.
     const int tile_x = (blockIdx.x + blockIdx.y) % gridDim.x, tile_y = blockIdx.x;
     constexpr int VEC = 4, CHUNKS = TILE / VEC;  // floats per vector, vectors per tile row
-    // Each warp covers 8 vectors in each of 4 tile rows: its global accesses are four whole
-    // 128-byte lines, and with PAD = 1 its 32 shared accesses fall in 32 different banks, both
-    // when it writes rows of the tile and when it reads columns.
+    // Each warp covers WARP_CHUNKS vectors in each of WARP_ROWS tile rows: its global accesses are
+    // whole 128-byte lines, and with PAD = 1 its 32 shared accesses fall in 32 different banks,
+    // both when it writes rows of the tile and when it reads columns.
+    constexpr int WARP_CHUNKS = 8, WARP_ROWS = 4;
     const int thread = threadIdx.y * CHUNKS + threadIdx.x, lane = thread % 32, warp = thread / 32;
-    const int chunk = lane % 8 + 8 * (warp % (CHUNKS / 8));  // the vector of a tile row this thread moves
-    const int row = lane / 8 + 4 * (warp / (CHUNKS / 8));  // its first tile row; then every ROWS rows
+    // The vector of a tile row this thread moves, and its first tile row (then every ROWS rows).
+    const int chunk = lane % WARP_CHUNKS + WARP_CHUNKS * (warp % (CHUNKS / WARP_CHUNKS));
+    const int row = lane / WARP_CHUNKS + WARP_ROWS * (warp / (CHUNKS / WARP_CHUNKS));
     const float4* in4 = reinterpret_cast<const float4*>(in);
     float4* out4 = reinterpret_cast<float4*>(out);
     const int W4 = W / VEC, H4 = H / VEC;  // row lengths in vectors

@@ -12,7 +12,7 @@
 //   bounds    none
 //   sync      both
 //   smem      static
-//   template  transpose.cu.j2 (sha256 eccd49d89478)
+//   template  transpose.cu.j2 (sha256 ae3a9a2e6d74)
 //
 // Reproduce with:
 //   tilegen render transpose -p dtype=f32 -p method=naive -p tile=64 -p rows=16 -p padding=0 -p group=0 -p vec=1 -p hint=normal -p bounds=none -p sync=both -p smem=static

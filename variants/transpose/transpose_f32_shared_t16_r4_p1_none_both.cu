@@ -12,7 +12,7 @@
 //   bounds    none
 //   sync      both
 //   smem      static
-//   template  transpose.cu.j2 (sha256 eccd49d89478)
+//   template  transpose.cu.j2 (sha256 ae3a9a2e6d74)
 //
 // Reproduce with:
 //   tilegen render transpose -p dtype=f32 -p method=shared -p tile=16 -p rows=4 -p padding=1 -p group=0 -p vec=1 -p hint=normal -p bounds=none -p sync=both -p smem=static
@@ -44,7 +44,7 @@ extern "C" __global__ void transpose_f32_shared_t16_r4_p1_none_both(
     for (int j = 0; j < TILE; j += ROWS)
         tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * W + x];
 
-    // Barrier: a thread reads back a column of the tile that other threads wrote, so the whole
+    // Barrier: a thread reads back columns of the tile that other threads wrote, so the whole
     // tile must be in shared memory first.
     __syncthreads();
 

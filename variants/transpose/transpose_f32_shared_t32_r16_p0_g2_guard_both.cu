@@ -12,7 +12,7 @@
 //   bounds    guard
 //   sync      both
 //   smem      static
-//   template  transpose.cu.j2 (sha256 eccd49d89478)
+//   template  transpose.cu.j2 (sha256 ae3a9a2e6d74)
 //
 // Reproduce with:
 //   tilegen render transpose -p dtype=f32 -p method=shared -p tile=32 -p rows=16 -p padding=0 -p group=2 -p vec=1 -p hint=normal -p bounds=guard -p sync=both -p smem=static
@@ -51,7 +51,7 @@ extern "C" __global__ void transpose_f32_shared_t32_r16_p0_g2_guard_both(
         if (x < W && y + j < H)  // Bound check: the tile may stick out past the edge of in.
             tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * W + x];
 
-    // Barrier: a thread reads back a column of the tile that other threads wrote, so the whole
+    // Barrier: a thread reads back columns of the tile that other threads wrote, so the whole
     // tile must be in shared memory first.
     __syncthreads();
 

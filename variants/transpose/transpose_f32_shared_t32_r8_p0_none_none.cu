@@ -12,7 +12,7 @@
 //   bounds    none
 //   sync      none
 //   smem      static
-//   template  transpose.cu.j2 (sha256 eccd49d89478)
+//   template  transpose.cu.j2 (sha256 ae3a9a2e6d74)
 //
 // Reproduce with:
 //   tilegen render transpose -p dtype=f32 -p method=shared -p tile=32 -p rows=8 -p padding=0 -p group=0 -p vec=1 -p hint=normal -p bounds=none -p sync=none -p smem=static
@@ -44,8 +44,8 @@ extern "C" __global__ void transpose_f32_shared_t32_r8_p0_none_none(
     for (int j = 0; j < TILE; j += ROWS)
         tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * W + x];
 
-    // No barrier here (sync=none): threads may read a column of the tile before the threads
-    // that write it have done so, a read-after-write race left in on purpose.
+    // No barrier here (sync=none): threads may read columns of the tile before the threads that
+    // write them have done so, a read-after-write race left in on purpose.
 
     // Tile (tx, ty) of in lands as tile (ty, tx) of out; a warp writes a row segment of out.
     x = tile_y * TILE + threadIdx.x;  // the column of out this thread writes
