@@ -1,24 +1,40 @@
 """tilegen: Jinja templates -> CUDA C kernel variants, compiled, checked, timed and tuned.
 
-`import gen` needs no GPU and no pycuda; `tuned` and `matmul` import what they need when called.
+`import gen` needs no GPU and no pycuda; `tuned`, `kernel` and `matmul` import what they need when
+called. Families from outside tilegen: `load_families(folder)` (or $TILEGEN_FAMILY_PATH).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
-def tuned(family: str, *dims: int, dtype: str = "f32", **options: Any) -> Any:
+def tuned(family: str, *dims: int | str, dtype: str = "f32", **options: Any) -> Any:
     """The best known variant of `family` for this shape on the current GPU (see gen.lookup)."""
     from .lookup import tuned as lookup
 
     return lookup(family, *dims, dtype=dtype, **options)
 
 
+def kernel(family: str, *dims: int | str, dtype: str = "f32") -> Any:
+    """The tuned variant of `family` for this shape, ready to call on device arrays (see gen.kernels)."""
+    from .kernels import kernel as prepared
+
+    return prepared(family, *dims, dtype=dtype)
+
+
 def matmul(a: Any, b: Any, out: Any = None) -> Any:
-    """C = A·B on pycuda GPUArrays with the tuned variant for this GPU (see gen.kernels)."""
+    """C = A·B on pycuda GPUArrays (views too) with the tuned variant for this GPU (see gen.kernels)."""
     from .kernels import matmul as run
 
     return run(a, b, out)
+
+
+def load_families(folder: str | Path) -> None:
+    """Use the family modules (and templates) in `folder`, here and in every worker started later."""
+    from .plugins import add_family_path
+
+    add_family_path(folder)

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from . import __version__
-from .compiler import CompileOptions, Compiled, compile_variants, provenance
+from .compiler import CompileOptions, Compiled, compile_variants, compiled_row, provenance
 from .emit import emit
 from .errors import TilegenError, UsageError
-from .families import FAMILIES, get_family
+from .families import all_families, get_family
+from .plugins import FAMILY_PATH_ENV, add_family_path, registry
 from .progress import Progress
 from .render import render
 from .export import write_t4
@@ -22,8 +23,9 @@ from .strategies import STRATEGIES
 from .tune import TuneOptions, describe, revalidate, tune
 from .tunedb import DB_ENV, TuningDB, problem_of
 from .space import Space, parse_options
-from .jobs import CACHE_CONFIGS, TimingOptions
-from .store import ResultLog, Row, compiled_row, skipped_row
+from .jobs import CACHE_CONFIGS
+from .results import GpuModel, Row, TimingOptions, skipped_row
+from .store import ResultLog
 from .sweep import SweepOptions, summary, sweep
 from .worker import GpuUnavailable, LocalExecutor, parse_gpus
 from .table import text_table
@@ -35,6 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        for folder in args.family_path:
+            add_family_path(folder)
         return args.handler(args) or 0
     except TilegenError as error:
         print(f"tilegen: error: {error}", file=sys.stderr)
@@ -55,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tilegen", description="Jinja templates -> CUDA kernel variants: render, "
                      "compile, check, time and tune them.")
     parser.add_argument("--version", action="version", version=f"tilegen {__version__}")
+    parser.add_argument("--family-path", action="append", default=[], metavar="DIR",
+                        help=f"also load the families (modules and templates) in DIR; repeatable (also "
+                             f"${FAMILY_PATH_ENV})")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     listing = commands.add_parser("list", help="families, their parameters, allowed values and defaults")
@@ -67,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     rendering.set_defaults(handler=cmd_render)
 
     emitting = commands.add_parser("emit", help="write variants/ from scratch (the golden record)")
+    emitting.add_argument("families", nargs="*", metavar="FAMILY", help="only these families (default: all)")
     emitting.add_argument("--out", type=Path, default=Path("variants"), help="folder (default: variants)")
     emitting.set_defaults(handler=cmd_emit)
 
@@ -162,18 +170,25 @@ def _add_space_arguments(parser: argparse.ArgumentParser) -> None:
 # ---- commands -------------------------------------------------------------------------------------
 
 def cmd_list(args: argparse.Namespace) -> None:
+    for problem in registry().problems:
+        print(f"tilegen: warning: {problem}", file=sys.stderr)
     if args.family is None:
         print(text_table(["family", "size", "what"],
-                         [[f.name, f.shape_format, f.summary] for f in FAMILIES.values()]))
+                         [[f.name, f.shape_format, f.summary] for f in all_families().values()]))
         return
     family = get_family(args.family)
-    print(f"{family.name}: {family.summary}\nsize: {family.shape_format}, e.g. {family.shape_example}\n")
+    space = Space.default(family)
+    valid = len(space.expand().valid)
+    print(f"{family.name}: {family.summary}\nsize: {family.shape_format}, e.g. {family.problem.shape_example}\n"
+          f"defined in: {family.source}\n")
     rows = []
     for p in family.variant_type.parameters():
         allowed = ", ".join(map(str, p.choices)) if p.choices else f"integer >= {p.minimum}"
         rows.append([p.name, allowed, p.default, ",".join(map(str, p.space)), p.help])
     print(text_table(["parameter", "allowed", "default", "default space", "meaning"], rows))
     print(f"\ndefault variant: {family.default_variant().name}")
+    print(f"names: {family.variant_type.name_format()}")
+    print(f"default space: {valid} valid points of {len(space)}")
 
 
 def cmd_render(args: argparse.Namespace) -> None:
@@ -187,7 +202,8 @@ def cmd_render(args: argparse.Namespace) -> None:
 
 
 def cmd_emit(args: argparse.Namespace) -> None:
-    count = emit(args.out)
+    families = [get_family(name) for name in args.families] or list(all_families().values())
+    count = emit(args.out, families)
     print(f"wrote {count} files under {args.out}/")
 
 
@@ -195,7 +211,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
     family = get_family(args.family)
     expansion = Space.from_options(family, args.params).select(args.filter)
     options = CompileOptions.local(args.arch, args.jobs)
-    made_by = provenance(options, family.template)
+    made_by = provenance(options, family)
     rows = [skipped_row(s.variant, s.reason, provenance=dict(made_by)) for s in expansion.skipped]
     log = ResultLog(args.out) if args.out else None
     for row in rows if log else []:
@@ -280,7 +296,7 @@ def cmd_best(args: argparse.Namespace) -> None:
 def cmd_export(args: argparse.Namespace) -> None:
     db = TuningDB(args.db)
     model = _pick_model(db, args.gpu) if args.gpu else None
-    rows = db.rows(args.family, model)
+    rows = db.rows(args.family, str(model) if model else None)
     if not rows:
         raise UsageError(f"{db.path} holds no measurements for that family and GPU")
     print(f"wrote {write_t4(rows, args.t4)} results to {args.t4}")
@@ -314,11 +330,11 @@ def compile_summary(compiled: list[Compiled], skipped: int) -> str:
             f"as invalid")
 
 
-def _pick_model(db: TuningDB, name: str) -> str:
+def _pick_model(db: TuningDB, name: str) -> GpuModel:
     """The one GPU model in the database whose name contains `name`."""
-    found = [m for m in db.models() if name.lower() in m.lower()]
+    found = [m for m in db.models() if name.lower() in str(m).lower()]
     if len(found) != 1:
-        known = "; ".join(db.models()) or "none"
+        known = "; ".join(str(m) for m in db.models()) or "none"
         raise UsageError(f"--gpu {name!r} matches {len(found)} GPU models in {db.path} (known: {known})")
     return found[0]
 

@@ -19,3 +19,7 @@ class ToolMissing(TilegenError):
 
 class TemplateProblem(TilegenError):
     """A template failed to load or render; the message names the template file and line."""
+
+
+class Interrupted(Exception):
+    """The run is stopping (Ctrl-C, SIGTERM): work in progress is dropped, never recorded."""

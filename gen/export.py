@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from . import __version__
-from .store import Row, Status
+from .results import Row, Status
 
 T4_VERSION = "1.0.0"
 # tilegen's statuses as T4 invalidity kinds; "correct" marks a valid, correct measurement.

@@ -1,78 +1,149 @@
-"""Ready-to-call kernels: run the tuned variant on the caller's pycuda GPUArrays, in its own context."""
+"""Ready-to-call kernels: the tuned variant of any family, run on the caller's device arrays in the
+caller's own CUDA context. pycuda is reached only through gen.run.
+
+    kernel = gen.kernel("reduce", "4096x8192")     # the tuned variant for this GPU and shape
+    kernel(data=rows_gpu, sums=out_gpu)            # arrays by argument name (or in order)
+"""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from .compiler import CompileOptions, compile_variant
 from .errors import UsageError
 from .families import get_family
-from .lookup import tuned
+from .family import NUMPY_DTYPE, Family, Scalar
+from .lookup import shape_text, tuned
 from .variant import Variant
 
-_FAMILY_FOR = {np.dtype(np.float32): ("sgemm", "f32"), np.dtype(np.float64): ("matmul", "f64")}
+_GEMM_FOR = {np.dtype(np.float32): ("sgemm", "f32"), np.dtype(np.float64): ("matmul", "f64")}
+VECTOR_BYTES = 16  # vec=4 variants load float4s: every matrix must start on a 16-byte boundary
+
+
+class Kernel:
+    """One variant prepared for one shape: call it with the family's arrays (GPUArrays or views)."""
+
+    def __init__(self, family: Family, variant: Variant, shape: Any):
+        self.family, self.variant, self.shape = family, variant, shape
+        self.arrays = [a.name for a in family.problem.arguments if not isinstance(a, Scalar)]
+
+    def __call__(self, *positional: Any, **named: Any) -> Any:
+        """Launch on these arrays (in argument order, or by name); returns the output array."""
+        if len(positional) > len(self.arrays):
+            raise UsageError(f"{self.family.name} takes {len(self.arrays)} arrays ({', '.join(self.arrays)}), "
+                             f"got {len(positional)}")
+        given = dict(zip(self.arrays, positional))
+        for name, array in named.items():
+            if name not in self.arrays or name in given:
+                raise UsageError(f"{self.family.name} takes the arrays {', '.join(self.arrays)}; {name!r} is "
+                                 f"{'given twice' if name in given else 'not one of them'}")
+            given[name] = array
+        missing = [n for n in self.arrays if n not in given]
+        if missing:
+            raise UsageError(f"{self.family.name} needs the arrays {', '.join(missing)} too")
+        self._check(given)
+        from .run import launcher
+
+        launcher(loaded(self.variant), self.family.launch(self.variant, self.shape), self.family.problem, self.shape,
+                 given)()
+        return given[self.family.problem.output.name]
+
+    def _check(self, given: dict[str, Any]) -> None:
+        """Each array must be dense, with the dimensions and element type the family expects."""
+        expected = self.family.problem.arrays(self.shape)
+        dtype = np.dtype(NUMPY_DTYPE[self.variant.dtype])
+        for name, array in given.items():
+            if not hasattr(array, "gpudata") or np.dtype(getattr(array, "dtype", None)) != dtype:
+                raise UsageError(f"{name} must be a {dtype} device array (a pycuda GPUArray), got "
+                                 f"{type(array).__name__}")
+            if tuple(array.shape) != expected[name]:
+                raise UsageError(f"{name} of {self.family.name} at {self.shape} must be {expected[name]}, got "
+                                 f"{tuple(array.shape)}")
+            if tuple(array.strides) != _dense_strides(expected[name], dtype.itemsize):
+                raise UsageError(f"{name} must be contiguous and row-major (strides {array.strides})")
+
+
+def kernel(family: str, *dims: int | str, dtype: str = "f32") -> Kernel:
+    """The tuned variant of `family` for this shape on the current GPU, ready to call."""
+    chosen = get_family(family)
+    shape = chosen.parse_shape(shape_text(dims))
+    return Kernel(chosen, _choice(chosen.name, str(shape), dtype), shape)
 
 
 def matmul(a: Any, b: Any, out: Any = None) -> Any:
-    """C = A·B for row-major pycuda GPUArrays (float32 through the tuned sgemm, float64 through matmul).
-
-    Needs a current CUDA context (e.g. `import pycuda.autoprimaryctx`); returns `out` or a new GPUArray.
-    """
-    import pycuda.driver as cuda
-    import pycuda.gpuarray as gpuarray
-
-    if cuda.Context.get_current() is None:
-        raise UsageError("gen.matmul needs a current CUDA context: import pycuda.autoprimaryctx first")
+    """C = A·B for row-major pycuda GPUArrays, sub-matrix views included (float32 through the tuned
+    sgemm, float64 through matmul). Needs a current CUDA context (import pycuda.autoprimaryctx)."""
     (m, k), (k2, n) = _matrix(a, "a"), _matrix(b, "b")
-    if k != k2 or a.dtype != b.dtype or a.dtype not in _FAMILY_FOR:
+    if k != k2 or a.dtype != b.dtype or np.dtype(a.dtype) not in _GEMM_FOR:
         raise UsageError(f"gen.matmul multiplies float32 or float64 matrices (M x K)(K x N); got {a.dtype} "
                          f"{a.shape} and {b.dtype} {b.shape}")
-    family_name, dtype = _FAMILY_FOR[a.dtype]
-    family = get_family(family_name)
-    shape = family.parse_shape(f"{m}x{n}x{k}")
-    variant = _choice(family_name, m, n, k, dtype)
-    if variant.dtype != dtype:
-        raise UsageError(f"the tuned {family_name} variant {variant.name} is not {dtype}; check the tuning database")
+    family, dtype = _GEMM_FOR[np.dtype(a.dtype)]
     if out is None:
-        out = gpuarray.empty((m, n), dtype=a.dtype)
-    launched(variant, shape)(family.kernel_arguments(shape, {"A": a.gpudata, "B": b.gpudata, "C": out.gpudata}))
-    return out
+        from .run import empty
+
+        out = empty((m, n), a.dtype)
+    if _matrix(out, "out") != (m, n) or out.dtype != a.dtype:
+        raise UsageError(f"out must be a {a.dtype} {m} x {n} matrix, got {out.dtype} {out.shape}")
+    lda, ldb, ldc = (_leading(x) for x in (a, b, out))
+    size = f"{m}x{n}x{k}" + (f":{lda},{ldb},{ldc}" if (lda, ldb, ldc) != (k, n, n) else "")
+    chosen = kernel(family, size, dtype=dtype)
+    if any(int(x.gpudata) % VECTOR_BYTES for x in (a, b, out)) and chosen.variant.params().get("vec", 1) > 1:
+        scalar = chosen.family.runnable(replace(chosen.variant, vec=1), chosen.shape)  # views off 16-byte alignment
+        chosen = Kernel(chosen.family, scalar or chosen.family.safe_variant(chosen.shape, dtype), chosen.shape)
+    return chosen(A=_as_allocated(a, (m, lda)), B=_as_allocated(b, (k, ldb)), C=_as_allocated(out, (m, ldc)))
 
 
 @functools.cache
-def _choice(family: str, m: int, n: int, k: int, dtype: str) -> Variant:
+def _choice(family: str, shape: str, dtype: str) -> Variant:
     """The tuned variant for a shape, looked up once per process (the database is not read per call)."""
-    return tuned(family, m, n, k, dtype=dtype)
-
-
-@functools.cache
-def launched(variant: Variant, shape: Any) -> Callable[[list[Any]], None]:
-    """A prepared launch of the variant on this shape, built once per process: call it with the
-    family's kernel arguments (an output split-K adds into is zeroed first)."""
-    from .run import launcher
-
-    return launcher(loaded(variant), get_family(variant.family).launch(variant, shape))
+    variant = tuned(family, shape, dtype=dtype)
+    if variant.dtype != dtype:
+        raise UsageError(f"the tuned {family} variant {variant.name} is not {dtype}; check the tuning database")
+    return variant
 
 
 @functools.cache
 def loaded(variant: Variant) -> Any:
     """The variant's kernel, compiled (or from the cache) and loaded into the current context."""
-    import pycuda.driver as cuda
-
-    from .run import configure
+    from .run import load_function
 
     compiled = compile_variant(variant, CompileOptions.local())
     if not compiled.ok:
         raise UsageError(f"{variant.name} does not compile: {compiled.log.strip().splitlines()[-1]}")
-    function = cuda.module_from_buffer(compiled.cubin.read_bytes()).get_function(variant.name)
-    configure(function, "none", variant.dynamic_shared_bytes)
-    return function
+    return load_function(compiled.cubin.read_bytes(), variant.name, variant.dynamic_shared_bytes)
 
 
 def _matrix(array: Any, label: str) -> tuple[int, int]:
-    if len(array.shape) != 2 or not array.flags.c_contiguous:
-        raise UsageError(f"{label} must be a C-contiguous 2-D GPUArray, got shape {array.shape}")
-    return array.shape
+    if len(getattr(array, "shape", ())) != 2:
+        raise UsageError(f"{label} must be a 2-D GPUArray, got shape {getattr(array, 'shape', None)}")
+    return tuple(array.shape)
+
+
+def _leading(array: Any) -> int:
+    """The row stride in elements of a row-major matrix or sub-matrix view."""
+    item = np.dtype(array.dtype).itemsize
+    row, column = array.strides
+    if column != item or row % item or row // item < array.shape[1]:
+        raise UsageError(f"a {array.shape} matrix with strides {array.strides} is not a row-major view")
+    return row // item
+
+
+def _dense_strides(dims: tuple[int, ...], item: int) -> tuple[int, ...]:
+    return tuple(int(np.prod(dims[i + 1:])) * item for i in range(len(dims)))
+
+
+class _View:
+    """A device array as the kernel sees it: a pointer and its allocated dimensions."""
+
+    def __init__(self, array: Any, dims: tuple[int, ...]):
+        self.gpudata, self.shape, self.dtype = array.gpudata, dims, array.dtype
+        self.strides = _dense_strides(dims, np.dtype(array.dtype).itemsize)
+
+
+def _as_allocated(array: Any, dims: tuple[int, int]) -> Any:
+    """A matrix view (m x n, row stride ld) as the m x ld allocation the GEMM arguments describe."""
+    return array if tuple(array.shape) == dims else _View(array, dims)

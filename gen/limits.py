@@ -1,10 +1,13 @@
-"""CUDA limits every variant is validated against: one place for each number.
+"""CUDA limits every variant and launch is validated against: one place for each number.
 
-Sources: CUDA C++ Programming Guide, "Compute Capabilities" table (threads per block, static shared
-memory per block, shared memory per block with opt-in on compute capability 9.0).
+Sources: CUDA C++ Programming Guide, "Compute Capabilities" table (threads per block, block and
+grid dimensions, static shared memory per block, shared memory per block with opt-in on compute
+capability 9.0).
 """
 
 MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIMS = (1024, 1024, 64)
+MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
 MAX_STATIC_SHARED_BYTES = 48 * 1024
 # Dynamic shared memory beyond 48 KiB needs cudaFuncSetAttribute; 227 KiB is the sm_90 opt-in maximum.
 MAX_DYNAMIC_SHARED_BYTES = 227 * 1024

@@ -10,7 +10,7 @@ from typing import Sequence
 from .errors import UsageError
 from .families import get_family
 from .report import measured
-from .store import Row
+from .results import Row
 from .tune import best_so_far
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from .errors import UsageError
-from .store import RESULTS_JSONL, Row, Status, read_rows
+from .results import Row, Status
+from .store import RESULTS_JSONL, read_rows
 from .table import markdown_table, text_table
 
 Table = Callable[[Sequence[str], Sequence[Sequence[object]]], str]

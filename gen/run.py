@@ -3,6 +3,9 @@
 A `Runner` lives in a worker process that sees one GPU (CUDA_VISIBLE_DEVICES is set before it
 starts). It works in the device's primary context (pycuda.autoprimaryctx), so CuPy or PyTorch in
 the same process (for the cuBLAS ceiling) share it. Importing this module makes no context.
+
+Everything here is generic over families: arrays, arguments, the output region and the reference
+come from the family's Problem, in any number of dimensions.
 """
 
 from __future__ import annotations
@@ -13,18 +16,18 @@ import subprocess
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
 from pycuda.reduction import ReductionKernel
 
-from .family import NUMPY_DTYPE, Family, Launch
 from .families import get_family
-from .jobs import CACHE_CONFIGS, DeviceInfo, Job, Measurement, Timing, TimingOptions, median_relative_error
+from .family import COPY_BANDWIDTH, GEMM_F32, GEMM_F64, NUMPY_DTYPE, Family, Launch, Problem
+from .jobs import CACHE_CONFIGS, Job
 from .paths import cache_dir
-from .store import Status
+from .results import DeviceInfo, Measurement, Status, Timing, TimingOptions, median_relative_error
 from .variant import Variant
 
 _CACHE_PREFERENCE = {
@@ -35,6 +38,7 @@ _CACHE_PREFERENCE = {
 }
 PROBLEMS_KEPT = 3  # inputs and float64 references kept on the device per (shape, dtype, seed)
 WARM_SAMPLE_MS = 1.0  # a warm sample times back-to-back launches for about this long
+CEILING_SAMPLES = TimingOptions(min_samples=10, max_samples=20, target_rsd=0.0, warmup=3, budget_s=30.0)
 
 
 class Runner:
@@ -43,7 +47,7 @@ class Runner:
 
         self.device = read_device_info(pycuda.autoprimaryctx.device, physical_index)
         self._functions: dict[tuple[str, str, str], Any] = {}
-        self._modules: list[Any] = []  # keep loaded modules alive
+        self._modules: dict[str, Any] = {}  # loaded cubins (a batch compile holds several kernels)
         self._problems: OrderedDict[tuple, DeviceProblem] = OrderedDict()
         self._checker = OutputChecker()
         self._flush_buffer = cuda.mem_alloc(2 * self.device.l2_bytes)
@@ -55,8 +59,9 @@ class Runner:
         variant = family.variant_type.from_name(job.name)
         shape = family.parse_shape(job.shape)
         try:
-            function = self._function(job, variant)
-            return self._check_and_time(job, family, variant, shape, function, report)
+            launch = family.launch(variant, shape)
+            function = self._function(job, launch)
+            return self._check_and_time(job, family, variant, shape, launch, function, report)
         except cuda.MemoryError as error:
             return Measurement(Status.LAUNCH_ERROR, f"out of device memory: {error}", device=self.device)
         except cuda.Error as error:
@@ -69,121 +74,86 @@ class Runner:
         if self._ceilings is None:
             path = cache_dir() / "ceilings.json"
             known = json.loads(path.read_text()) if path.exists() else {}
-            if self.device.model not in known:
+            model = str(self.device.model)
+            if model not in known:
                 report("measuring ceilings")
-                known[self.device.model] = measure_ceilings()
+                known[model] = measure_ceilings()
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(known, indent=1))
-            self._ceilings = known[self.device.model]
+            self._ceilings = known[model]
         return self._ceilings
 
     # ---- stages ------------------------------------------------------------------------------
 
-    def _check_and_time(self, job: Job, family: Family, variant: Variant, shape: Any, function: Any,
+    def _check_and_time(self, job: Job, family: Family, variant: Variant, shape: Any, launch: Launch, function: Any,
                         report: Callable[[str], None]) -> Measurement:
-        run = launcher(function, family.launch(variant, shape))
+        problem = family.problem
         started = time.perf_counter()
-        measurement, arguments = self._check(job, family, variant, shape, run, report)
+        measurement, call = self._check(job, problem, variant, shape, launch, function, report)
         measurement.check_seconds = time.perf_counter() - started
         if measurement.status is not Status.OK or job.timing is None:
             return measurement
-        measurement.ceiling = self.ceilings(report).get(family.ceiling_key(variant.dtype))
+        ceiling = problem.ceiling(variant.dtype)
+        measurement.ceiling = self.ceilings(report).get(ceiling.key)
         report("time")
         started = time.perf_counter()
-        measurement.timing = self._time(lambda: run(arguments), job.timing)
+        flush = None if job.timing.warm else self._flush_l2
+        measurement.timing = Timing.of(event_samples(call, job.timing, before_each=flush))
         measurement.l2_flushed = not job.timing.warm
-        measurement.throughput = family.throughput(variant, shape, measurement.timing.median_ms / 1e3)
+        measurement.throughput = problem.throughput(shape, variant.dtype, measurement.timing.median_ms / 1e3)
         measurement.time_seconds = time.perf_counter() - started
         return measurement
 
-    def _check(self, job: Job, family: Family, variant: Variant, shape: Any, run: Callable[[list[Any]], None],
-               report: Callable[[str], None]) -> tuple[Measurement, list[Any]]:
+    def _check(self, job: Job, problem: Problem, variant: Variant, shape: Any, launch: Launch, function: Any,
+               report: Callable[[str], None]) -> tuple[Measurement, Callable[[], None]]:
         """One launch per seed on fresh inputs into a NaN-poisoned output, each compared with its
-        reference; the verdict, and the last launch's arguments (for timing)."""
-        worst, problem, arguments = 0.0, "", []
-        tolerance = family.tolerance(variant.dtype, shape)
-        output_name, output_dims = family.output_dims(shape)
+        reference; the verdict, and the last launch (for timing)."""
+        worst, problem_found, call = 0.0, "", lambda: None
+        tolerance = problem.tolerance(variant.dtype, shape)
+        output = problem.output.name
         for seed in job.seeds:
             report(f"check seed {seed}")
-            expected = self._problem(family, variant, shape, seed)
+            expected = self._problem(problem, variant.dtype, shape, seed)
             # Fresh copies, so that a kernel scribbling on its inputs cannot spoil the next check.
             arrays = {name: array.copy() for name, array in expected.inputs.items()}
-            arrays[output_name] = gpuarray.empty(output_dims, dtype=NUMPY_DTYPE[variant.dtype])
-            arrays[output_name].fill(np.nan)
-            arguments = family.kernel_arguments(shape, {name: array.gpudata for name, array in arrays.items()})
-            run(arguments)
+            arrays[output] = gpuarray.empty(expected.expected.shape, dtype=NUMPY_DTYPE[variant.dtype])
+            arrays[output].fill(np.nan)
+            call = launcher(function, launch, problem, shape, arrays)
+            call()
             cuda.Context.synchronize()
-            error, found = self._checker.compare(arrays[output_name], expected, family.output_region(shape), tolerance)
+            error, found = self._checker.compare(arrays[output], expected, tolerance)
             worst = max(worst, error) if not math.isnan(error) else math.inf
-            problem = problem or found
-        measurement = Measurement(Status.WRONG if problem else Status.OK, problem, error=worst, tolerance=tolerance,
-                                  checks=len(job.seeds), device=self.device, unit=family.throughput_unit)
-        return measurement, arguments
-
-    def _time(self, launch: Callable[[], None], options: TimingOptions) -> Timing:
-        """CUDA events around each launch, after warm-up; sample until the median is steady.
-
-        Cold (the default): an asynchronous L2 flush goes first, which also keeps the GPU busy
-        while the host records the start event and launches, so launch latency is not timed.
-        Warm: a batch of back-to-back launches per sample, long enough to hide that latency.
-        """
-        for _ in range(options.warmup):
-            launch()
-        start, end = cuda.Event(), cuda.Event()
-        batch = 1 if not options.warm else self._warm_batch(launch, start, end)
-        samples: list[float] = []
-        deadline = time.monotonic() + options.budget_s
-        while len(samples) < options.max_samples:
-            if not options.warm:
-                self._flush_l2(len(samples))
-            start.record()
-            for _ in range(batch):
-                launch()
-            end.record()
-            end.synchronize()
-            samples.append(end.time_since(start) / batch)
-            if len(samples) >= options.min_samples and (
-                    median_relative_error(samples) < options.target_rsd or time.monotonic() > deadline):
-                break
-        return Timing.of(samples)
-
-    @staticmethod
-    def _warm_batch(launch: Callable[[], None], start: Any, end: Any) -> int:
-        """Launches per warm sample: enough for about a millisecond of work."""
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        return max(1, min(1000, math.ceil(WARM_SAMPLE_MS / max(end.time_since(start), 1e-3))))
+            problem_found = problem_found or found
+        measurement = Measurement(Status.WRONG if problem_found else Status.OK, problem_found, error=worst,
+                                  tolerance=tolerance, checks=len(job.seeds), device=self.device,
+                                  unit=problem.ceiling(variant.dtype).unit)
+        return measurement, call
 
     def _flush_l2(self, salt: int) -> None:
         """Write a buffer twice the L2's size, so the next launch finds none of its data cached."""
         cuda.memset_d32_async(self._flush_buffer, salt, 2 * self.device.l2_bytes // 4, None)
 
-    def _problem(self, family: Family, variant: Variant, shape: Any, seed: int) -> "DeviceProblem":
-        """Random inputs and their float64 reference on the device, kept for the next variants."""
-        key = (family.name, str(shape), variant.dtype, seed)
+    def _problem(self, problem: Problem, dtype: str, shape: Any, seed: int) -> "DeviceProblem":
+        """Random inputs and the expected output on the device, kept for the next variants."""
+        key = (id(problem), str(shape), dtype, seed)
         if key not in self._problems:
-            inputs = family.random_inputs(variant, shape, seed)
-            reference = np.ascontiguousarray(family.reference(inputs, shape))
-            self._problems[key] = DeviceProblem(
-                inputs={name: gpuarray.to_gpu(host) for name, host in inputs.items()},
-                reference=gpuarray.to_gpu(reference), reference_norm=float(np.linalg.norm(reference)))
+            self._problems[key] = DeviceProblem.of(problem, dtype, shape, seed)
             while len(self._problems) > PROBLEMS_KEPT:
                 self._problems.popitem(last=False)
         self._problems.move_to_end(key)
         return self._problems[key]
 
-    def _function(self, job: Job, variant: Variant) -> Any:
+    def _function(self, job: Job, launch: Launch) -> Any:
         key = (job.cubin, job.name, job.cache_config)
         if key not in self._functions:
-            with open(job.cubin, "rb") as handle:
-                module = cuda.module_from_buffer(handle.read())
-            self._modules.append(module)
-            function = module.get_function(job.name)
-            configure(function, job.cache_config, variant.dynamic_shared_bytes)
+            if job.cubin not in self._modules:
+                with open(job.cubin, "rb") as handle:
+                    self._modules[job.cubin] = cuda.module_from_buffer(handle.read())
+            function = self._modules[job.cubin].get_function(job.name)
+            configure(function, job.cache_config, launch.dynamic_shared_bytes)
             self._functions[key] = function
         return self._functions[key]
+
 
 def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> None:
     """Cache preference, the matching shared-memory carveout, and the opt-in for > 48 KiB dynamic shared."""
@@ -194,32 +164,82 @@ def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> No
         function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_shared_bytes)
 
 
+def event_samples(call: Callable[[], Any], options: TimingOptions,
+                  before_each: Callable[[int], None] | None = None) -> list[float]:
+    """The one CUDA-event timing loop: warm up, then time `call` between two events per sample
+    until the median is steady (or the budget or sample cap is reached); milliseconds per call.
+
+    With `before_each` (an asynchronous L2 flush), the GPU is still busy with it while the host
+    records the start event and enqueues the call, so launch latency stays out of the interval.
+    Without it (warm), each sample times a batch of back-to-back calls long enough to hide that.
+    """
+    for _ in range(options.warmup):
+        call()
+    start, end = cuda.Event(), cuda.Event()
+    batch = 1 if before_each else _warm_batch(call, start, end)
+    samples: list[float] = []
+    deadline = time.monotonic() + options.budget_s
+    while len(samples) < options.max_samples:
+        if before_each:
+            before_each(len(samples))
+        start.record()
+        for _ in range(batch):
+            call()
+        end.record()
+        end.synchronize()
+        samples.append(end.time_since(start) / batch)
+        if len(samples) >= options.min_samples and (
+                median_relative_error(samples) < options.target_rsd or time.monotonic() > deadline):
+            break
+    return samples
+
+
+def _warm_batch(call: Callable[[], Any], start: Any, end: Any) -> int:
+    """Calls per warm sample: enough for about a millisecond of work."""
+    start.record()
+    call()
+    end.record()
+    end.synchronize()
+    return max(1, min(1000, math.ceil(WARM_SAMPLE_MS / max(end.time_since(start), 1e-3))))
+
+
 @dataclass
 class DeviceProblem:
-    inputs: dict[str, Any]  # pristine device arrays, copied for each check
-    reference: Any  # float64 device array: the output region, row-major
+    """One problem on the device: pristine inputs (copied for each check) and the expected output
+    buffer in float64, NaN outside the output region."""
+
+    inputs: dict[str, Any]
+    expected: Any
     reference_norm: float
+    region_size: int
+
+    @classmethod
+    def of(cls, problem: Problem, dtype: str, shape: Any, seed: int) -> "DeviceProblem":
+        inputs = problem.random_inputs(dtype, shape, seed)
+        reference = np.asarray(problem.reference({n: a.astype(np.float64) for n, a in inputs.items()}, shape))
+        region = problem.output_region(shape)
+        expected = np.full(problem.arrays(shape)[problem.output.name], np.nan)
+        expected[region] = reference
+        return cls({name: gpuarray.to_gpu(host) for name, host in inputs.items()}, gpuarray.to_gpu(expected),
+                   float(np.linalg.norm(reference)), int(reference.size))
 
 
 class OutputChecker:
-    """Compares an output on the device with its float64 reference, in three reductions over the
+    """Compares an output on the device with the expected buffer, in three reductions over the
     whole buffer: squared error inside the region, NaN (unwritten) elements inside it, and
-    elements written outside it (the buffer is poisoned with NaN before the launch)."""
+    elements written outside it (the output is poisoned with NaN before the launch)."""
 
     def __init__(self) -> None:
         self._kernels: dict[str, tuple[Any, Any, Any]] = {}
 
-    def compare(self, out: Any, expected: DeviceProblem, region: tuple[slice, ...], tolerance: float
-                ) -> tuple[float, str]:
+    def compare(self, out: Any, expected: DeviceProblem, tolerance: float) -> tuple[float, str]:
         """Relative error ||out - ref|| / ||ref|| of the region, and what is wrong ('' when nothing is)."""
-        rows, cols, lead = region[0].stop, region[1].stop, out.shape[1]
         squared, unwritten, stray = self._reductions(out.dtype)
-        arguments = (out, expected.reference, np.int32(rows), np.int32(cols), np.int32(lead))
-        missing = int(unwritten(*arguments).get())
-        outside = int(stray(*arguments).get())
-        error = math.sqrt(float(squared(*arguments).get())) / (expected.reference_norm or 1.0)
+        missing = int(unwritten(out, expected.expected).get())
+        outside = int(stray(out, expected.expected).get())
+        error = math.sqrt(float(squared(out, expected.expected).get())) / (expected.reference_norm or 1.0)
         if missing:
-            return math.nan, f"{missing} of {rows * cols} output elements were not written (or are NaN)"
+            return math.nan, f"{missing} of {expected.region_size} output elements were not written (or are NaN)"
         if outside:
             return error, f"{outside} elements outside the output region were written"
         if error > tolerance:
@@ -229,18 +249,61 @@ class OutputChecker:
     def _reductions(self, dtype: np.dtype) -> tuple[Any, Any, Any]:
         ctype = "float" if dtype == np.float32 else "double"
         if ctype not in self._kernels:
-            arguments = f"const {ctype} *result, const double *ref, int rows, int cols, int ld"
-            inside = "((long long)(i / ld) < rows && (long long)(i % ld) < cols)"
-            difference = "((double)result[i] - ref[(i / ld) * cols + i % ld])"
+            arguments = f"const {ctype} *result, const double *expected"
+            difference = "((double)result[i] - expected[i])"
             self._kernels[ctype] = (
                 ReductionKernel(np.float64, "0", "a+b", arguments=arguments,
-                                map_expr=f"({inside} && !isnan(result[i])) ? {difference} * {difference} : 0.0"),
-                ReductionKernel(np.int32, "0", "a+b", arguments=arguments,
-                                map_expr=f"({inside} && isnan(result[i])) ? 1 : 0"),
-                ReductionKernel(np.int32, "0", "a+b", arguments=arguments,
-                                map_expr=f"(!{inside} && !isnan(result[i])) ? 1 : 0"))
+                                map_expr=f"(!isnan(expected[i]) && !isnan(result[i])) ? {difference} * {difference} "
+                                         f": 0.0"),
+                ReductionKernel(np.int64, "0", "a+b", arguments=arguments,
+                                map_expr="(!isnan(expected[i]) && isnan(result[i])) ? 1 : 0"),
+                ReductionKernel(np.int64, "0", "a+b", arguments=arguments,
+                                map_expr="(isnan(expected[i]) && !isnan(result[i])) ? 1 : 0"))
         return self._kernels[ctype]
 
+
+def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays: Mapping[str, Any]
+             ) -> Callable[[], None]:
+    """A prepared launch of `function` on these device arrays (GPUArrays, views included): little
+    host work per call. An output the launch clears is zeroed first, in the same stream."""
+    arguments = problem.kernel_arguments(shape, {name: array.gpudata for name, array in arrays.items()})
+    function.prepare("".join(a.dtype.char for a in arguments))
+    output = arrays[problem.output.name]
+    clear = region_clearer(output, problem.output_region(shape)) if launch.clears_output else None
+
+    def call() -> None:
+        if clear:
+            clear()
+        function.prepared_async_call(launch.grid, launch.block, None, *arguments,
+                                     shared_size=launch.dynamic_shared_bytes)
+
+    return call
+
+
+def region_clearer(array: Any, region: tuple[slice, ...]) -> Callable[[], None]:
+    """Zeroes `region` of a device array (its padding left alone): one 2-D memset per index of the
+    leading dimensions (a single one for 1-D and 2-D arrays)."""
+    item = array.dtype.itemsize
+    strides = array.strides
+    base = int(array.gpudata)
+    if len(region) == 1:
+        start, count = region[0].start or 0, region[0].stop - (region[0].start or 0)
+        return lambda: cuda.memset_d8_async(base + start * strides[0], 0, count * item, None)
+    *leading, rows, columns = region
+    width = (columns.stop - (columns.start or 0)) * item
+    height = rows.stop - (rows.start or 0)
+    offsets = [base + sum((i + (s.start or 0)) * stride for i, s, stride in zip(index, leading, strides))
+               + (rows.start or 0) * strides[-2] + (columns.start or 0) * strides[-1]
+               for index in np.ndindex(*[s.stop - (s.start or 0) for s in leading])]
+
+    def clear() -> None:
+        for offset in offsets:
+            cuda.memset_d2d8_async(offset, strides[-2], 0, width, height, None)
+
+    return clear
+
+
+# ---- the device and its ceilings --------------------------------------------------------------------
 
 def read_device_info(device: Any, physical_index: int) -> DeviceInfo:
     """What identifies a pycuda Device's model, and its L2 size."""
@@ -250,6 +313,14 @@ def read_device_info(device: Any, physical_index: int) -> DeviceInfo:
         name=device.name(), cc=f"{major}.{minor}", sm_count=device.get_attribute(attribute.MULTIPROCESSOR_COUNT),
         memory_bytes=device.total_memory(), l2_bytes=device.get_attribute(attribute.L2_CACHE_SIZE),
         driver=driver_version(physical_index), index=physical_index)
+
+
+def current_device_info() -> DeviceInfo | None:
+    """The GPU of the caller's current context, or None when there is none."""
+    try:
+        return read_device_info(cuda.Context.get_device(), 0)
+    except cuda.Error:
+        return None
 
 
 def driver_version(physical_index: int) -> str:
@@ -266,51 +337,37 @@ def driver_version(physical_index: int) -> str:
 
 
 def measure_ceilings() -> dict[str, float]:
-    """Device-to-device copy bandwidth (GB/s, bytes read + written) and, when CuPy or PyTorch is
-    importable, cuBLAS SGEMM and DGEMM rates (TFLOP/s, no TF32) at 8192^3."""
-    ceilings = {"copy": copy_bandwidth()}
+    """Each ceiling of gen.family.CEILINGS that can be measured here: copy bandwidth always, the
+    cuBLAS rates when CuPy or PyTorch is importable."""
+    ceilings = {COPY_BANDWIDTH.key: copy_bandwidth()}
     ceilings.update(gemm_rates())
     return ceilings
 
 
-def copy_bandwidth(size: int = 1 << 30, repeats: int = 20) -> float:
+def copy_bandwidth(size: int = 1 << 30) -> float:
     source, target = cuda.mem_alloc(size), cuda.mem_alloc(size)
     cuda.memset_d32(source, 0x3F800000, size // 4)
-    start, end = cuda.Event(), cuda.Event()
-    samples = []
-    for _ in range(repeats + 3):
-        start.record()
-        cuda.memcpy_dtod(target, source, size)
-        end.record()
-        end.synchronize()
-        samples.append(end.time_since(start))
-    seconds = float(np.median(samples[3:])) / 1e3
-    return 2 * size / seconds / 1e9
+    samples = event_samples(lambda: cuda.memcpy_dtod_async(target, source, size), CEILING_SAMPLES,
+                            before_each=lambda salt: None)
+    return 2 * size / (float(np.median(samples)) / 1e3) / 1e9
 
 
-def gemm_rates(n: int = 8192, repeats: int = 10) -> dict[str, float]:
-    """cuBLAS through CuPy or PyTorch, timed with events on the default stream both libraries use."""
-    vendor = _vendor_gemm()
+def gemm_rates(n: int = 8192) -> dict[str, float]:
+    """cuBLAS through CuPy or PyTorch (TF32 off), timed on the default stream both libraries use."""
+    vendor = vendor_gemm()
     if vendor is None:
         return {}
     random_matrix, multiply = vendor
-    start, end = cuda.Event(), cuda.Event()
     rates = {}
-    for dtype in ("f32", "f64"):
+    for ceiling, dtype in ((GEMM_F32, "f32"), (GEMM_F64, "f64")):
         a, b = random_matrix(n, dtype), random_matrix(n, dtype)
-        samples = []
-        for _ in range(repeats + 2):
-            start.record()
-            multiply(a, b)
-            end.record()
-            end.synchronize()
-            samples.append(end.time_since(start))
-        rates[f"gemm_{dtype}"] = 2 * n**3 / (float(np.median(samples[2:])) / 1e3) / 1e12
+        samples = event_samples(lambda: multiply(a, b), CEILING_SAMPLES, before_each=lambda salt: None)
+        rates[ceiling.key] = 2 * n**3 / (float(np.median(samples)) / 1e3) / 1e12
         del a, b
     return rates
 
 
-def _vendor_gemm() -> tuple[Callable[[int, str], Any], Callable[[Any, Any], Any]] | None:
+def vendor_gemm() -> tuple[Callable[[int, str], Any], Callable[[Any, Any], Any]] | None:
     """(random n x n matrix of a dtype, matrix product) from CuPy, else PyTorch (TF32 off), else None."""
     try:
         import cupy
@@ -328,20 +385,18 @@ def _vendor_gemm() -> tuple[Callable[[int, str], Any], Callable[[Any, Any], Any]
     return (lambda n, dtype: torch.rand(n, n, device="cuda", dtype=types[dtype]) * 2 - 1, torch.matmul)
 
 
-def launcher(function: Any, launch: Launch) -> Callable[[list[Any]], None]:
-    """Launches `function` with prepared arguments: little host work per launch. An output the
-    launch marks as cleared is zeroed just before, in the same stream (inside any timing)."""
-    prepared: list[str] = []
+# ---- ready-to-call kernels in the caller's context (gen.kernels) -------------------------------------
 
-    def run(arguments: list[Any]) -> None:
-        if not prepared:
-            prepared.append("".join("P" if isinstance(a, cuda.DeviceAllocation) else a.dtype.char for a in arguments))
-            function.prepare(prepared[0])
-        if launch.cleared:  # a split-K kernel adds into its output: zero it first, as part of the call
-            cleared = launch.cleared
-            cuda.memset_d2d32_async(arguments[cleared.argument], cleared.pitch_bytes, 0, cleared.width, cleared.rows,
-                                    None)
-        function.prepared_async_call(launch.grid, launch.block, None, *arguments,
-                                     shared_size=launch.dynamic_shared_bytes)
+def load_function(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
+    """A kernel loaded into the current context, configured for its dynamic shared memory."""
+    if cuda.Context.get_current() is None:
+        from .errors import UsageError
 
-    return run
+        raise UsageError("running a tilegen kernel needs a current CUDA context: import pycuda.autoprimaryctx first")
+    function = cuda.module_from_buffer(cubin).get_function(name)
+    configure(function, "none", dynamic_shared_bytes)
+    return function
+
+
+def empty(dims: tuple[int, ...], dtype: Any) -> Any:
+    return gpuarray.empty(dims, dtype=dtype)

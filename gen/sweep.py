@@ -13,14 +13,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .compiler import CompileOptions, Compiled, compile_variants, provenance
+from .compiler import CompileOptions, Compiled, compile_variants, compiled_row, provenance
 from .errors import UsageError
 from .families import get_family
-from .jobs import CACHE_CONFIGS, Job, Measurement, TimingOptions, job_for
+from .family import refused
+from .jobs import CACHE_CONFIGS, Job, job_for
 from .progress import Progress
+from .results import Measurement, Row, Status, TimingOptions, row_key, skipped_row
 from .sanitize import sanitize, sanitizer_path
 from .space import Space
-from .store import ResultLog, Row, Status, compiled_row, row_key, skipped_row
+from .store import ResultLog
 from .table import text_table
 from .variant import Variant
 from .worker import Executor, GpuUnavailable, LocalExecutor
@@ -68,7 +70,7 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
     if options.sanitize:
         sanitizer_path()
     compile_options = CompileOptions.local(options.arch, options.compile_jobs)
-    made_by = provenance(compile_options, family.template)
+    made_by = provenance(compile_options, family)
     seed = options.seed if options.seed is not None else random.randrange(1, 2**31)
     seconds: dict[str, float] = {}
     with ResultLog(options.out, options.resume) as log:
@@ -87,7 +89,7 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
                 row = compiled_row(compiled[variant], str(shape), cache_config=cache, provenance=dict(made_by))
                 if not compiled[variant].ok:
                     log.append(row)
-                elif reason := family.refusal(variant, shape):
+                elif reason := refused(family, variant, shape):
                     log.append(skipped_row(variant, reason, str(shape), cache_config=cache, provenance=row.provenance))
                 else:
                     pending[job_for(compiled[variant], shape, cache, seed, options.timing)] = row

@@ -14,17 +14,16 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Mapping, Sequence
 
-from .compiler import CompileOptions, compile_variants, provenance
+from .compiler import CompileOptions, compile_variants, compiled_row, provenance
 from .errors import UsageError
-from .family import Family
 from .families import get_family
-from .jobs import TimingOptions, job_for
-from .lookup import runnable
+from .family import Family, refused
+from .jobs import job_for
 from .progress import Progress
+from .results import Row, TimingOptions, is_ok
 from .space import Space
-from .store import Row, compiled_row
 from .strategies import STRATEGIES, SearchSpace, make_strategy
-from .tunedb import Problem, TuningDB, is_ok
+from .tunedb import Problem, TuningDB
 from .variant import Variant
 from .worker import Executor, GpuUnavailable, LocalExecutor
 
@@ -107,9 +106,9 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
     family = get_family(options.family)
     shape = family.parse_shape(options.size)
     candidates = Space.default(family, options.params).select(options.filter).valid
-    valid = [v for v in candidates if family.refusal(v, shape) is None]
+    valid = [v for v in candidates if refused(family, v, shape) is None]
     if not valid:
-        reason = family.refusal(candidates[0], shape) if candidates else "no valid variant matches"
+        reason = refused(family, candidates[0], shape) if candidates else "no valid variant matches"
         raise UsageError(f"no {family.name} variant in this space can run {shape}: {reason}")
     db = TuningDB(options.db)
     executor = executor or LocalExecutor(options.gpus, options.silence_s)
@@ -121,7 +120,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
     try:
         with ThreadPoolExecutor(max_workers=len(groups)) as pool:
             futures = [pool.submit(_tune_model, options, family, shape, valid,
-                                   Problem(model, family.name, valid[0].dtype, str(shape)), group, db)
+                                   Problem(str(model), family.name, valid[0].dtype, str(shape)), group, db)
                        for model, group in groups.items()]
             return [future.result() for future in futures]
     finally:
@@ -143,7 +142,7 @@ class Evaluator:
         """Rows for `variants`; with `fresh`, measure again even what the database already has."""
         rows = {v: self.known[v.name] for v in variants if not fresh and v.name in self.known}
         to_run = [v for v in variants if v not in rows]
-        made_by = provenance(self.compile_options, self.family.template)
+        made_by = provenance(self.compile_options, self.family)
         pending = {}
         for compiled in compile_variants(to_run, self.compile_options):
             row = compiled_row(compiled, str(self.shape), cache_config="none", provenance=dict(made_by))
@@ -209,7 +208,7 @@ def warm_start(db: TuningDB, problem: Problem, family: Family, shape: Any, valid
                                                  zip(family.parse_shape(p.shape).dims, dims)))
     allowed, chosen = set(valid), []
     for row in db.top(nearest, 3 * WARM_START):
-        variant = runnable(family, family.variant_type.from_name(row.name), shape)
+        variant = family.runnable(family.variant_type.from_name(row.name), shape)
         if variant in allowed and variant not in chosen:
             chosen.append(variant)
     return chosen[:WARM_START]
@@ -233,7 +232,7 @@ def _interleaved(evaluator: Evaluator, finalists: list[Variant]) -> tuple[list[S
 
 def _default_row(evaluator: Evaluator, family: Family, shape: Any, valid: list[Variant]) -> Row | None:
     default = family.safe_variant(shape, valid[0].dtype)
-    if family.refusal(default, shape) is not None:
+    if refused(family, default, shape) is not None:
         return None
     return evaluator.evaluate([default])[default]
 
@@ -242,7 +241,7 @@ def revalidate(db: TuningDB, executor: Executor, arch: str | None = None,
                timing: TimingOptions | None = None) -> list[tuple[Problem, Row, Row, float, float]]:
     """Time every stored winner on this machine's GPU models again: (problem, stored, new, change,
     noise) for each; a change larger than the noise means the winner moved (driver, nvcc, clocks)."""
-    models = {d.model for d in executor.devices()}
+    models = {str(d.model) for d in executor.devices()}
     compile_options = CompileOptions.local(arch)
     checked = []
     for problem in (p for p in db.problems() if p.gpu_model in models):

@@ -19,7 +19,7 @@ from typing import Iterable, Iterator
 
 from .errors import UsageError
 from .paths import cache_dir
-from .store import Row, Status
+from .results import GpuModel, Row
 
 DB_ENV = "TILEGEN_DB"
 BUSY_TIMEOUT_S = 60.0
@@ -148,9 +148,12 @@ class TuningDB:
             found = [Problem(*r) for r in connection.execute(query)]
         return sorted(p for p in found if family is None or p.family == family)
 
-    def models(self) -> list[str]:
+    def models(self) -> list[GpuModel]:
+        """Every GPU model measured, as the record its rows' provenance holds."""
+        query = "SELECT row FROM measurements WHERE id IN (SELECT MAX(id) FROM measurements GROUP BY gpu_model)"
         with self._reading() as connection:
-            return [r[0] for r in connection.execute("SELECT DISTINCT gpu_model FROM measurements ORDER BY 1")]
+            rows = [Row.from_dict(json.loads(r[0])) for r in connection.execute(query)]
+        return sorted(GpuModel.from_provenance(row.provenance) for row in rows)
 
     def traces(self, problem: Problem) -> dict[int, tuple[str, list[float | None]]]:
         """session -> (strategy, median per evaluation in order) for every session on this problem."""
@@ -224,6 +227,3 @@ def problem_of(row: Row) -> Problem:
 def _key(problem: Problem) -> tuple[str, str, str, str]:
     return (problem.gpu_model, problem.family, problem.dtype, problem.shape)
 
-
-def is_ok(row: Row) -> bool:
-    return row.status == Status.OK and row.median_ms is not None

@@ -6,7 +6,10 @@ A family declares its variant as a frozen, ordered dataclass whose fields are ma
     matmul_f32_t16_p1_guard_both   <->   MatmulVariant(dtype="f32", tile=16, padding=1, ...)
 
 The name is the kernel's `extern "C"` symbol, its file name in `variants/`, the filter target and
-the key of every result row, so it must be a C identifier and must parse back (`from_name`).
+the key of every result row and tuning-database entry: a persistence format. It must be a C
+identifier and must parse back (`from_name`). So a parameter added to a family that already has
+stored results is declared with `omit=` its default: variants at the default keep their old
+names, and old names parse to the default. `Variant.name_format()` shows the format.
 """
 
 from __future__ import annotations
@@ -18,6 +21,13 @@ from typing import Any, ClassVar, Iterable, Mapping, Self
 from .errors import InvalidVariant, UsageError
 
 _PARAMETER = "tilegen.parameter"
+
+
+def require(condition: bool, reason: str) -> None:
+    """A constraint of a family's variants: raise InvalidVariant with `reason` when `condition` is
+    false. The reason becomes the skipped row's message, so it names parameter, value and limit."""
+    if not condition:
+        raise InvalidVariant(reason)
 
 
 @dataclass(frozen=True)
@@ -88,9 +98,9 @@ def choice(default: Any, choices: Iterable[Any], *, help: str, space: Iterable[A
 
 
 def integer(default: int, *, tag: str, minimum: int, help: str, space: Iterable[int] | None = None,
-            emitted: Iterable[int] | None = None) -> Any:
-    """A dataclass field for an integer parameter, written `<tag><value>` in names."""
-    return _field(default, kind=int, choices=None, minimum=minimum, tag=tag, omit=None, help=help,
+            emitted: Iterable[int] | None = None, omit: int | None = None) -> Any:
+    """A dataclass field for an integer parameter, written `<tag><value>` in names (left out at `omit`)."""
+    return _field(default, kind=int, choices=None, minimum=minimum, tag=tag, omit=omit, help=help,
                   space=space, emitted=emitted)
 
 
@@ -106,6 +116,7 @@ class Variant:
     """Base of every family's variant dataclass (which must be frozen and ordered)."""
 
     family: ClassVar[str]
+    dtype: ClassVar[str] = "f32"  # the element type of variants without a dtype parameter
 
     @classmethod
     def parameters(cls) -> tuple[Parameter, ...]:
@@ -118,6 +129,16 @@ class Variant:
                 return parameter
         known = ", ".join(p.name for p in cls.parameters())
         raise UsageError(f"{cls.family} has no parameter {name!r}; its parameters are: {known}")
+
+    @classmethod
+    def name_format(cls) -> str:
+        """How names are spelt: `[...]` parts are left out at the value given, e.g.
+        matmul_{dtype}_t{tile}_p{padding}_{bounds}_{sync}[_{smem}: static][_{method}: tiled]."""
+        parts = [cls.family]
+        for p in cls.parameters():
+            token = f"_{p.tag}{{{p.name}}}"
+            parts.append(token if p.omit is None else f"[{token}: {p.omit}]")
+        return "".join(parts)
 
     @classmethod
     def from_params(cls, values: Mapping[str, Any]) -> Self:

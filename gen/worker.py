@@ -23,8 +23,8 @@ from multiprocessing.connection import Connection
 from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 from .errors import UsageError
-from .jobs import DeviceInfo, Job, Measurement, TimingOptions
-from .store import Status
+from .jobs import Job
+from .results import DeviceInfo, GpuModel, Measurement, Status, TimingOptions
 
 START_TIMEOUT_S = 120.0  # importing pycuda and making a context can take a while on a cold machine
 
@@ -41,7 +41,7 @@ class Executor(Protocol):
 
     def close(self) -> None: ...
 
-    def by_model(self) -> dict[str, "Executor"]:
+    def by_model(self) -> dict[GpuModel, "Executor"]:
         """Executors for each GPU model among this one's GPUs (models are tuned separately)."""
 
 
@@ -198,7 +198,7 @@ class LocalExecutor:
         for worker in self.workers:
             worker.stop()
 
-    def by_model(self) -> dict[str, "LocalExecutor"]:
+    def by_model(self) -> dict[GpuModel, "LocalExecutor"]:
         """One executor per GPU model, sharing this one's started workers: models tune separately."""
         groups: dict[str, LocalExecutor] = {}
         for worker, device in zip(self.workers, self.devices()):

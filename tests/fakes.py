@@ -14,8 +14,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from gen.jobs import DeviceInfo, Job, Measurement, Timing
-from gen.store import Status
+from gen.jobs import Job
+from gen.results import DeviceInfo, Measurement, Status, Timing
 
 FAKE_DEVICE = DeviceInfo(name="Fake GPU", cc="9.0", sm_count=132, memory_bytes=80 * 2**30, l2_bytes=50 * 2**20,
                          driver="13.0", index=0)

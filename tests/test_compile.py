@@ -7,12 +7,12 @@ import pytest
 from gen import compiler
 from gen.compiler import CompileOptions, compile_variant, compile_variants, parse_ptxas
 from gen.errors import ToolMissing
-from gen.families import FAMILIES, MatmulVariant, TransposeVariant
+from gen.families import builtin_families, MatmulVariant, TransposeVariant
 from gen.space import Space
 
 # The whole golden record (every f32 tile/padding/bounds/sync/method combination), plus f64 and
 # dynamic shared memory: well over the 60 representative variants the toolkit promises.
-REPRESENTATIVE = [v for f in FAMILIES.values() for v in Space.emitted(f).expand().valid] + [
+REPRESENTATIVE = [v for f in builtin_families().values() for v in Space.emitted(f).expand().valid] + [
     MatmulVariant(dtype="f64", tile=32, padding=1), MatmulVariant(tile=32, smem="dynamic", bounds="split"),
     TransposeVariant(dtype="f64", tile=64, rows=16), TransposeVariant(smem="dynamic")]
 
@@ -82,7 +82,8 @@ ptxas info    : Used 40 registers, used 1 barriers, 2176 bytes smem, 400 bytes c
 
 def _fastest(data_file: str, per_shape: int) -> list:
     """The fastest ok rows of a recorded H200 run (docs/results/data/h200), per shape."""
-    from gen.store import Status, read_rows
+    from gen.results import Status
+    from gen.store import read_rows
 
     from .conftest import REPO
 

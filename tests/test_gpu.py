@@ -10,8 +10,8 @@ import pytest
 from gen import compiler
 from gen.families import get_family
 from gen.space import Space
-from gen.jobs import TimingOptions
-from gen.store import Row, Status
+from gen.results import TimingOptions
+from gen.results import Row, Status
 from gen.sweep import SweepOptions, sweep
 
 pytestmark = pytest.mark.gpu
@@ -161,17 +161,17 @@ def test_the_device_checker_catches_unwritten_stray_and_wrong_elements() -> None
     from gen import run as gpu
 
     reference = np.random.default_rng(3).uniform(-1, 1, (5, 7))
-    expected = gpu.DeviceProblem({}, gpuarray.to_gpu(reference), float(np.linalg.norm(reference)))
-    region = (slice(0, 5), slice(0, 7))
-    good = np.full((5, 9), np.nan, dtype=np.float32)  # two poisoned padding columns (ld 9)
-    good[:, :7] = reference
+    expected = np.full((5, 9), np.nan)  # two padding columns (ld 9) outside the output region
+    expected[:, :7] = reference
+    problem = gpu.DeviceProblem({}, gpuarray.to_gpu(expected), float(np.linalg.norm(reference)), reference.size)
+    good = expected.astype(np.float32)
     checker = gpu.OutputChecker()
 
     def verdict(planted: np.ndarray) -> tuple[float, str]:
-        return checker.compare(gpuarray.to_gpu(planted), expected, region, tolerance=1e-6)
+        return checker.compare(gpuarray.to_gpu(planted), problem, tolerance=1e-6)
 
-    error, problem = verdict(good)
-    assert problem == "" and error < 1e-7
+    error, found = verdict(good)
+    assert found == "" and error < 1e-7
     unwritten, stray, wrong = good.copy(), good.copy(), good.copy()
     unwritten[2, 3] = np.nan
     stray[4, 8] = 0.5
@@ -179,6 +179,55 @@ def test_the_device_checker_catches_unwritten_stray_and_wrong_elements() -> None
     assert "1 of 35 output elements were not written" in verdict(unwritten)[1]
     assert "1 elements outside the output region were written" in verdict(stray)[1]
     assert "above the tolerance" in verdict(wrong)[1]
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "reduction"
+REDUCE_SIZES = ["1000x999", "37x1001", "1x4097", "3x5", "4096x1024"]
+
+
+def test_the_example_reduction_is_right_at_odd_sizes_and_timed(tmp_path: Path, monkeypatch) -> None:
+    """The plugin family outside gen/ runs in the isolated workers like a built-in (they load it
+    from TILEGEN_FAMILY_PATH): every variant right at odd sizes, timed against the copy ceiling."""
+    from gen.plugins import registry
+
+    monkeypatch.setenv("TILEGEN_FAMILY_PATH", str(EXAMPLE))
+    registry.cache_clear()
+    try:
+        rows = run(tmp_path, "reduce", {"dtype": ["f32", "f64"]}, REDUCE_SIZES)
+        assert _only_skipped_and_ok(rows) == runnable("reduce", {"dtype": ["f32", "f64"]}, REDUCE_SIZES) > 200
+        ok = [row for row in rows.values() if row.status == Status.OK]
+        assert all(row.error <= row.tolerance and row.unit == "GB/s" and 0 < row.ceiling_share < 1.5 for row in ok)
+        assert {row.params["method"] for row in ok} == {"shuffle", "tree"}
+    finally:
+        registry.cache_clear()
+
+
+def test_gen_kernel_runs_the_tuned_plugin_variant_on_the_callers_arrays(tmp_path: Path, monkeypatch) -> None:
+    import numpy as np
+
+    import gen
+    from gen.plugins import registry
+    from gen.tune import TuneOptions, tune
+
+    monkeypatch.setenv("TILEGEN_DB", str(tmp_path / "t.sqlite"))
+    monkeypatch.setenv("TILEGEN_FAMILY_PATH", str(EXAMPLE))
+    registry.cache_clear()
+    try:
+        (result,) = tune(TuneOptions("reduce", "1000x1000", params={"block": ["128", "256"], "items": ["2", "4"]},
+                                     strategy="brute", budget=20, timing=QUICK, progress=False, top=2))
+        assert result.winner.status == Status.OK
+        import pycuda.autoprimaryctx  # noqa: F401  (the caller's context)
+        import pycuda.gpuarray as gpuarray
+
+        data = np.random.default_rng(5).uniform(-1, 1, (1000, 999)).astype(np.float32)
+        sums = gpuarray.empty(1000, np.float32)
+        kernel = gen.kernel("reduce", 1000, 999)  # a shape not tuned: the winner, adapted (vec=1 for N 999)
+        assert kernel.variant.vec == 1
+        kernel(data=gpuarray.to_gpu(data), sums=sums)
+        expected = data.astype(np.float64).sum(axis=1)
+        assert np.linalg.norm(sums.get() - expected) / np.linalg.norm(expected) < 1e-5
+    finally:
+        registry.cache_clear()
 
 
 def _gpu_count() -> int:
@@ -226,3 +275,12 @@ def test_tuned_and_matmul_run_in_the_callers_own_context(tmp_path: Path, monkeyp
         c = gen.matmul(gpuarray.to_gpu(a), gpuarray.to_gpu(b)).get()
         reference = a.astype(np.float64) @ b.astype(np.float64)
         assert np.linalg.norm(c - reference) / np.linalg.norm(reference) < (1e-5 if dtype == np.float32 else 1e-12)
+    # seed 004's sub-matrices: views into larger matrices, the result written into a view of a third
+    big_a, big_b = rng.uniform(-1, 1, (600, 520)).astype(np.float32), rng.uniform(-1, 1, (520, 700)).astype(np.float32)
+    big_c = gpuarray.to_gpu(np.full((640, 720), np.nan, np.float32))
+    a_view, b_view = gpuarray.to_gpu(big_a)[100:400, 8:264], gpuarray.to_gpu(big_b)[4:260, 16:528]
+    gen.matmul(a_view, b_view, big_c[20:320, 8:520])
+    result = big_c.get()
+    reference = big_a[100:400, 8:264].astype(np.float64) @ big_b[4:260, 16:528].astype(np.float64)
+    assert np.linalg.norm(result[20:320, 8:520] - reference) / np.linalg.norm(reference) < 1e-5
+    assert np.isnan(result[:20]).all() and np.isnan(result[20:320, :8]).all()  # nothing outside the view

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gen.families import MatmulVariant, SgemmVariant
-from gen.jobs import DeviceInfo
+from gen.results import DeviceInfo
 from gen.lookup import tuned, tuned_with_reason
-from gen.store import Row, Status
+from gen.results import Row, Status
 from gen.tunedb import TuningDB
 
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 80 * 2**30, 50 * 2**20, "580")

@@ -9,7 +9,8 @@ import pytest
 
 from gen.errors import UsageError
 from gen.families import MatmulVariant
-from gen.store import ResultLog, Row, Status, read_rows, skipped_row
+from gen.results import Row, Status, skipped_row
+from gen.store import ResultLog, read_rows
 
 
 def _row(tile: int, status: Status = Status.OK) -> Row:

@@ -14,7 +14,8 @@ import pytest
 
 from gen import compiler
 from gen.jobs import Job
-from gen.store import Status, read_rows
+from gen.results import Status
+from gen.store import read_rows
 from gen.sweep import SweepOptions, summary, sweep
 from gen.worker import GpuUnavailable, IsolatedWorker, LocalExecutor, parse_gpus
 from gen.sanitize import count_hazards

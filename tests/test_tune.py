@@ -164,7 +164,7 @@ def test_revalidate_flags_stored_winners_that_moved(tmp_path: Path, compile_opti
 
     from gen.families import MatmulVariant
     from gen.jobs import Job
-    from gen.store import Row, Status
+    from gen.results import Row, Status
     from gen.tune import revalidate
 
     db = TuningDB(tmp_path / "t.sqlite")

@@ -11,7 +11,7 @@ import pytest
 
 from gen.errors import UsageError
 from gen.families import MatmulVariant
-from gen.store import Row, Status
+from gen.results import Row, Status
 from gen.tunedb import Problem, TuningDB
 
 from .conftest import REPO

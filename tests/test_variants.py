@@ -7,13 +7,13 @@ import re
 import pytest
 
 from gen.errors import InvalidVariant, UsageError
-from gen.families import FAMILIES, MatmulVariant, TransposeVariant, get_family, variant_from_name
+from gen.families import builtin_families, MatmulVariant, TransposeVariant, get_family, variant_from_name
 from gen.families.copy import CopyVariant
 from gen.families.sgemm import SgemmVariant
 from gen.space import Space
 
-ALL_SPACES = [pytest.param(Space.emitted(f), id=f"{f.name}-emitted") for f in FAMILIES.values()] + [
-    pytest.param(Space.default(f), id=f"{f.name}-default") for f in FAMILIES.values()]
+ALL_SPACES = [pytest.param(Space.emitted(f), id=f"{f.name}-emitted") for f in builtin_families().values()] + [
+    pytest.param(Space.default(f), id=f"{f.name}-default") for f in builtin_families().values()]
 
 
 @pytest.mark.parametrize("space", ALL_SPACES)
@@ -171,7 +171,9 @@ def test_sgemm_names_shared_memory_and_split_k_launch() -> None:
     assert variant.shared_bytes == 2 * 16 * (64 + 4 + 256) * 4  # stages x bk x (bm + padding + bn) floats
     assert variant.threads_per_block == (64 // 32) * (256 // 64) * 32
     launch = sgemm.launch(variant, sgemm.parse_shape("1000x300x700:704,304,320"))
-    assert launch.grid == (2, 16, 4) and launch.cleared is not None
-    assert (launch.cleared.argument, launch.cleared.rows, launch.cleared.width, launch.cleared.pitch_bytes) == \
-        (2, 1000, 300, 320 * 4)  # C: M rows of N floats, ldc apart; its padding is left alone
-    assert sgemm.launch(SgemmVariant(), sgemm.parse_shape("64x64x64")).cleared is None
+    assert launch.grid == (2, 16, 4) and launch.clears_output
+    shape = sgemm.parse_shape("1000x300x700:704,304,320")
+    # the launch zeroes C's region, M rows of N floats, and leaves its padding (ldc 320) alone
+    assert sgemm.problem.output_region(shape) == (slice(0, 1000), slice(0, 300))
+    assert sgemm.problem.arrays(shape)["C"] == (1000, 320)
+    assert not sgemm.launch(SgemmVariant(), sgemm.parse_shape("64x64x64")).clears_output

@@ -6,16 +6,14 @@ transpose, without the transposition, so the gap between the two is the transpos
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Mapping
-
-import numpy as np
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from ..errors import InvalidVariant
-from ..family import check_shared_bytes, element_bytes
+from ..family import Dims, Family, Launch, check_shared_bytes, element_bytes
 from ..limits import MAX_THREADS_PER_BLOCK
 from ..variant import Variant, choice, integer
-from .transpose import VECS, TransposeFamily, TransposeShape, check_vector_dtype
+from .matrix import COPY, VECS, bounds_refusal, check_vector_dtype, tile_launch, tile_sanitize_size, vector_refusal
 
 
 @dataclass(frozen=True, order=True)
@@ -55,20 +53,26 @@ class CopyVariant(Variant):
         check_shared_bytes(self.smem, self.shared_bytes, f"tile {self.tile}")
 
 
-class CopyFamily(TransposeFamily):
-    """The transpose's shapes, launch and arguments; the output is the input itself."""
+class CopyFamily(Family):
+    """The transpose's tiles, threads and launch; the output is the input itself."""
 
     name = "copy"
+    summary = "out = in for an H x W matrix: the samples' copy and copySharedMem, the transpose's yardstick"
     variant_type = CopyVariant
+    problem = COPY
     template = "copy.cu.j2"
     heatmap_axes = ("tile", "rows")
-    summary = "out = in for an H x W matrix: the samples' copy and copySharedMem, the transpose's yardstick"
+    compile_together = True
 
-    def output_dims(self, shape: TransposeShape) -> tuple[str, tuple[int, ...]]:
-        return "out", (shape.h, shape.w)
+    def launch(self, variant: CopyVariant, shape: Dims) -> Launch:
+        return tile_launch(variant, shape)
 
-    def output_region(self, shape: TransposeShape) -> tuple[slice, ...]:
-        return (slice(0, shape.h), slice(0, shape.w))
+    def refusal(self, variant: CopyVariant, shape: Dims) -> str | None:
+        return bounds_refusal(variant, shape) or vector_refusal(variant.vec, shape)
 
-    def reference(self, inputs: Mapping[str, np.ndarray], shape: TransposeShape) -> np.ndarray:
-        return inputs["in"].astype(np.float64)
+    def adaptations(self, variant: CopyVariant) -> list[CopyVariant]:
+        guarded = replace(variant, bounds="guard")
+        return [guarded, replace(guarded, vec=1)]
+
+    def sanitize_size(self, variant: CopyVariant) -> str:
+        return tile_sanitize_size(variant)

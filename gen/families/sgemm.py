@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..errors import InvalidVariant
-from ..family import Cleared, Family, Launch, blocks, check_shared_bytes, element_bytes
+from ..family import Family, Launch, blocks, check_shared_bytes, element_bytes
 from ..limits import MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_BLOCK, WARP_SIZE
 from ..variant import Variant, choice, integer
-from .matmul import ARRAY_ARGUMENTS, MatmulFamily, MatmulShape
+from .gemm import GEMM, MatmulShape
 
 LANES_M, LANES_N = 4, 8  # how a warp's 32 lanes sit over its sub-tile
 BOUNDS = ("none", "guard", "split")
@@ -137,24 +137,22 @@ class SgemmVariant(Variant):
                     f"{self.vec}); change the block or warp tile")
 
 
-class SgemmFamily(MatmulFamily):
-    """Same problem, reference and arguments as matmul; its own kernels and launch geometry."""
+class SgemmFamily(Family):
+    """The GEMM problem (shared with matmul), with its own kernels and launch geometry."""
 
     name = "sgemm"
-    variant_type = SgemmVariant
-    template = "sgemm.cu.j2"
     summary = "C = A·B in float32, register-blocked: block, warp and thread tiles, 16-byte vectors, double buffering"
-    default_sizes = ("2048x2048x2048",)
+    variant_type = SgemmVariant
+    problem = GEMM
+    template = "sgemm.cu.j2"
     heatmap_axes = ("bm", "bn")
+    compile_together = True
 
     def launch(self, variant: SgemmVariant, shape: MatmulShape) -> Launch:
-        cleared = None  # split-K adds into C, which must start at zero
-        if variant.splitk > 1:
-            cleared = Cleared(argument=ARRAY_ARGUMENTS.index("C"), rows=shape.m, width=shape.n,
-                              pitch_bytes=4 * shape.ldc)
+        # split-K adds into C, which must start at zero
         return Launch(grid=(blocks(shape.n, variant.bn), blocks(shape.m, variant.bm), variant.splitk),
-                      block=(variant.threads_per_block, 1, 1), dynamic_shared_bytes=variant.dynamic_shared_bytes,
-                      cleared=cleared)
+                      block=(variant.threads_per_block,), dynamic_shared_bytes=variant.dynamic_shared_bytes,
+                      clears_output=variant.splitk > 1)
 
     def refusal(self, variant: SgemmVariant, shape: MatmulShape) -> str | None:
         if variant.bounds == "none" and (shape.m % variant.bm or shape.n % variant.bn or shape.k % variant.bk):
@@ -162,12 +160,11 @@ class SgemmFamily(MatmulFamily):
                     f"{variant.bk}; {shape} is not (use bounds=guard or bounds=split)")
         if variant.vec == 4 and any(d % 4 for d in (shape.k, shape.n, shape.lda, shape.ldb, shape.ldc)):
             return f"vec=4 needs K, N and the leading dimensions to be multiples of 4; {shape} is not (use vec=1)"
-        return Family.refusal(self, variant, shape)
+        return None
 
-    def safe_variant(self, shape: MatmulShape, dtype: str = "f32") -> SgemmVariant:
-        """The default (bounds=guard), with scalar loads where 16-byte ones would be misaligned."""
-        default = replace(self.default_variant(), dtype=dtype)
-        return default if self.refusal(default, shape) is None else replace(default, vec=1)
+    def adaptations(self, variant: SgemmVariant) -> list[SgemmVariant]:
+        """Bound checks, then scalar loads as well (for misaligned shapes)."""
+        return [replace(variant, bounds="guard"), replace(variant, bounds="guard", vec=1)]
 
     def sanitize_size(self, variant: SgemmVariant) -> str:
         if variant.bounds == "none":

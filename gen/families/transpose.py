@@ -8,22 +8,21 @@ tile in shared memory so that both the reads and the writes are coalesced. With 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
-
-import numpy as np
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from ..errors import InvalidVariant
-from ..family import Family, Launch, blocks, check_naive_settings, check_shared_bytes, element_bytes, parse_dims
-from ..limits import MAX_ELEMENTS, MAX_THREADS_PER_BLOCK, WARP_SIZE
+from ..family import Dims, Family, Launch, blocks, check_neutral_settings, check_shared_bytes, element_bytes
+from ..limits import MAX_THREADS_PER_BLOCK, WARP_SIZE
 from ..variant import Variant, choice, integer
+from .matrix import (TRANSPOSE, VECS, bounds_refusal, check_vector_dtype, tile_launch, tile_sanitize_size,
+                     vector_refusal)
 
 DTYPES = ("f32", "f64")
 SMEM = ("static", "dynamic")
 METHODS = ("naive", "shared", "diagonal")
 BOUNDS = ("none", "guard")
 SYNCS = ("both", "none")
-VECS = (1, 4)
 GROUPS = (0, 1, 2, 4, 8, 16, 32)
 HINTS = ("normal", "stream")
 WARP_CHUNKS = 8  # with vec=4 a warp covers 8 float4s (128 bytes) of each of its tile rows
@@ -92,9 +91,9 @@ class TransposeVariant(Variant):
                 f"tile {self.tile} with rows {self.rows} gives {threads} threads per block; "
                 f"the CUDA limit is {MAX_THREADS_PER_BLOCK}")
         if self.method == "naive":
-            check_naive_settings([("padding", self.padding, (0,)), ("sync", self.sync, ("both",)),
-                                  ("smem", self.smem, ("static",)), ("vec", self.vec, (1,)),
-                                  ("hint", self.hint, ("normal",))])
+            check_neutral_settings([("padding", self.padding, (0,)), ("sync", self.sync, ("both",)),
+                                    ("smem", self.smem, ("static",)), ("vec", self.vec, (1,)),
+                                    ("hint", self.hint, ("normal",))], "naive")
         if self.group and self.method != "shared":
             raise InvalidVariant(f"group {self.group} applies to method=shared only, which visits tiles in order "
                                  f"(use group=0 with method={self.method})")
@@ -113,88 +112,31 @@ class TransposeVariant(Variant):
                                  f"{WARP_ROWS} tile rows); rows {self.rows} is not")
 
 
-def check_vector_dtype(vec: int, dtype: str) -> None:
-    if dtype != "f32":
-        raise InvalidVariant(f"vec {vec} needs dtype f32 (a float4 is 16 bytes); use vec=1 for {dtype}")
-
-
-def vector_refusal(vec: int, shape: "TransposeShape") -> str | None:
-    """Vectors of `vec` elements need every row to start aligned: H and W multiples of vec."""
-    if vec > 1 and (shape.h % vec or shape.w % vec):
-        return f"vec={vec} needs H and W to be multiples of {vec} (16-byte aligned rows); {shape} is not (use vec=1)"
-    return None
-
-
-@dataclass(frozen=True)
-class TransposeShape:
-    h: int
-    w: int
-
-    @property
-    def dims(self) -> tuple[int, ...]:
-        return (self.h, self.w)
-
-    def __str__(self) -> str:
-        return f"{self.h}x{self.w}"
-
-
 class TransposeFamily(Family):
     name = "transpose"
-    variant_type = TransposeVariant
-    template = "transpose.cu.j2"
     summary = "out = in^T for an H x W matrix, naive or through a shared-memory tile (seed 001)"
-    shape_format = "HxW"
-    shape_example = "8192x8192"
-    throughput_unit = "GB/s"
-    default_sizes = ("8192x8192",)
+    variant_type = TransposeVariant
+    problem = TRANSPOSE
+    template = "transpose.cu.j2"
+    heatmap_axes = ("tile", "padding")
+    compile_together = True
 
-    def _parse_shape(self, text: str) -> TransposeShape:
-        h, w = parse_dims(text, 2)
-        if h * w > MAX_ELEMENTS:
-            raise ValueError(f"{h * w} elements; 32-bit indexing allows {MAX_ELEMENTS}")
-        return TransposeShape(h, w)
+    def launch(self, variant: TransposeVariant, shape: Dims) -> Launch:
+        return tile_launch(variant, shape)
 
-    def launch(self, variant: TransposeVariant, shape: TransposeShape) -> Launch:
+    def refusal(self, variant: TransposeVariant, shape: Dims) -> str | None:
         t = variant.tile
-        return Launch(grid=(blocks(shape.w, t), blocks(shape.h, t), 1), block=(t // variant.vec, variant.rows, 1),
-                      dynamic_shared_bytes=variant.dynamic_shared_bytes)
-
-    def refusal(self, variant: TransposeVariant, shape: TransposeShape) -> str | None:
-        t = variant.tile
-        if variant.bounds == "none" and (shape.h % t or shape.w % t):
-            return f"bounds=none needs H and W to be multiples of tile {t}; {shape} is not (use bounds=guard)"
+        if reason := bounds_refusal(variant, shape):
+            return reason
         if variant.method == "diagonal" and blocks(shape.h, t) != blocks(shape.w, t):
             return f"method=diagonal needs a square grid of tiles; {shape} with tile {t} is not (use method=shared)"
-        return vector_refusal(variant.vec, shape) or super().refusal(variant, shape)
+        return vector_refusal(variant.vec, shape)
 
-    def input_dims(self, shape: TransposeShape) -> dict[str, tuple[int, ...]]:
-        return {"in": (shape.h, shape.w)}
-
-    def output_dims(self, shape: TransposeShape) -> tuple[str, tuple[int, ...]]:
-        return "out", (shape.w, shape.h)
-
-    def output_region(self, shape: TransposeShape) -> tuple[slice, ...]:
-        return (slice(0, shape.w), slice(0, shape.h))
-
-    def reference(self, inputs: Mapping[str, np.ndarray], shape: TransposeShape) -> np.ndarray:
-        return inputs["in"].T.astype(np.float64)
-
-    def tolerance(self, dtype: str, shape: TransposeShape) -> float:
-        return 0.0  # a transpose copies bits: anything but an exact match is wrong
-
-    def kernel_arguments(self, shape: TransposeShape, arrays: Mapping[str, Any]) -> list[Any]:
-        return [arrays["in"], arrays["out"], np.int32(shape.h), np.int32(shape.w)]
-
-    def ceiling_key(self, dtype: str) -> str:
-        return "copy"
+    def adaptations(self, variant: TransposeVariant) -> list[TransposeVariant]:
+        """Bound checks, then scalar accesses, then (for the diagonal order) the plain tile order."""
+        guarded = replace(variant, bounds="guard")
+        scalar = replace(guarded, vec=1)
+        return [guarded, scalar, replace(scalar, method="shared")]
 
     def sanitize_size(self, variant: TransposeVariant) -> str:
-        if variant.bounds == "none":
-            return f"{2 * variant.tile}x{2 * variant.tile}"
-        return "100x68" if variant.vec > 1 else "100x70"
-
-    def operations(self, shape: TransposeShape) -> int:
-        return 0
-
-    def bytes_moved(self, shape: TransposeShape, dtype: str) -> int:
-        return 2 * shape.h * shape.w * element_bytes(dtype)
+        return tile_sanitize_size(variant)

@@ -1,0 +1,88 @@
+"""The GEMM problem, C = A·B row-major with leading dimensions, shared by matmul and sgemm."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ..family import GEMM_F32, GEMM_F64, Ceiling, Input, Output, Problem, Scalar, parse_dims, sum_tolerance
+from ..limits import MAX_ELEMENTS
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """M x N x K with row-major leading dimensions; lda > K etc. describes a sub-matrix view."""
+
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+
+    @classmethod
+    def of(cls, m: int, n: int, k: int, lda: int | None = None, ldb: int | None = None,
+           ldc: int | None = None) -> "MatmulShape":
+        shape = cls(m, n, k, lda or k, ldb or n, ldc or n)
+        shape.check()
+        return shape
+
+    def check(self) -> None:
+        for name, lead, width in (("lda", self.lda, self.k), ("ldb", self.ldb, self.n), ("ldc", self.ldc, self.n)):
+            if lead < width:
+                raise ValueError(f"{name} {lead} is smaller than the row it must hold ({width})")
+        for name, rows, lead in (("A", self.m, self.lda), ("B", self.k, self.ldb), ("C", self.m, self.ldc)):
+            if rows * lead > MAX_ELEMENTS:
+                raise ValueError(f"{name} would hold {rows * lead} elements; 32-bit indexing allows {MAX_ELEMENTS}")
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return (self.m, self.n, self.k)
+
+    def __str__(self) -> str:
+        text = f"{self.m}x{self.n}x{self.k}"
+        if (self.lda, self.ldb, self.ldc) != (self.k, self.n, self.n):
+            text += f":{self.lda},{self.ldb},{self.ldc}"
+        return text
+
+
+class GemmProblem(Problem):
+    arguments = (Input("A"), Input("B"), Output("C"), Scalar("M", "m"), Scalar("N", "n"), Scalar("K", "k"),
+                 Scalar("lda"), Scalar("ldb"), Scalar("ldc"))
+    default_sizes = ("2048x2048x2048",)
+    small_size = "70x50x60"
+
+    shape_format = "MxNxK[:lda,ldb,ldc]"
+
+    @property
+    def shape_example(self) -> str:
+        return "4096x4096x4096 or 1000x999x1001:1024,1024,1024"
+
+    def _parse_shape(self, text: str) -> MatmulShape:
+        dims_text, _, leading_text = text.partition(":")
+        m, n, k = parse_dims(dims_text, 3)
+        lda, ldb, ldc = parse_dims(leading_text, 3, separator=",") if leading_text else (None, None, None)
+        return MatmulShape.of(m, n, k, lda, ldb, ldc)
+
+    def arrays(self, shape: MatmulShape) -> dict[str, tuple[int, ...]]:
+        return {"A": (shape.m, shape.lda), "B": (shape.k, shape.ldb), "C": (shape.m, shape.ldc)}
+
+    def output_region(self, shape: MatmulShape) -> tuple[slice, ...]:
+        return (slice(0, shape.m), slice(0, shape.n))
+
+    def reference(self, inputs: Mapping[str, np.ndarray], shape: MatmulShape) -> np.ndarray:
+        return inputs["A"][:, : shape.k] @ inputs["B"][:, : shape.n]
+
+    def tolerance(self, dtype: str, shape: MatmulShape) -> float:
+        return sum_tolerance(dtype, shape.k)
+
+    def ceiling(self, dtype: str) -> Ceiling:
+        return GEMM_F64 if dtype == "f64" else GEMM_F32
+
+    def work(self, shape: MatmulShape, dtype: str) -> float:
+        return 2 * shape.m * shape.n * shape.k
+
+
+GEMM = GemmProblem()

@@ -1,0 +1,250 @@
+"""Families from outside tilegen: the modules in the folders of --family-path / $TILEGEN_FAMILY_PATH,
+and packages that declare an entry point in the group `tilegen.families`.
+
+A plugin module defines its variant type, its Problem and its Family with `gen.api`, and keeps its
+template beside it. Each family is checked when it is loaded (names, arguments, template, and its
+default variant's launch and reference on a small problem); one that fails is left out with a
+one-line problem naming its file and the fix, and every other family keeps working.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Iterable
+
+import numpy as np
+
+from .errors import TilegenError, UsageError
+from .family import SCALAR_TYPES, Family, Input, Output, Problem, Scalar, launch_refusal
+from .paths import builtin_templates_dir
+from .variant import Variant
+
+FAMILY_PATH_ENV = "TILEGEN_FAMILY_PATH"
+ENTRY_POINT_GROUP = "tilegen.families"
+# Attributes of every variant: a parameter of the same name would hide them.
+RESERVED_PARAMETERS = {name for name in dir(Variant) if not name.startswith("__")} - {"dtype"}
+
+
+class PluginProblem(TilegenError):
+    """A family that cannot be used: the message names its file and what to fix."""
+
+
+@dataclass
+class Registry:
+    families: dict[str, Family] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # plugins left out, one line each
+    conflicts: dict[str, str] = field(default_factory=dict)  # family name -> why it is ambiguous
+
+
+def add_family_path(folder: Path | str) -> None:
+    """Load the families in `folder` too, here and in every worker process started from now on."""
+    folder = Path(folder).expanduser().resolve()
+    if not folder.is_dir():
+        raise UsageError(f"--family-path {folder}: no such folder (give the folder holding your family's .py and "
+                         f"template)")
+    paths = family_paths()
+    if folder not in paths:
+        os.environ[FAMILY_PATH_ENV] = os.pathsep.join(str(p) for p in [folder, *paths])
+    registry.cache_clear()
+
+
+def family_paths() -> list[Path]:
+    return [Path(p) for p in os.environ.get(FAMILY_PATH_ENV, "").split(os.pathsep) if p]
+
+
+@functools.cache
+def registry() -> Registry:
+    """Every family: the built-ins, then entry-point plugins, then the family path's modules."""
+    from .families import BUILTIN_FAMILIES
+
+    found = Registry()
+    for cls in BUILTIN_FAMILIES:
+        _register(found, cls, inspect.getfile(cls), (builtin_templates_dir(),))
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        source = f"entry point {entry.name} = {entry.value}"
+        try:
+            loaded = entry.load()
+        except Exception as error:
+            found.problems.append(f"{source}: cannot be imported ({_one_line(error)}); fix the package or uninstall it")
+            continue
+        classes = _families_in(loaded) if isinstance(loaded, ModuleType) else [loaded]
+        for cls in classes:
+            _register(found, cls, inspect.getfile(cls), _template_dirs(Path(inspect.getfile(cls)).parent))
+    for folder in family_paths():
+        if not folder.is_dir():
+            found.problems.append(f"{FAMILY_PATH_ENV} names {folder}, which is not a folder; fix the path")
+            continue
+        for path in sorted(folder.glob("*.py")):
+            if not path.name.startswith("_"):
+                _load_module_file(found, path)
+    return found
+
+
+def check_family(family: Family) -> None:
+    """Raise PluginProblem when a family breaks the family API's rules (see the module doc)."""
+    where = family.source
+    name = getattr(family, "name", None)
+    if not isinstance(name, str) or not name.isidentifier() or "_" in name or name != name.lower():
+        raise PluginProblem(f"{where}: family name {name!r} must be a lowercase identifier without '_' (it starts "
+                            f"every variant name)")
+    variant_type = getattr(family, "variant_type", None)
+    if not (isinstance(variant_type, type) and issubclass(variant_type, Variant)
+            and dataclasses.is_dataclass(variant_type) and variant_type.__dataclass_params__.frozen):
+        raise PluginProblem(f"{where}: {name}.variant_type must be a @dataclass(frozen=True, order=True) subclass "
+                            f"of gen.api.Variant")
+    if getattr(variant_type, "family", None) != name:
+        raise PluginProblem(f"{where}: {variant_type.__name__}.family is {getattr(variant_type, 'family', None)!r}; "
+                            f"set it to {name!r}, the family's name")
+    _check_parameters(family, variant_type)
+    if not isinstance(getattr(family, "problem", None), Problem):
+        raise PluginProblem(f"{where}: {name}.problem must be an instance of a gen.api.Problem subclass")
+    _check_arguments(family)
+    if not any((folder / family.template).is_file() for folder in family.template_dirs):
+        folders = ", ".join(str(f) for f in family.template_dirs)
+        raise PluginProblem(f"{where}: template {family.template!r} of {name} is not in {folders}; put it beside "
+                            f"the module")
+    _check_contract(family)
+
+
+# ---- loading -------------------------------------------------------------------------------------
+
+def _load_module_file(found: Registry, path: Path) -> None:
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:10]
+    module_name = f"tilegen_plugin_{digest}_{path.stem}"
+    try:
+        module = sys.modules.get(module_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+    except Exception as error:
+        sys.modules.pop(module_name, None)
+        found.problems.append(f"{path}: cannot be imported ({_one_line(error)}); fix the module or move it out of "
+                              f"the family path")
+        return
+    for cls in _families_in(module):
+        _register(found, cls, str(path), _template_dirs(path.parent))
+
+
+def _families_in(module: ModuleType) -> list[type]:
+    return [obj for obj in vars(module).values()
+            if inspect.isclass(obj) and issubclass(obj, Family) and obj.__module__ == module.__name__
+            and not inspect.isabstract(obj)]
+
+
+def _template_dirs(folder: Path) -> tuple[Path, ...]:
+    """A plugin's own folder (and its templates/), then tilegen's, so it can import macros.cu.j2."""
+    own = [folder, folder / "templates"]
+    return tuple(f for f in own if f.is_dir()) + (builtin_templates_dir(),)
+
+
+def _register(found: Registry, cls: type, source: str, template_dirs: Iterable[Path]) -> None:
+    try:
+        if not (inspect.isclass(cls) and issubclass(cls, Family)):
+            raise PluginProblem(f"{source}: {cls!r} is not a gen.api.Family subclass")
+        if inspect.isabstract(cls):
+            missing = ", ".join(sorted(cls.__abstractmethods__))
+            raise PluginProblem(f"{source}: family {cls.__name__} does not define {missing}")
+        family = cls()
+        family.source, family.template_dirs = source, tuple(template_dirs)
+        check_family(family)
+    except PluginProblem as problem:
+        found.problems.append(str(problem))
+        return
+    except Exception as error:
+        found.problems.append(f"{source}: family {getattr(cls, '__name__', cls)} cannot be set up "
+                              f"({_one_line(error)})")
+        return
+    name = family.name
+    if name in found.conflicts:
+        found.conflicts[name] += f" and {source}"
+    elif name in found.families:
+        first = found.families.pop(name).source
+        found.conflicts[name] = f"family {name!r} is defined twice, in {first} and {source}"
+    else:
+        found.families[name] = family
+
+
+def _check_parameters(family: Family, variant_type: type[Variant]) -> None:
+    parameters = variant_type.parameters()
+    clashes = sorted({p.name for p in parameters} & RESERVED_PARAMETERS)
+    if clashes:
+        raise PluginProblem(f"{family.source}: parameter {clashes[0]!r} of {family.name} clashes with an attribute "
+                            f"every variant has; rename it")
+    tags = [p.tag for p in parameters if p.tag]
+    repeated = sorted({t for t in tags if tags.count(t) > 1})
+    if repeated:
+        raise PluginProblem(f"{family.source}: two parameters of {family.name} share the name tag {repeated[0]!r}, "
+                            f"so their values could not be told apart in names; give each its own tag")
+    default = variant_type()
+    try:
+        default.check()
+    except TilegenError as error:
+        raise PluginProblem(f"{family.source}: the default variant of {family.name} is invalid ({error}); change "
+                            f"the parameters' defaults") from None
+    if variant_type.from_name(default.name) != default:
+        raise PluginProblem(f"{family.source}: {default.name!r} does not parse back to the default variant of "
+                            f"{family.name}; give the parameters distinct tags or values")
+
+
+def _check_arguments(family: Family) -> None:
+    arguments = family.problem.arguments
+    names = [a.name for a in arguments]
+    if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
+        raise PluginProblem(f"{family.source}: {family.name}'s kernel arguments {names} must be distinct identifiers")
+    if sum(isinstance(a, Output) for a in arguments) != 1:
+        raise PluginProblem(f"{family.source}: {family.name} needs exactly one Output argument, the array that is "
+                            f"poisoned, written and checked")
+    for argument in arguments:
+        if not isinstance(argument, (Input, Output, Scalar)):
+            raise PluginProblem(f"{family.source}: argument {argument!r} of {family.name} is not an Input, Output or "
+                                f"Scalar")
+        if isinstance(argument, Scalar) and argument.ctype not in SCALAR_TYPES:
+            raise PluginProblem(f"{family.source}: scalar {argument.name} of {family.name} has type "
+                                f"{argument.ctype!r}; use one of {', '.join(SCALAR_TYPES)}")
+
+
+def _check_contract(family: Family) -> None:
+    """The default variant on its small problem: arrays for every argument, a launch inside CUDA's
+    limits, and a reference of the output region's shape."""
+    problem, where = family.problem, family.source
+    default = family.default_variant()
+    size = family.sanitize_size(default)
+    shape = problem.parse_shape(size)
+    arrays = problem.arrays(shape)
+    missing = [a.name for a in problem.arguments if not isinstance(a, Scalar) and a.name not in arrays]
+    if missing:
+        raise PluginProblem(f"{where}: {family.name}'s arrays() gives no dimensions for {', '.join(missing)}")
+    for scalar in (a for a in problem.arguments if isinstance(a, Scalar)):
+        if not hasattr(shape, scalar.attribute):
+            raise PluginProblem(f"{where}: scalar {scalar.name} of {family.name} takes the shape's "
+                                f"{scalar.attribute!r}, which its shapes do not have (set Scalar(..., source=...) or "
+                                f"override scalars())")
+    if reason := launch_refusal(family.launch(default, shape)):
+        raise PluginProblem(f"{where}: {family.name}'s launch() of its default variant at {size}: {reason}; keep "
+                            f"launch() inside the limits or add a constraint that makes such variants invalid")
+    inputs = {name: array.astype(np.float64)
+              for name, array in problem.random_inputs(default.dtype, shape, seed=1).items()}
+    expected = np.asarray(problem.reference(inputs, shape))
+    region = tuple(s.stop - s.start for s in problem.output_region(shape))
+    if expected.shape != region:
+        raise PluginProblem(f"{where}: {family.name}'s reference() returns an array of shape {expected.shape} at "
+                            f"{size}, but the output region of {problem.output.name} is {region}; return the "
+                            f"expected values of exactly that region")
+
+
+def _one_line(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".strip().splitlines()
+    return text[0] if text else type(error).__name__

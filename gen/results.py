@@ -1,0 +1,219 @@
+"""What evaluations produce, as plain data: statuses, result rows, timings, measurements, GPU models.
+
+Pure data: this module imports neither jinja2 nor pycuda (nor any other part of tilegen), so the
+store, reports, strategies and the tuning database never pull in rendering or the GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WRONG = "wrong"
+    RACY = "racy"
+    COMPILE_ERROR = "compile_error"
+    LAUNCH_ERROR = "launch_error"
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"
+    COMPILED = "compiled"
+
+
+@dataclass(frozen=True, order=True)
+class GpuModel:
+    """What tuning is kept per: two parts of one architecture (an H100 and an H200) differ."""
+
+    name: str
+    cc: str
+    sm_count: int
+    memory_gib: int
+
+    def __str__(self) -> str:
+        return f"{self.name} (cc {self.cc}, {self.sm_count} SMs, {self.memory_gib} GiB)"
+
+    @classmethod
+    def from_provenance(cls, provenance: dict[str, Any]) -> "GpuModel":
+        return cls(provenance["gpu"], provenance["cc"], provenance["sm_count"],
+                   provenance["gpu_memory_bytes"] // 2**30)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One GPU as a worker sees it."""
+
+    name: str
+    cc: str
+    sm_count: int
+    memory_bytes: int
+    l2_bytes: int
+    driver: str
+    index: int = 0  # the physical GPU's index on its host
+    host: str = ""  # the host it sits on, where that matters (a cluster)
+
+    @property
+    def model(self) -> GpuModel:
+        return GpuModel(self.name, self.cc, self.sm_count, self.memory_bytes // 2**30)
+
+    def provenance(self) -> dict[str, Any]:
+        provenance = {"gpu": self.name, "cc": self.cc, "sm_count": self.sm_count,
+                      "gpu_memory_bytes": self.memory_bytes, "driver": self.driver, "gpu_index": self.index,
+                      "gpu_model": str(self.model)}
+        if self.host:
+            provenance["host"] = self.host
+        return provenance
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    budget_s: float = 1.0  # stop sampling when this is spent, even if the median is still noisy
+    warm: bool = False  # True: keep the L2 warm between samples instead of flushing it
+    min_samples: int = 10
+    max_samples: int = 2000
+    target_rsd: float = 0.005  # stop once the median's relative standard error is under this
+    warmup: int = 3
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    stdev_ms: float
+    samples: int
+
+    @classmethod
+    def of(cls, samples_ms: list[float]) -> "Timing":
+        stdev = statistics.stdev(samples_ms) if len(samples_ms) > 1 else 0.0
+        return cls(statistics.median(samples_ms), min(samples_ms), max(samples_ms), stdev, len(samples_ms))
+
+
+def median_relative_error(samples_ms: list[float]) -> float:
+    """Relative standard error of the median: about 1.2533 · stdev / sqrt(n) for near-normal samples."""
+    if len(samples_ms) < 2:
+        return float("inf")
+    return 1.2533 * statistics.stdev(samples_ms) / len(samples_ms) ** 0.5 / statistics.median(samples_ms)
+
+
+@dataclass
+class Row:
+    """One variant on one problem (or, for compile-only runs, one variant)."""
+
+    name: str
+    family: str
+    params: dict[str, Any]
+    status: Status
+    shape: str = ""
+    cache_config: str = ""  # run-time cache preference ("" when not set)
+    message: str = ""  # why skipped, the error, or the compile log of a failure
+    # resources, from ptxas
+    registers: int | None = None
+    static_shared_bytes: int | None = None
+    dynamic_shared_bytes: int | None = None
+    spill_bytes: int | None = None
+    stack_bytes: int | None = None
+    compile_seconds: float | None = None
+    measure_seconds: float | None = None  # checking and timing on the GPU
+    # correctness
+    error: float | None = None  # worst ||out - ref|| / ||ref|| over the checks
+    tolerance: float | None = None
+    checks: int | None = None
+    hazards: dict[str, int] | None = None  # compute-sanitizer tool -> hazards found
+    # timing, milliseconds per launch
+    median_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    stdev_ms: float | None = None
+    samples: int | None = None
+    l2_flushed: bool | None = None
+    throughput: float | None = None
+    unit: str = ""
+    ceiling: float | None = None  # the measured ceiling throughput is compared with, same unit
+    ceiling_share: float | None = None
+    skipped_count: int | None = None  # a summary row of skipped points: how many it stands for
+    # provenance
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """What identifies the row in a run: variant, problem and cache preference."""
+        return row_key(self.name, self.shape, self.cache_config)
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        if data["skipped_count"] is None:
+            del data["skipped_count"]  # rows of a single point, as before summaries existed
+        return json.dumps(data, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Row":
+        if not isinstance(data, dict):
+            raise TypeError(f"a result row is a JSON object, not {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        row = cls(**{k: v for k, v in data.items() if k in known})
+        row.status = Status(row.status)
+        return row
+
+    def flat(self) -> dict[str, Any]:
+        """One level of keys, for CSV: params become param_<name>, provenance its own keys."""
+        data = dataclasses.asdict(self)
+        params, provenance, hazards = data.pop("params"), data.pop("provenance"), data.pop("hazards")
+        data.update({f"param_{k}": v for k, v in params.items()})
+        data.update({f"hazards_{k}": v for k, v in (hazards or {}).items()})
+        data.update(provenance)
+        return data
+
+
+def skipped_row(variant: Any, reason: str, shape: str = "", **extra: Any) -> Row:
+    """The row of a point that is not run: an invalid variant, or a shape the variant refuses."""
+    return Row(variant.name, variant.family, variant.params(), Status.SKIPPED, shape=shape, message=reason, **extra)
+
+
+def row_key(name: str, shape: str, cache_config: str = "") -> str:
+    return "@".join(part for part in (name, shape, cache_config) if part)
+
+
+@dataclass
+class Measurement:
+    """A worker's verdict on one job."""
+
+    status: Status
+    message: str = ""
+    error: float | None = None
+    tolerance: float | None = None
+    checks: int = 0
+    timing: Timing | None = None
+    l2_flushed: bool | None = None
+    throughput: float | None = None
+    unit: str = ""
+    ceiling: float | None = None
+    check_seconds: float = 0.0
+    time_seconds: float = 0.0
+    device: DeviceInfo | None = None
+    context_lost: bool = False  # the CUDA context is unusable: the worker must be replaced
+
+    def apply_to(self, row: Row) -> None:
+        """Copy the verdict, timing and device into a result row."""
+        row.status, row.message = self.status, self.message
+        row.error, row.tolerance, row.checks = self.error, self.tolerance, self.checks
+        if self.timing:
+            t = self.timing
+            row.median_ms, row.min_ms, row.max_ms, row.stdev_ms, row.samples = (
+                t.median_ms, t.min_ms, t.max_ms, t.stdev_ms, t.samples)
+            row.l2_flushed = self.l2_flushed
+        row.throughput, row.unit, row.ceiling = self.throughput, self.unit, self.ceiling
+        row.measure_seconds = self.check_seconds + self.time_seconds
+        if self.throughput is not None and self.ceiling:
+            row.ceiling_share = self.throughput / self.ceiling
+        if self.device:
+            row.provenance.update(self.device.provenance())
+
+
+def is_ok(row: Row) -> bool:
+    """A correct, timed row."""
+    return row.status == Status.OK and row.median_ms is not None
