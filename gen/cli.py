@@ -1,41 +1,49 @@
-"""The `tilegen` command. Bad input ends with one line on stderr and exit code 2, no traceback."""
+"""The `tilegen` command. Bad input ends with one line on stderr and exit code 2, no traceback;
+Ctrl-C or SIGTERM stops any command within seconds, keeps what finished and says so (exit 130)."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import signal
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
 from . import __version__
-from .compiler import CompileOptions, Compiled, compile_variants, compiled_row, provenance
+from .compiler import CompileOptions, cache_summary, clear_cache, purge_failed
 from .emit import emit
 from .errors import TilegenError, UsageError
+from .export import write_t4
 from .families import all_families, get_family
+from .jobs import CACHE_CONFIGS
+from .lookup import tuned_with_reason
+from .pipeline import Pipeline, Point, RunOptions
 from .plugins import FAMILY_PATH_ENV, add_family_path, registry
 from .progress import Progress
 from .render import render
-from .export import write_t4
-from .lookup import tuned_with_reason
-from .plots import plot
 from .report import load_rows, report
-from .strategies import STRATEGIES
-from .tune import TuneOptions, describe, revalidate, tune
-from .tunedb import DB_ENV, TuningDB, problem_of
+from .results import GpuModel, Row, Status, TimingOptions
 from .space import Space, parse_options
-from .jobs import CACHE_CONFIGS
-from .results import GpuModel, Row, TimingOptions, skipped_row
 from .store import ResultLog
+from .strategies import STRATEGIES
 from .sweep import SweepOptions, summary, sweep
-from .worker import GpuUnavailable, LocalExecutor, parse_gpus
 from .table import text_table
+from .tune import TUNE_TIMING, TuneOptions, describe, revalidate, tune
+from .tunedb import DB_ENV, TuningDB, problem_of
+from .worker import parse_gpus
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Both stop a command, even where SIGINT came in ignored (a background job of a script).
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)} if _main_thread() \
+        else {}
     try:
         for folder in args.family_path:
             add_family_path(folder)
@@ -43,9 +51,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TilegenError as error:
         print(f"tilegen: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("tilegen: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        print(f"tilegen: interrupted{f': {stop}' if str(stop) else ''}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `tilegen compile ... | head`: the reader has gone, and that is fine
+        sys.stdout = None  # nothing more can be written there, not even at exit
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt()
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,6 +78,35 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"tilegen: error: {message} (see '{self.prog} --help')\n")
 
+
+# ---- argument types: numbers the command line refuses are refused here ------------------------------
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds, got {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number, at least 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def whole(text: str) -> int:
+    """A whole number, at least 0."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}")
+    return int(text)
+
+
+# ---- the parser ---------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tilegen", description="Jinja templates -> CUDA kernel variants: render, "
@@ -73,13 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_params(rendering, "name=value; left out: the family's default")
     rendering.set_defaults(handler=cmd_render)
 
-    emitting = commands.add_parser("emit", help="write variants/ from scratch (the golden record)")
+    emitting = commands.add_parser("emit", help="write each family's golden record (variants/) from scratch")
     emitting.add_argument("families", nargs="*", metavar="FAMILY", help="only these families (default: all)")
     emitting.add_argument("--out", type=Path, default=Path("variants"), help="folder (default: variants)")
     emitting.set_defaults(handler=cmd_emit)
 
     compiling = commands.add_parser("compile", help="compile a space with nvcc and print its resources")
     _add_space_arguments(compiling)
+    compiling.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
+    compiling.add_argument("--jobs", type=count, help="parallel nvcc runs (default: one per core)")
     compiling.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")
     compiling.set_defaults(handler=cmd_compile)
 
@@ -88,19 +143,16 @@ def build_parser() -> argparse.ArgumentParser:
     sweeping.add_argument("--size", dest="sizes", action="append", default=[], metavar="SIZE",
                           help="problem size, e.g. 4096x4096x4096 (repeatable; default: the family's)")
     sweeping.add_argument("--out", type=Path, required=True, help="folder for results.jsonl and results.csv")
-    sweeping.add_argument("--resume", action="store_true", help="continue a killed sweep in --out")
+    sweeping.add_argument("--resume", action="store_true", help="continue a killed or interrupted sweep in --out")
     sweeping.add_argument("--sanitize", action="store_true",
                           help="also run compute-sanitizer (racecheck, synccheck, memcheck) at a small size")
     sweeping.add_argument("--warm", action="store_true", help="do not flush the L2 between timed launches")
     sweeping.add_argument("--cache", default="none", metavar="LIST",
                           help=f"cache preferences to run, from {','.join(CACHE_CONFIGS)} (default: none)")
-    sweeping.add_argument("--budget", type=float, default=TimingOptions.budget_s, metavar="SECONDS",
-                          help="timing budget per variant and size (default: %(default)s)")
-    sweeping.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                          help="a worker silent this long is hung and killed (default: %(default)s)")
-    sweeping.add_argument("--seed", type=int, help="seed of the random inputs (default: a fresh one)")
-    sweeping.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
-    sweeping.add_argument("--top", type=int, default=10, help="rows in the summary table (default: 10)")
+    sweeping.add_argument("--seed", type=whole, help="seed of the random inputs (default: a fresh one)")
+    sweeping.add_argument("--top", type=count, default=10, help="rows in the summary table (default: 10)")
+    sweeping.add_argument("--budget", type=_moved_budget, help=argparse.SUPPRESS)
+    _add_run_arguments(sweeping, TimingOptions().budget_s)
     sweeping.set_defaults(handler=cmd_sweep)
 
     tuning = commands.add_parser("tune", help="search a space for the fastest variant on this GPU, into the DB")
@@ -110,25 +162,20 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument("--filter", metavar="PATTERN", help="keep variants whose name contains PATTERN (or a glob)")
     tuning.add_argument("--strategy", default="bayes", choices=STRATEGIES, help="search strategy (default: bayes)")
     limit = tuning.add_mutually_exclusive_group()
-    limit.add_argument("--budget", type=int, help="evaluations (default: 100)")
-    limit.add_argument("--time", type=float, metavar="SECONDS", help="stop proposing after this long")
+    limit.add_argument("--budget", type=count, help="evaluations, at most (default: 100)")
+    limit.add_argument("--time", type=seconds, metavar="SECONDS", help="stop proposing after this long")
     tuning.add_argument("--db", type=Path, help=f"tuning database (default: ${DB_ENV}, else tilegen's cache folder)")
-    tuning.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
-    tuning.add_argument("--arch", help="GPU architecture (default: the local GPU's)")
-    tuning.add_argument("--seed", type=int, default=0, help="seed of the strategy (default: 0)")
-    tuning.add_argument("--top", type=int, default=3, help="finalists measured again, interleaved (default: 3)")
-    tuning.add_argument("--timing-budget", type=float, default=0.5, metavar="SECONDS",
-                        help="timing budget per evaluation (default: 0.5)")
-    tuning.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                        help="a worker silent this long is hung and killed (default: 30)")
+    tuning.add_argument("--seed", type=whole, default=0, help="seed of the strategy (default: 0)")
+    tuning.add_argument("--top", type=count, default=3, help="finalists measured again, interleaved (default: 3)")
     tuning.add_argument("--revalidate", action="store_true",
                         help="time the stored winners for this GPU again and flag those that moved")
+    _add_run_arguments(tuning, TUNE_TIMING.budget_s)
     tuning.set_defaults(handler=cmd_tune)
 
     finding = commands.add_parser("best", help="the stored winner for a shape and GPU")
     finding.add_argument("family")
     finding.add_argument("--size", required=True, help="problem size, e.g. 2048x2048x2048")
-    finding.add_argument("--dtype", default="f32")
+    finding.add_argument("--dtype", default="f32", help="element type (default: f32)")
     finding.add_argument("--gpu", help="a GPU model, or part of its name (default: this machine's GPU)")
     finding.add_argument("--db", type=Path, help="tuning database")
     finding.set_defaults(handler=cmd_best)
@@ -145,11 +192,18 @@ def build_parser() -> argparse.ArgumentParser:
     reporting.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="folders holding results.jsonl")
     reporting.add_argument("--db", type=Path, help="report on a tuning database instead")
     reporting.add_argument("--family", help="only this family")
-    reporting.add_argument("--top", type=int, default=10, help="rows in the top table (default: 10)")
+    reporting.add_argument("--top", type=count, default=10, help="rows in the top table (default: 10)")
     reporting.add_argument("--markdown", action="store_true", help="Markdown tables instead of plain text")
     reporting.add_argument("--plot", type=Path, metavar="OUT.png",
                            help="also draw throughput heatmaps and strategy convergence (needs matplotlib)")
     reporting.set_defaults(handler=cmd_report)
+
+    caching = commands.add_parser("cache", help="the compile cache: what it holds; clear it or purge failures")
+    action = caching.add_mutually_exclusive_group()
+    action.add_argument("--clear", action="store_true", help="remove every cached compile")
+    action.add_argument("--purge-failed", action="store_true",
+                        help="remove the cached compile errors, so those variants compile again")
+    caching.set_defaults(handler=cmd_cache)
     return parser
 
 
@@ -163,8 +217,28 @@ def _add_space_arguments(parser: argparse.ArgumentParser) -> None:
     _add_params(parser, "name=v1,v2,... (repeatable); a parameter left out takes the default space")
     parser.add_argument("--filter", metavar="PATTERN",
                         help="keep variants whose name contains PATTERN (a glob when it has * ? [)")
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser, timing_budget: float) -> None:
+    """How evaluations run: the same options, with the same meaning, on sweep and tune."""
     parser.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
-    parser.add_argument("--jobs", type=int, help="parallel compiles (default: one per core)")
+    parser.add_argument("--jobs", type=count, help="parallel nvcc runs (default: one per core)")
+    parser.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
+    parser.add_argument("--timing-budget", type=seconds, default=timing_budget, metavar="SECONDS",
+                        help=f"time spent timing each variant at each size, at most (default: {timing_budget})")
+    parser.add_argument("--timeout", type=seconds, default=30.0, metavar="SECONDS",
+                        help="a worker silent this long is hung and killed (default: 30)")
+
+
+def _moved_budget(text: str) -> float:
+    raise argparse.ArgumentTypeError("on sweep, the timing budget per variant is --timing-budget SECONDS (tune's "
+                                     "--budget counts evaluations)")
+
+
+def _run_options(args: argparse.Namespace, **extra: Any) -> RunOptions:
+    timing = TimingOptions(budget_s=args.timing_budget, warm=getattr(args, "warm", False))
+    return RunOptions(arch=args.arch, compile_jobs=args.jobs, gpus=parse_gpus(args.gpus), timing=timing,
+                      silence_s=args.timeout, **extra)
 
 
 # ---- commands -------------------------------------------------------------------------------------
@@ -207,48 +281,53 @@ def cmd_emit(args: argparse.Namespace) -> None:
     print(f"wrote {count} files under {args.out}/")
 
 
-def cmd_compile(args: argparse.Namespace) -> None:
+def cmd_compile(args: argparse.Namespace) -> int:
     family = get_family(args.family)
     expansion = Space.from_options(family, args.params).select(args.filter)
-    options = CompileOptions.local(args.arch, args.jobs)
-    made_by = provenance(options, family)
-    rows = [skipped_row(s.variant, s.reason, provenance=dict(made_by)) for s in expansion.skipped]
-    log = ResultLog(args.out) if args.out else None
-    for row in rows if log else []:
-        log.append(row)
+    points = [Point(s.variant) for s in expansion.skipped] + [Point(v) for v in expansion.valid]
+    log = ResultLog(args.out, advice="choose another --out, or remove its results.jsonl") if args.out else None
+    rows: list[Row] = []
     progress = Progress(len(expansion.valid), "compile")
-
-    def record(compiled: Compiled) -> None:
-        """Each row is kept the moment its compile finishes: a crash loses none of the earlier ones."""
-        progress.advance(compiled.variant.name)
-        rows.append(compiled_row(compiled, provenance=dict(made_by)))
-        if log:
-            log.append(rows[-1])
-
+    pipeline = Pipeline(family, RunOptions(arch=args.arch, compile_jobs=args.jobs, run_kernels=False))
     try:
-        compiled = compile_variants(expansion.valid, options, on_done=record)
+        with pipeline:
+            pipeline.submit(points)
+            for row in pipeline.rows():  # each row is kept the moment its compile finishes
+                rows.append(row)
+                if log:
+                    log.append(row)
+                if row.status != Status.SKIPPED:
+                    progress.advance(row.name)
+    except KeyboardInterrupt:
+        kept = f"; {len(rows)} rows kept in {log.path}" if log else ""
+        raise KeyboardInterrupt(f"{len(rows)} of {len(points)} variants done{kept}") from None
     finally:
         progress.close()
         if log:
             log.write_csv()
             log.close()
     print(resource_table(rows))
-    print(compile_summary(compiled, len(expansion.skipped)))
+    counts = Counter(row.status for row in rows)
+    cached = pipeline.stats.cached
+    print(f"{counts[Status.COMPILED]} compiled ({cached} from cache), {counts[Status.COMPILE_ERROR]} failed, "
+          f"{counts[Status.SKIPPED]} skipped as invalid")
     if log:
         print(f"rows written to {log.path} and {args.out / 'results.csv'}")
+    return 1 if counts[Status.COMPILE_ERROR] and not counts[Status.COMPILED] else 0
 
 
-def cmd_sweep(args: argparse.Namespace) -> None:
+def cmd_sweep(args: argparse.Namespace) -> int:
+    family = get_family(args.family)
     options = SweepOptions(
-        family=args.family, out=args.out, params=parse_options(get_family(args.family), args.params),
-        sizes=args.sizes, filter=args.filter, resume=args.resume, sanitize=args.sanitize,
-        cache_configs=_list(args.cache), arch=args.arch, compile_jobs=args.jobs,
-        timing=TimingOptions(budget_s=_positive(args.budget, "--budget"), warm=args.warm),
-        silence_s=_positive(args.timeout, "--timeout"), gpus=parse_gpus(args.gpus), seed=args.seed)
-    report = sweep(options)
-    print(summary(report, args.top))
-    split = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in report.seconds.items())
-    print(f"\n{report.new_rows} new rows in {args.out}/results.jsonl and results.csv ({split})")
+        family=args.family, out=args.out, params=parse_options(family, args.params), sizes=args.sizes,
+        filter=args.filter, resume=args.resume, cache_configs=_list(args.cache),
+        run=_run_options(args, sanitize=args.sanitize, seed=args.seed))
+    result = sweep(options)
+    print(summary(result, args.top))
+    split = ", ".join(f"{stage} {value:.1f} s" for stage, value in result.seconds.items())
+    print(f"\n{result.new_rows} new rows in {args.out}/results.jsonl and results.csv ({split})")
+    statuses = Counter(row.status for row in result.rows)
+    return 1 if statuses[Status.COMPILE_ERROR] and not set(statuses) - {Status.COMPILE_ERROR, Status.SKIPPED} else 0
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
@@ -259,9 +338,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
     options = TuneOptions(
         family=args.family, size=args.size, params=parse_options(get_family(args.family), args.params),
         filter=args.filter, strategy=args.strategy, budget=args.budget if args.budget or args.time else 100,
-        time_s=args.time, db=args.db, gpus=parse_gpus(args.gpus), arch=args.arch, seed=args.seed, top=args.top,
-        timing=TimingOptions(budget_s=_positive(args.timing_budget, "--timing-budget")),
-        silence_s=_positive(args.timeout, "--timeout"))
+        time_s=args.time, db=args.db, seed=args.seed, top=args.top, run=_run_options(args))
     for result in tune(options):
         print(describe(result))
     print(f"stored in {TuningDB(args.db).path}")
@@ -269,13 +346,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
 
 def cmd_revalidate(args: argparse.Namespace) -> None:
     db = TuningDB(args.db)
-    executor = LocalExecutor(parse_gpus(args.gpus), args.timeout)
-    try:
-        checked = revalidate(db, executor, args.arch)
-    except GpuUnavailable as reason:
-        raise UsageError(f"revalidate needs a GPU: {reason}") from None
-    finally:
-        executor.close()
+    checked = revalidate(db, _run_options(args))
     body = [[p.family, p.shape, stored.name, round(stored.median_ms, 4), round(new.median_ms, 4) if new.median_ms
              else str(new.status), f"{change:+.1%}", f"{noise:.1%}", "MOVED" if abs(change) > noise else "",
              _versions(stored, new)] for p, stored, new, change, noise in checked]
@@ -288,7 +359,7 @@ def cmd_best(args: argparse.Namespace) -> None:
     shape = family.parse_shape(args.size)
     db = TuningDB(args.db)
     model = _pick_model(db, args.gpu) if args.gpu else None
-    variant, reason = tuned_with_reason(family.name, *shape.dims, dtype=args.dtype, db=args.db, gpu_model=model)
+    variant, reason = tuned_with_reason(family.name, str(shape), dtype=args.dtype, db=args.db, gpu_model=model)
     print(variant.name)
     print(f"from {reason}", file=sys.stderr)
 
@@ -310,8 +381,22 @@ def cmd_report(args: argparse.Namespace) -> None:
                                                    if not args.family or r.family == args.family]
     print(report(rows, args.top, args.markdown))
     if args.plot:
+        from .plots import plot
+
         traces = _traces(db, rows) if db else {}
         print(f"plot written to {plot(rows, traces, args.plot, f'tilegen report: {args.db or args.dirs[0]}')}")
+
+
+def cmd_cache(args: argparse.Namespace) -> None:
+    folder = CompileOptions().cache
+    if args.clear:
+        print(f"removed {clear_cache(folder)} cached compiles from {folder}")
+    elif args.purge_failed:
+        print(f"removed {purge_failed(folder)} cached compile errors from {folder}")
+    else:
+        found = cache_summary(folder)
+        print(f"{found.folder}: {found.entries} compiled variants ({found.failed} compile errors), "
+              f"{found.bytes / 2**20:.1f} MiB")
 
 
 # ---- helpers shared by the commands ---------------------------------------------------------------
@@ -321,13 +406,6 @@ def resource_table(rows: list[Row]) -> str:
              r.stack_bytes, r.compile_seconds, _first_line(r.message)] for r in rows]
     return text_table(["variant", "status", "regs", "static smem", "dyn smem", "spill", "stack", "seconds",
                        "note"], body)
-
-
-def compile_summary(compiled: list[Compiled], skipped: int) -> str:
-    failed = sum(not c.ok for c in compiled)
-    cached = sum(c.cached for c in compiled)
-    return (f"{len(compiled) - failed} compiled ({cached} from cache), {failed} failed, {skipped} skipped "
-            f"as invalid")
 
 
 def _pick_model(db: TuningDB, name: str) -> GpuModel:
@@ -357,12 +435,6 @@ def _versions(stored: Row, new: Row) -> str:
 
 def _list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
-
-
-def _positive(value: float, option: str) -> float:
-    if value <= 0:
-        raise UsageError(f"{option} must be a positive number of seconds, got {value}")
-    return value
 
 
 def _first_line(text: str) -> str:

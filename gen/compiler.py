@@ -25,11 +25,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from . import __version__, processes
+from . import __version__
 from .errors import ToolMissing, UsageError
 from .families import get_family
 from .family import Family
 from .paths import cache_dir
+from .processes import ProcessGroup
 from .render import render, template_hash
 from .results import Row, Status
 from .variant import Variant
@@ -100,12 +101,12 @@ def compile_variants(variants: Iterable[Variant], options: CompileOptions,
     variants = list(variants)
     unique = list(dict.fromkeys(variants))
     require_nvcc()
-    processes.resume()
+    children = ProcessGroup()
     size = batch_size(len(unique), options.jobs)
     batches = [unique[i:i + size] for i in range(0, len(unique), size)]
     results: dict[Variant, Compiled] = {}
     with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        futures = [pool.submit(compile_batch, batch, options) for batch in batches]
+        futures = [pool.submit(compile_batch, batch, options, children) for batch in batches]
         try:
             for future in futures:
                 for compiled in future.result():
@@ -113,7 +114,7 @@ def compile_variants(variants: Iterable[Variant], options: CompileOptions,
                     if on_done:
                         on_done(compiled)
         except BaseException:
-            processes.stop_all()  # Ctrl-C: no nvcc run goes on behind our back
+            children.kill_all()  # Ctrl-C: no nvcc run goes on behind our back
             for future in futures:
                 future.cancel()
             raise
@@ -127,10 +128,10 @@ def batch_size(waiting: int, jobs: int) -> int:
 
 def compile_variant(variant: Variant, options: CompileOptions) -> Compiled:
     """Render and compile one variant, or take it from the cache."""
-    return compile_batch([variant], options)[0]
+    return compile_batch([variant], options, ProcessGroup())[0]
 
 
-def compile_batch(variants: Sequence[Variant], options: CompileOptions) -> list[Compiled]:
+def compile_batch(variants: Sequence[Variant], options: CompileOptions, children: ProcessGroup) -> list[Compiled]:
     """Render the variants, take what the cache has, and compile the rest: together in one nvcc
     run where their family allows it, else one by one. Results in the order of `variants`."""
     sources = {v: render(v) for v in variants}
@@ -142,9 +143,9 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions) -> list[
     missing = [v for v in variants if v not in results]
     together = [v for v in missing if get_family(v.family).compile_together]
     if len(together) > 1:
-        results.update(_compile_together(together, sources, options))
+        results.update(_compile_together(together, sources, options, children))
     for variant in (v for v in missing if v not in results):
-        results[variant] = _compile_alone(variant, sources[variant], options)
+        results[variant] = _compile_alone(variant, sources[variant], options, children)
     return [results[v] for v in variants]
 
 
@@ -219,7 +220,7 @@ def require_nvcc() -> str:
 @functools.cache
 def nvcc_version() -> str:
     """'13.0.88' from `nvcc --version`."""
-    output = processes.run([require_nvcc(), "--version"]).stdout
+    output = subprocess.run([require_nvcc(), "--version"], capture_output=True, text=True).stdout
     match = re.search(r"release [\d.]+, V([\d.]+)", output)
     return match.group(1) if match else output.strip().splitlines()[-1]
 
@@ -228,16 +229,17 @@ def nvcc_version() -> str:
 def local_arch() -> str:
     """The architecture of the first local GPU (via nvidia-smi), else sm_90."""
     try:
-        output = processes.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], timeout=20).stdout
+        output = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout
         major, minor = output.splitlines()[0].strip().split(".")
         return f"sm_{int(major)}{int(minor)}"
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
         return DEFAULT_ARCH
 
 
-def _compile_alone(variant: Variant, source: str, options: CompileOptions) -> Compiled:
+def _compile_alone(variant: Variant, source: str, options: CompileOptions, children: ProcessGroup) -> Compiled:
     key = cache_key(source, options)
-    done = _run_nvcc(source, variant.name, options)
+    done = _run_nvcc(source, variant.name, options, children)
     entry = {"seconds": done.seconds, "log": done.log, "ok": done.ok, "cubin": f"{key}.cubin"}
     if done.ok:
         entry["resources"] = asdict(parse_ptxas(done.log))
@@ -245,14 +247,14 @@ def _compile_alone(variant: Variant, source: str, options: CompileOptions) -> Co
     return _from_record(variant, options, entry, cached=False)
 
 
-def _compile_together(variants: list[Variant], sources: dict[Variant, str], options: CompileOptions
-                      ) -> dict[Variant, Compiled]:
+def _compile_together(variants: list[Variant], sources: dict[Variant, str], options: CompileOptions,
+                      children: ProcessGroup) -> dict[Variant, Compiled]:
     """One nvcc run for several variants, each in its own namespace (extern "C" keeps its symbol).
     Empty when the batch fails: the caller compiles them one by one to say whose error it is."""
     source = "".join(f"namespace tilegen_variant_{i} {{\n{sources[v]}\n}}  // namespace\n\n"
                      for i, v in enumerate(variants))
     batch_key = hashlib.sha256("\0".join(cache_key(sources[v], options) for v in variants).encode()).hexdigest()[:32]
-    done = _run_nvcc(source, f"batch_{batch_key[:8]}", options)
+    done = _run_nvcc(source, f"batch_{batch_key[:8]}", options, children)
     logs = kernel_logs(done.log)
     if not done.ok or any(v.name not in logs for v in variants):
         return {}
@@ -274,15 +276,15 @@ class _NvccRun:
     cubin: bytes | None
 
 
-def _run_nvcc(source: str, name: str, options: CompileOptions) -> _NvccRun:
-    """One nvcc run to a cubin with ptxas's report; Interrupted if tilegen is stopping."""
+def _run_nvcc(source: str, name: str, options: CompileOptions, children: ProcessGroup) -> _NvccRun:
+    """One nvcc run to a cubin with ptxas's report; Interrupted if its group was killed."""
     with tempfile.TemporaryDirectory(prefix="tilegen-") as work:
         source_path, cubin_path = Path(work) / f"{name}.cu", Path(work) / f"{name}.cubin"
         source_path.write_text(source)
         command = [require_nvcc(), "-cubin", f"-arch={options.arch}", "-Xptxas", "-v", *options.flags,
                    "-o", str(cubin_path), str(source_path)]
         start = time.perf_counter()
-        done = processes.run(command)
+        done = children.run(command)
         seconds = round(time.perf_counter() - start, 3)
         log = (done.stdout + done.stderr).replace(work + "/", "")
         ok = done.returncode == 0

@@ -23,3 +23,7 @@ class TemplateProblem(TilegenError):
 
 class Interrupted(Exception):
     """The run is stopping (Ctrl-C, SIGTERM): work in progress is dropped, never recorded."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A long command stopped by Ctrl-C or SIGTERM; the message says what was kept and how to go on."""

@@ -30,6 +30,7 @@ class Kernel:
     def __init__(self, family: Family, variant: Variant, shape: Any):
         self.family, self.variant, self.shape = family, variant, shape
         self.arrays = [a.name for a in family.problem.arguments if not isinstance(a, Scalar)]
+        self._launches: dict[tuple[int, ...], Any] = {}  # prepared launches, by the arrays' addresses
 
     def __call__(self, *positional: Any, **named: Any) -> Any:
         """Launch on these arrays (in argument order, or by name); returns the output array."""
@@ -45,12 +46,19 @@ class Kernel:
         missing = [n for n in self.arrays if n not in given]
         if missing:
             raise UsageError(f"{self.family.name} needs the arrays {', '.join(missing)} too")
-        self._check(given)
-        from .run import launcher
-
-        launcher(loaded(self.variant), self.family.launch(self.variant, self.shape), self.family.problem, self.shape,
-                 given)()
+        self.prepared(given)()
         return given[self.family.problem.output.name]
+
+    def prepared(self, arrays: dict[str, Any]) -> Any:
+        """A launch on these arrays with its arguments packed once: call it to run the kernel."""
+        addresses = tuple(int(arrays[name].gpudata) for name in self.arrays)
+        if addresses not in self._launches:
+            self._check(arrays)
+            from .run import launcher
+
+            self._launches[addresses] = launcher(loaded(self.variant), self.family.launch(self.variant, self.shape),
+                                                 self.family.problem, self.shape, arrays)
+        return self._launches[addresses]
 
     def _check(self, given: dict[str, Any]) -> None:
         """Each array must be dense, with the dimensions and element type the family expects."""

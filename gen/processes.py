@@ -2,8 +2,8 @@
 
 They run in a session of their own, so a Ctrl-C at the terminal reaches tilegen alone: nvcc's own
 reaction to SIGINT (an exit code that looks like a compile error) can then never be taken for a
-result. tilegen kills them itself when it stops (`stop_all`), and a run started after that is
-refused with `Interrupted`.
+result. Whoever starts them (a pipeline, an executor) owns a ProcessGroup and kills it when it
+stops; a run cut short that way raises Interrupted and its output is never used.
 """
 
 from __future__ import annotations
@@ -11,60 +11,62 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 from typing import Sequence
 
 from .errors import Interrupted
 
-_lock = threading.Lock()
-_running: set[subprocess.Popen] = set()
-_stopping = threading.Event()
 
+class ProcessGroup:
+    """Child processes started for one piece of work, killed together by `kill_all`."""
 
-def run(command: Sequence[str], timeout: float | None = None, env: dict[str, str] | None = None
-        ) -> subprocess.CompletedProcess:
-    """subprocess.run with output captured, killable by `stop_all`; Interrupted if it was killed
-    (or tilegen is stopping), subprocess.TimeoutExpired after `timeout` seconds."""
-    with _lock:
-        if _stopping.is_set():
-            raise Interrupted("stopping")
-        process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                   start_new_session=True)
-        _running.add(process)
-    try:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self._stopped = threading.Event()
+
+    def run(self, command: Sequence[str], timeout: float | None = None, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess:
+        """subprocess.run with output captured; Interrupted if the group was killed before or
+        during it, subprocess.TimeoutExpired after `timeout` seconds (the child killed)."""
+        with self._lock:
+            if self._stopped.is_set():
+                raise Interrupted("stopping")
+            process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       env=env, start_new_session=True)
+            self._running.add(process)
         try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill(process)
-            process.communicate()
-            raise
-    finally:
-        with _lock:
-            _running.discard(process)
-    if _stopping.is_set():
-        raise Interrupted("stopped while running")
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+            try:
+                stdout, stderr = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                kill_session(process.pid)
+                process.communicate()
+                raise
+        finally:
+            with self._lock:
+                self._running.discard(process)
+        if self._stopped.is_set():
+            raise Interrupted("stopped while running")
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+    def kill_all(self) -> None:
+        """Kill every running child and refuse new ones."""
+        with self._lock:
+            self._stopped.set()
+            for process in self._running:
+                kill_session(process.pid)
 
 
-def stop_all() -> None:
-    """Kill every running child and refuse new ones, until `resume` (the next command)."""
-    with _lock:
-        _stopping.set()
-        for process in list(_running):
-            _kill(process)
-
-
-def resume() -> None:
-    _stopping.clear()
-
-
-def stopping() -> bool:
-    return _stopping.is_set()
-
-
-def _kill(process: subprocess.Popen) -> None:
-    """The child and everything it started (nvcc runs cicc and ptxas): the whole session."""
+def kill_session(pid: int) -> None:
+    """A child and everything it started (nvcc runs cicc and ptxas): its whole session."""
     try:
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def python_environment(gpu: int) -> dict[str, str]:
+    """The environment of a tilegen child process on one GPU: it imports what this process
+    imports (its sys.path, plugins included) and sees only that GPU."""
+    return dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu), PYTHONPATH=os.pathsep.join(p for p in sys.path if p))

@@ -196,9 +196,12 @@ class Measurement:
     time_seconds: float = 0.0
     device: DeviceInfo | None = None
     context_lost: bool = False  # the CUDA context is unusable: the worker must be replaced
+    hazards: dict[str, int] | None = None  # compute-sanitizer tool -> hazards, when it ran
+    hazard_note: str = ""  # what went wrong running the sanitizer
 
     def apply_to(self, row: Row) -> None:
-        """Copy the verdict, timing and device into a result row."""
+        """Copy the verdict, timing, hazards and device into a result row; a variant with hazards
+        that computed a result (right or wrong) is `racy`."""
         row.status, row.message = self.status, self.message
         row.error, row.tolerance, row.checks = self.error, self.tolerance, self.checks
         if self.timing:
@@ -212,6 +215,13 @@ class Measurement:
             row.ceiling_share = self.throughput / self.ceiling
         if self.device:
             row.provenance.update(self.device.provenance())
+        if self.hazards is not None:
+            row.hazards = self.hazards
+            found = ", ".join(f"{tool} {count}" for tool, count in self.hazards.items() if count)
+            if found and row.status in (Status.OK, Status.WRONG):
+                row.status = Status.RACY
+            notes = [self.hazard_note, f"compute-sanitizer hazards: {found}" if found else ""]
+            row.message = "; ".join(m for m in (row.message, *notes) if m)
 
 
 def is_ok(row: Row) -> bool:

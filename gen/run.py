@@ -360,10 +360,9 @@ def gemm_rates(n: int = 8192) -> dict[str, float]:
     random_matrix, multiply = vendor
     rates = {}
     for ceiling, dtype in ((GEMM_F32, "f32"), (GEMM_F64, "f64")):
-        a, b = random_matrix(n, dtype), random_matrix(n, dtype)
-        samples = event_samples(lambda: multiply(a, b), CEILING_SAMPLES, before_each=lambda salt: None)
+        operands = (random_matrix(n, dtype), random_matrix(n, dtype))
+        samples = event_samples(lambda: multiply(*operands), CEILING_SAMPLES, before_each=lambda salt: None)
         rates[ceiling.key] = 2 * n**3 / (float(np.median(samples)) / 1e3) / 1e12
-        del a, b
     return rates
 
 

@@ -7,15 +7,17 @@ time. Each tool runs the variant once, in a process of its own under the sanitiz
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 
 from .errors import ToolMissing
 from .jobs import Job
-from .worker import job_json
+from .processes import ProcessGroup, python_environment
 
 TOOLS = ("racecheck", "synccheck", "memcheck")
 SANITIZER_TIMEOUT_S = 120.0
@@ -34,17 +36,16 @@ def sanitizer_path() -> str:
     return found
 
 
-def sanitize(job: Job, physical_index: int = 0) -> tuple[dict[str, int], str]:
+def sanitize(job: Job, physical_index: int, children: ProcessGroup) -> tuple[dict[str, int], str]:
     """Hazards found by each tool, and a note on anything that went wrong running them."""
     hazards, notes = {}, []
-    environment = dict(os.environ, CUDA_VISIBLE_DEVICES=str(physical_index))
+    environment = python_environment(physical_index)
     for tool in TOOLS:
         # Only the variant's kernel: the checker's own reductions are not under test.
         command = [sanitizer_path(), "--tool", tool, "--kernel-name", f"kne={job.name}", sys.executable, "-m",
-                   "gen.worker", "--once", job_json(job)]
+                   "gen.worker", "--once", json.dumps(asdict(job))]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=SANITIZER_TIMEOUT_S,
-                                  env=environment)
+            done = children.run(command, timeout=SANITIZER_TIMEOUT_S, env=environment)
         except subprocess.TimeoutExpired:
             hazards[tool] = 1
             notes.append(f"{tool} timed out after {SANITIZER_TIMEOUT_S:.0f} s (a hang counts as a hazard)")

@@ -22,14 +22,15 @@ RESULTS_CSV = "results.csv"
 class ResultLog:
     """DIR/results.jsonl, appended one flushed line per row."""
 
-    def __init__(self, directory: Path, resume: bool = False):
+    def __init__(self, directory: Path, resume: bool = False,
+                 advice: str = "pass --resume to continue that run, or choose another --out"):
         self.directory = Path(directory)
         self.path = self.directory / RESULTS_JSONL
         if self.path.exists() and self.path.stat().st_size and not resume:
-            raise UsageError(f"{self.path} already holds results: pass --resume to continue that run, "
-                             f"or choose another --out")
+            raise UsageError(f"{self.path} already holds results: {advice}")
         self.directory.mkdir(parents=True, exist_ok=True)
         self.rows: list[Row] = read_rows(self.path, repair=True) if self.path.exists() else []
+        self.done_before = len(self.rows)
         self._file = open(self.path, "a", encoding="utf-8")
 
     @property

@@ -185,7 +185,11 @@ class BayesianOptimisation(Strategy):
     """A Gaussian process on log time (RBF kernel over the scaled parameter positions, length scale
     chosen by marginal likelihood) proposes the unseen point of highest expected improvement; every
     LOCAL_EVERY-th proposal instead refines the incumbent: its unseen neighbour with the lowest
-    predicted time. Failed points count as the worst time seen, so the model learns to avoid them."""
+    predicted time. Failed points count as the worst time seen, so the model learns to avoid them.
+
+    Several proposals at once (ask(q), while earlier ones are still being measured): each point
+    proposed but not yet told enters the model as if it had measured the best time so far (the
+    constant liar, CL-min), so the next proposal looks elsewhere instead of next to it."""
 
     name = "bayes"
     INITIAL = 10
@@ -201,7 +205,7 @@ class BayesianOptimisation(Strategy):
         if not unseen:
             return None
         predict = self._model()
-        if len(self.results) % self.LOCAL_EVERY == 0:
+        if (len(self.results) + len(self.pending)) % self.LOCAL_EVERY == 0:
             incumbent = min(measured, key=lambda v: self.results[v])
             local = [v for v in self.space.neighbours(incumbent) if v not in self.results and v not in self.pending]
             if local:
@@ -214,10 +218,12 @@ class BayesianOptimisation(Strategy):
         return unseen[int(np.argmax(improvement))]
 
     def _model(self) -> "_Posterior":
-        told = list(self.results)
-        x = np.array([self.space.encode(v) for v in told])
-        worst = max(t for t in self.results.values() if t is not None)
-        y = np.log(np.array([self.results[v] if self.results[v] is not None else worst for v in told]))
+        told, pending = list(self.results), list(self.pending)
+        x = np.array([self.space.encode(v) for v in told + pending])
+        measured = [t for t in self.results.values() if t is not None]
+        worst, lie = max(measured), min(measured)
+        times = [self.results[v] if self.results[v] is not None else worst for v in told] + [lie] * len(pending)
+        y = np.log(np.array(times))
         y = (y - y.mean()) / (y.std() or 1.0)
         scale = max(self.LENGTH_SCALES, key=lambda s: _log_likelihood(x, y, s, self.NOISE))
         return _Posterior(self.space, x, y, scale, self.NOISE)

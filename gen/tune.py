@@ -1,6 +1,10 @@
 """Autotune one problem per GPU model: a search strategy proposes variants, already-measured ones
-come from the tuning database, the rest are compiled and run; the final top k are measured
-again, interleaved, to tell whether the winner's lead is larger than the noise.
+come from the tuning database, the rest go through the evaluation pipeline; the final top k are
+measured again, interleaved, to tell whether the winner's lead is larger than the noise.
+
+The strategy proposes in batches (`ask(n)`), enough to keep the GPUs fed while nvcc compiles what
+they will need next; spaces of up to SPECULATE points are also compiled speculatively, at low
+priority, so that later proposals are ready when they are made.
 """
 
 from __future__ import annotations
@@ -9,16 +13,14 @@ import math
 import random
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Mapping, Sequence
 
-from .compiler import CompileOptions, compile_variants, compiled_row, provenance
-from .errors import UsageError
+from .errors import RunInterrupted, UsageError
 from .families import get_family
 from .family import Family, refused
-from .jobs import job_for
+from .pipeline import Pipeline, Point, RunOptions
 from .progress import Progress
 from .results import Row, TimingOptions, is_ok
 from .space import Space
@@ -29,6 +31,9 @@ from .worker import Executor, GpuUnavailable, LocalExecutor
 
 INTERLEAVED_ROUNDS = 5
 WARM_START = 10  # the nearest tuned shape's top variants, evaluated before the strategy's own picks
+SPECULATE = 4000  # spaces up to this many valid points are compiled ahead of the strategy
+QUEUED_PER_GPU = 2  # compiled points kept waiting per GPU, so it never idles between jobs
+TUNE_TIMING = TimingOptions(budget_s=0.5)
 
 
 @dataclass(frozen=True)
@@ -41,12 +46,9 @@ class TuneOptions:
     budget: int | None = 100  # evaluations; None: until `time_s` runs out or the space is exhausted
     time_s: float | None = None
     db: Path | None = None
-    gpus: Sequence[int] = (0,)
-    arch: str | None = None
-    seed: int = 0
+    seed: int = 0  # of the strategy (the inputs' seed derives from it)
     top: int = 3
-    timing: TimingOptions = field(default_factory=lambda: TimingOptions(budget_s=0.5))
-    silence_s: float = 30.0
+    run: RunOptions = field(default_factory=lambda: RunOptions(timing=TUNE_TIMING))
     progress: bool = True
 
 
@@ -78,6 +80,8 @@ class TuneResult:
     gpu_evaluations: int
     seconds: float
     trace: list[float | None]
+    trace_seconds: list[float]  # when each evaluation finished, from the start of the tune
+    gpu_seconds: float  # the GPUs' busy time (checking and timing), summed
 
     @property
     def lead(self) -> float | None:
@@ -98,7 +102,7 @@ class TuneResult:
 
 
 def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneResult]:
-    """Tune on every GPU model among `options.gpus`; one result per model."""
+    """Tune on every GPU model among the executor's GPUs; one result per model."""
     if options.strategy not in STRATEGIES:
         raise UsageError(f"strategy {options.strategy!r} is not one of: {', '.join(STRATEGIES)}")
     if options.budget is not None and options.budget < 1:
@@ -111,90 +115,124 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
         reason = refused(family, candidates[0], shape) if candidates else "no valid variant matches"
         raise UsageError(f"no {family.name} variant in this space can run {shape}: {reason}")
     db = TuningDB(options.db)
-    executor = executor or LocalExecutor(options.gpus, options.silence_s)
+    run = replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31))
+    executor = executor or LocalExecutor(run.gpus, run.silence_s)
     try:
         groups = executor.by_model()
     except GpuUnavailable as reason:
         executor.close()
         raise UsageError(f"tune needs a GPU: {reason}") from None
     try:
-        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-            futures = [pool.submit(_tune_model, options, family, shape, valid,
-                                   Problem(str(model), family.name, valid[0].dtype, str(shape)), group, db)
-                       for model, group in groups.items()]
-            return [future.result() for future in futures]
+        return [_tune_model(options, run, family, shape, valid, Problem(str(model), family.name, valid[0].dtype,
+                                                                        str(shape)), group, db)
+                for model, group in groups.items()]
     finally:
         executor.close()
 
 
 class Evaluator:
     """Measures variants of one problem: from the database when already measured on this GPU model,
-    else compiled (cached) and run on the executor's GPUs; new rows go into the database."""
+    else through the pipeline; new rows go into the database as they arrive."""
 
-    def __init__(self, family: Family, shape: Any, problem: Problem, executor: Executor, db: TuningDB,
-                 compile_options: CompileOptions, timing: TimingOptions, seed: int):
-        self.family, self.shape, self.problem, self.executor, self.db = family, shape, problem, executor, db
-        self.compile_options, self.timing, self.seed = compile_options, timing, seed
+    def __init__(self, pipeline: Pipeline, shape: Any, problem: Problem, db: TuningDB):
+        self.pipeline, self.shape, self.problem, self.db = pipeline, shape, problem, db
         self.known = db.measured(problem)
         self.gpu_evaluations = 0
 
-    def evaluate(self, variants: Sequence[Variant], fresh: bool = False) -> dict[Variant, Row]:
-        """Rows for `variants`; with `fresh`, measure again even what the database already has."""
-        rows = {v: self.known[v.name] for v in variants if not fresh and v.name in self.known}
-        to_run = [v for v in variants if v not in rows]
-        made_by = provenance(self.compile_options, self.family)
-        pending = {}
-        for compiled in compile_variants(to_run, self.compile_options):
-            row = compiled_row(compiled, str(self.shape), cache_config="none", provenance=dict(made_by))
-            if compiled.ok:
-                pending[job_for(compiled, self.shape, "none", self.seed, self.timing)] = row
+    def submit(self, variants: Iterable[Variant], fresh: bool = False) -> list[Row]:
+        """Rows the database already holds (unless `fresh`); the other variants go to the pipeline."""
+        known, queued = [], []
+        for variant in variants:
+            if not fresh and variant.name in self.known:
+                known.append(self.known[variant.name])
             else:
-                row.provenance["gpu_model"] = self.problem.gpu_model
-                rows[compiled.variant] = row
-        for job, measurement in self.executor.run(list(pending)):
-            row = pending[job]
-            measurement.apply_to(row)
-            rows[self.family.variant_type.from_name(job.name)] = row
-        self.gpu_evaluations += len(pending)
-        new = [rows[v] for v in to_run]
-        self.db.record(new)
-        self.known.update({row.name: row for row in new})
+                queued.append(Point(variant, self.shape, "none"))
+        self.gpu_evaluations += self.pipeline.submit(queued)
+        return known
+
+    def finished(self) -> list[Row]:
+        """Rows the pipeline finished since the last call, recorded in the database."""
+        rows = self.pipeline.take()
+        for row in rows:
+            row.provenance.setdefault("gpu_model", self.problem.gpu_model)  # compile errors: which GPU's tune
+        if rows:
+            self.db.record(rows)
+            self.known.update({row.name: row for row in rows})
+        return rows
+
+    def evaluate(self, variants: Sequence[Variant], fresh: bool = False) -> dict[str, Row]:
+        """Rows for every variant, waiting for the pipeline (by name)."""
+        rows = {row.name: row for row in self.submit(variants, fresh)}
+        while len(rows) < len(set(variants)):
+            rows.update((row.name, row) for row in self.finished())
         return rows
 
 
-def _tune_model(options: TuneOptions, family: Family, shape: Any, valid: list[Variant], problem: Problem,
-                executor: Executor, db: TuningDB) -> TuneResult:
+def _tune_model(options: TuneOptions, run: RunOptions, family: Family, shape: Any, valid: list[Variant],
+                problem: Problem, executor: Executor, db: TuningDB) -> TuneResult:
     started = time.monotonic()
-    compile_options = CompileOptions.local(options.arch)
-    evaluator = Evaluator(family, shape, problem, executor, db, compile_options, options.timing,
-                          seed=random.Random(options.seed).randrange(1, 2**31))
+    pipeline = Pipeline(family, run, executor)
     strategy = make_strategy(options.strategy, SearchSpace(valid), options.seed)
-    session = db.start_session(problem, options.strategy)
     limit = min(options.budget or len(valid), len(valid))
-    progress = Progress(limit, f"tune {problem.gpu_model.split(' (')[0]}", enabled=options.progress)
+    progress = Progress(limit, f"tune {family.name} {shape}", enabled=options.progress)
     trace: list[float | None] = []
-    warm = [v for v in warm_start(db, problem, family, shape, valid) if options.budget is None or
-            options.budget >= 2 * WARM_START][: limit]
-    while len(trace) < limit and not _out_of_time(started, options.time_s):
-        width = min(len(executor.devices()), limit - len(trace))
-        batch = [warm.pop(0) for _ in range(min(width, len(warm)))] or strategy.ask(width)
-        if not batch:
-            break
-        for variant, row in evaluator.evaluate(batch).items():
-            median = row.median_ms if is_ok(row) else None
-            strategy.tell(variant, median)
-            db.trace(session, len(trace), variant.name, median)
-            trace.append(median)
-            progress.advance(f"{variant.name} {_ms(median)}")
-    progress.close()
-    finalists = sorted((v for v, t in strategy.results.items() if t is not None), key=lambda v: strategy.results[v])
-    if not finalists:
-        raise UsageError(f"no variant of {family.name} ran correctly on {problem.gpu_model} at {shape}")
-    standings, rows = _interleaved(evaluator, finalists[: options.top])
-    winner = rows[standings[0].name]
-    default = _default_row(evaluator, family, shape, valid)
-    return TuneResult(problem, options.strategy, winner, standings, default, len(trace),
-                      evaluator.gpu_evaluations, time.monotonic() - started, trace)
+    trace_seconds: list[float] = []
+    try:
+        with pipeline:
+            evaluator = Evaluator(pipeline, shape, problem, db)
+            session = db.start_session(problem, options.strategy)
+
+            def told(rows: list[Row]) -> None:
+                for row in rows:
+                    median = row.median_ms if is_ok(row) else None
+                    strategy.tell(family.variant_type.from_name(row.name), median)
+                    db.trace(session, len(trace), row.name, median)
+                    trace.append(median)
+                    trace_seconds.append(time.monotonic() - started)
+                    progress.advance(f"{row.name} {_ms(median)}")
+
+            if len(valid) <= SPECULATE and options.strategy != "brute":
+                pipeline.prefetch(valid)
+            warmed = options.budget is None or options.budget >= 2 * WARM_START  # a budget worth a warm start
+            warm = warm_start(db, problem, family, shape, valid)[:limit] if warmed else []
+            gpus = max(1, len(executor.devices()))
+            while len(trace) < limit and not _out_of_time(started, options.time_s):
+                room = limit - len(trace) - pipeline.outstanding
+                wanted = min(room, _proposals_wanted(pipeline, gpus, options.strategy, limit))
+                if wanted > 0:
+                    batch = [warm.pop(0) for _ in range(min(wanted, len(warm)))] or strategy.ask(wanted)
+                    told(evaluator.submit(batch))
+                    if not batch and not pipeline.outstanding:
+                        break  # the space is exhausted
+                told(evaluator.finished())
+            finalists = sorted((v for v, t in strategy.results.items() if t is not None),
+                               key=lambda v: strategy.results[v])
+            if not finalists:
+                raise UsageError(f"no variant of {family.name} ran correctly on {problem.gpu_model} at {shape}")
+            while pipeline.outstanding:  # proposals still running when the budget ran out
+                evaluator.finished()
+            standings, rows = _interleaved(evaluator, finalists[: options.top])
+            default = _default_row(evaluator, family, shape, valid)
+    except KeyboardInterrupt:
+        raise RunInterrupted(f"{len(trace)} evaluations kept in the tuning database {db.path}; tune again to go "
+                             f"on (what is measured is not measured again)") from None
+    finally:
+        progress.close()
+    return TuneResult(problem, options.strategy, rows[standings[0].name], standings, default, len(trace),
+                      evaluator.gpu_evaluations, time.monotonic() - started, trace, trace_seconds,
+                      pipeline.stats.gpu_seconds)
+
+
+def _proposals_wanted(pipeline: Pipeline, gpus: int, strategy: str, limit: int) -> int:
+    """How many new proposals to ask for now: brute force takes everything at once; a model-guided
+    search keeps QUEUED_PER_GPU compiled points waiting per GPU, plus one per compile thread while
+    its proposals still need compiling (fewer in flight = better informed proposals)."""
+    if strategy == "brute":
+        return limit
+    ready = pipeline.outstanding - pipeline.uncompiled
+    compiling = pipeline.uncompiled
+    return max(0, QUEUED_PER_GPU * gpus - ready) if compiling >= pipeline.compile_options.jobs else \
+        max(0, QUEUED_PER_GPU * gpus + pipeline.compile_options.jobs - pipeline.outstanding)
 
 
 def warm_start(db: TuningDB, problem: Problem, family: Family, shape: Any, valid: list[Variant]) -> list[Variant]:
@@ -219,10 +257,10 @@ def _interleaved(evaluator: Evaluator, finalists: list[Variant]) -> tuple[list[S
     medians: dict[str, list[float]] = {v.name: [] for v in finalists}
     latest: dict[str, Row] = {}
     for _ in range(INTERLEAVED_ROUNDS):
-        for variant, row in evaluator.evaluate(finalists, fresh=True).items():
+        for name, row in evaluator.evaluate(finalists, fresh=True).items():
             if is_ok(row):
-                medians[variant.name].append(row.median_ms)
-                latest[variant.name] = row
+                medians[name].append(row.median_ms)
+                latest[name] = row
     standings = sorted((Standing(name, times) for name, times in medians.items() if times),
                        key=lambda s: s.median_ms)
     if not standings:
@@ -234,43 +272,53 @@ def _default_row(evaluator: Evaluator, family: Family, shape: Any, valid: list[V
     default = family.safe_variant(shape, valid[0].dtype)
     if refused(family, default, shape) is not None:
         return None
-    return evaluator.evaluate([default])[default]
+    return evaluator.evaluate([default])[default.name]
 
 
-def revalidate(db: TuningDB, executor: Executor, arch: str | None = None,
-               timing: TimingOptions | None = None) -> list[tuple[Problem, Row, Row, float, float]]:
+def revalidate(db: TuningDB, run: RunOptions, executor: Executor | None = None
+               ) -> list[tuple[Problem, Row, Row, float, float]]:
     """Time every stored winner on this machine's GPU models again: (problem, stored, new, change,
     noise) for each; a change larger than the noise means the winner moved (driver, nvcc, clocks)."""
-    models = {str(d.model) for d in executor.devices()}
-    compile_options = CompileOptions.local(arch)
+    executor = executor or LocalExecutor(run.gpus, run.silence_s)
+    try:
+        models = {str(d.model) for d in executor.devices()}
+    except GpuUnavailable as reason:
+        executor.close()
+        raise UsageError(f"revalidate needs a GPU: {reason}") from None
     checked = []
-    for problem in (p for p in db.problems() if p.gpu_model in models):
-        stored = db.best(problem)
-        family = get_family(problem.family)
-        evaluator = Evaluator(family, family.parse_shape(problem.shape), problem, executor, db, compile_options,
-                              timing or TimingOptions(), seed=1)
-        variant = family.variant_type.from_name(stored.name)
-        new = evaluator.evaluate([variant], fresh=True)[variant]
-        if not is_ok(new):
-            checked.append((problem, stored, new, float("inf"), 0.0))
-            continue
-        change = new.median_ms / stored.median_ms - 1
-        noise = max(0.02, 3 * max(stored.stdev_ms / stored.median_ms, new.stdev_ms / new.median_ms))
-        checked.append((problem, stored, new, change, noise))
+    try:
+        for family_name in sorted({p.family for p in db.problems() if p.gpu_model in models}):
+            family = get_family(family_name)
+            with Pipeline(family, replace(run, seed=1), executor) as pipeline:
+                for problem in (p for p in db.problems(family_name) if p.gpu_model in models):
+                    stored = db.best(problem)
+                    evaluator = Evaluator(pipeline, family.parse_shape(problem.shape), problem, db)
+                    new = evaluator.evaluate([family.variant_type.from_name(stored.name)], fresh=True)[stored.name]
+                    if not is_ok(new):
+                        checked.append((problem, stored, new, float("inf"), 0.0))
+                        continue
+                    change = new.median_ms / stored.median_ms - 1
+                    noise = max(0.02, 3 * max(stored.stdev_ms / stored.median_ms, new.stdev_ms / new.median_ms))
+                    checked.append((problem, stored, new, change, noise))
+    except KeyboardInterrupt:
+        raise RunInterrupted(f"{len(checked)} stored winners re-timed and kept in {db.path}") from None
+    finally:
+        executor.close()
     return checked
 
 
 def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpace, budget: int,
-           seed: int = 0) -> list[tuple[str, float | None]]:
+           seed: int = 0, batch: int = 1) -> list[tuple[str, float | None]]:
     """Run a strategy against recorded measurements (name -> median ms, None for failures), no GPU:
-    what it asked for and the median it would have seen, in order."""
+    what it asked for and the median it would have seen, in order. With `batch`, it proposes that
+    many at a time, each batch told before the next is asked for (as while the GPU is busy)."""
     search = make_strategy(strategy, space, seed)
     seen: list[tuple[str, float | None]] = []
     while len(seen) < min(budget, len(space.variants)):
-        batch = search.ask(1)
-        if not batch:
+        proposed = search.ask(min(batch, budget - len(seen)))
+        if not proposed:
             break
-        for variant in batch:
+        for variant in proposed:
             median = recorded.get(variant.name)
             search.tell(variant, median)
             seen.append((variant.name, median))
@@ -298,9 +346,10 @@ def _ms(median: float | None) -> str:
 def describe(result: TuneResult) -> str:
     """The report a tuning run prints."""
     winner, first = result.winner, result.standings[0]
+    busy = result.gpu_seconds / result.seconds if result.seconds else 0.0
     lines = [f"{result.problem.gpu_model}, {result.problem.family} {result.problem.dtype} {result.problem.shape}: "
              f"{result.evaluations} evaluations ({result.gpu_evaluations} on the GPU) by {result.strategy} "
-             f"in {result.seconds:.1f} s",
+             f"in {result.seconds:.1f} s (GPU busy {busy:.0%})",
              f"winner: {first.name}  {first.median_ms:.4g} ms, {winner.throughput:.2f} {winner.unit}"]
     for standing in result.standings:
         lines.append(f"  {standing.name:<70} median {standing.median_ms:.4g} ms over {len(standing.medians_ms)} "
@@ -312,4 +361,3 @@ def describe(result: TuneResult) -> str:
     if speedup is not None:
         lines.append(f"against the family's default variant {result.default.name}: {speedup:.2f}x faster")
     return "\n".join(lines)
-

@@ -4,29 +4,39 @@ A variant that hangs is killed after `silence_s` without a word from its worker 
 that crashes its process or loses its CUDA context is a `launch_error`. Either way the worker is
 replaced by a fresh process with a fresh context and the next job runs.
 
-The executor is the one interface the sweep and the tuner see (`devices`, `run`, `close`), so a
-multi-host engine can replace `LocalExecutor` without touching them.
+A worker is `python -m gen.worker --serve ...` in a session of its own, talking over a socket: it
+imports nothing of the caller's main module (a user's script needs no `__main__` guard), a Ctrl-C
+at the terminal reaches only tilegen (which stops it), and what it prints on the way to an early
+death becomes the reason given.
+
+The executor is the one interface the pipeline sees (`devices`, `run`, `close`, `by_model`), so a
+multi-host engine (gen.cluster) can stand in for `LocalExecutor`.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
-import multiprocessing
 import os
 import queue
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import traceback
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
-from .errors import UsageError
+from .errors import Interrupted, UsageError
+from .processes import ProcessGroup, kill_session, python_environment
 from .jobs import Job
 from .results import DeviceInfo, GpuModel, Measurement, Status, TimingOptions
 
 START_TIMEOUT_S = 120.0  # importing pycuda and making a context can take a while on a cold machine
+WORKER = "gen.worker:worker_main"
 
 
 class GpuUnavailable(Exception):
@@ -34,12 +44,17 @@ class GpuUnavailable(Exception):
 
 
 class Executor(Protocol):
-    def devices(self) -> list[DeviceInfo]: ...
+    def devices(self) -> list[DeviceInfo]:
+        """Start the workers (if need be) and say which GPUs they hold; GpuUnavailable if none."""
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
-        """Yield each job with its measurement as it completes (in any order)."""
+        """Yield each job with its measurement as it completes (in any order). `jobs` is consumed
+        lazily, one job whenever a GPU is free, so it may be a stream that blocks."""
 
     def close(self) -> None: ...
+
+    def kill(self) -> None:
+        """Stop at once (an interrupt): whatever runs is dropped."""
 
     def by_model(self) -> dict[GpuModel, "Executor"]:
         """Executors for each GPU model among this one's GPUs (models are tuned separately)."""
@@ -47,7 +62,6 @@ class Executor(Protocol):
 
 def worker_main(connection: Connection, physical_index: int) -> None:
     """The worker process: make a context on one GPU, then run jobs until told to stop."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(physical_index)
     try:
         from .run import Runner
 
@@ -72,13 +86,14 @@ def worker_main(connection: Connection, physical_index: int) -> None:
 
 
 class IsolatedWorker:
-    """One worker process for one GPU, restarted whenever a job kills or hangs it."""
+    """One worker process for one GPU, restarted whenever a job kills or hangs it.
+    `target` names the function the process runs, as "module:function"."""
 
-    def __init__(self, physical_index: int = 0, silence_s: float = 30.0,
-                 target: Callable[[Connection, int], None] = worker_main):
+    def __init__(self, physical_index: int = 0, silence_s: float = 30.0, target: str = WORKER):
         self.physical_index, self.silence_s, self.target = physical_index, silence_s, target
-        self._process: multiprocessing.Process | None = None
+        self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
+        self._stderr = None
         self.device: DeviceInfo | None = None
         self.starts = 0
 
@@ -88,20 +103,24 @@ class IsolatedWorker:
 
     def start(self) -> DeviceInfo:
         self.starts += 1
-        context = multiprocessing.get_context("spawn")  # never fork a process that may hold CUDA state
-        parent, child = context.Pipe()
-        self._process = context.Process(target=self.target, args=(child, self.physical_index), daemon=True)
-        self._process.start()
-        child.close()
-        self._connection = parent
-        if not parent.poll(START_TIMEOUT_S):
-            self.stop()
+        ours, theirs = socket.socketpair()
+        self._stderr = tempfile.TemporaryFile()
+        environment = python_environment(self.physical_index)
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "gen.worker", "--serve", str(theirs.fileno()), str(self.physical_index),
+             self.target], pass_fds=(theirs.fileno(),), env=environment, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=self._stderr, start_new_session=True)
+        theirs.close()
+        self._connection = Connection(ours.detach())
+        if not self._connection.poll(START_TIMEOUT_S):
+            self.kill()
             raise GpuUnavailable(f"worker for GPU {self.physical_index} did not start within {START_TIMEOUT_S:.0f} s")
         try:
-            kind, payload = parent.recv()
-        except EOFError:
-            raise GpuUnavailable(f"worker for GPU {self.physical_index} died while starting "
-                                 f"(exit code {self._process.exitcode})") from None
+            kind, payload = self._connection.recv()
+        except (EOFError, OSError):
+            code = self._wait_for_exit()
+            raise GpuUnavailable(f"worker for GPU {self.physical_index} died while starting ({describe_exit(code)})"
+                                 f"{self._last_words()}") from None
         if kind != "ready":
             self.stop()
             raise GpuUnavailable(payload)
@@ -116,15 +135,15 @@ class IsolatedWorker:
         phase = "start"
         while True:
             if not self._connection.poll(self.silence_s):
-                self.stop()
+                self.kill()
                 return Measurement(Status.TIMEOUT, f"no progress for {self.silence_s:.0f} s during {phase}; "
                                                    f"worker killed", device=self.device)
             try:
                 kind, payload = self._connection.recv()
-            except EOFError:
+            except (EOFError, OSError):
                 code = self._wait_for_exit()
-                return Measurement(Status.LAUNCH_ERROR, f"worker process died during {phase} ({describe_exit(code)})",
-                                   device=self.device, context_lost=True)
+                return Measurement(Status.LAUNCH_ERROR, f"worker process died during {phase} ({describe_exit(code)})"
+                                   f"{self._last_words()}", device=self.device, context_lost=True)
             if kind == "phase":
                 phase = payload
                 continue
@@ -134,40 +153,56 @@ class IsolatedWorker:
 
     @property
     def alive(self) -> bool:
-        return self._process is not None and self._process.is_alive()
+        return self._process is not None and self._process.poll() is None
 
     def stop(self) -> None:
+        """Ask the worker to finish, then make sure it has."""
         if self._process is None:
             return
-        if self._process.is_alive() and self._connection is not None:
+        if self.alive and self._connection is not None:
             try:
                 self._connection.send(None)
-            except (BrokenPipeError, OSError):
+                self._process.wait(1.0)
+            except (OSError, subprocess.TimeoutExpired):
                 pass
-            self._process.join(1.0)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(5.0)
-        self._process = None
+        self.kill()
+
+    def kill(self) -> None:
+        if self._process is not None:
+            if self._process.poll() is None:
+                kill_session(self._process.pid)
+                self._process.wait(5.0)
+            self._process = None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def _wait_for_exit(self) -> int | None:
         assert self._process is not None
-        self._process.join(10.0)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(5.0)
-        code = self._process.exitcode
-        self._process = None
+        try:
+            code = self._process.wait(10.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.kill()
         return code
+
+    def _last_words(self) -> str:
+        """The last line the worker printed (a Python error, say), to say why it died."""
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        lines = [line.strip() for line in self._stderr.read().decode(errors="replace").splitlines() if line.strip()]
+        return f": {lines[-1]}" if lines else ""
 
 
 class LocalExecutor:
     """Isolated workers on this host's GPUs; one job per GPU at a time, so timings never share a GPU."""
 
-    def __init__(self, gpus: Sequence[int] = (0,), silence_s: float = 30.0,
-                 target: Callable[[Connection, int], None] = worker_main):
+    def __init__(self, gpus: Sequence[int] = (0,), silence_s: float = 30.0, target: str = WORKER):
         self.workers = [IsolatedWorker(index, silence_s, target) for index in gpus]
         self._devices: list[DeviceInfo] | None = None
+        self._killed = threading.Event()
+        self._children = ProcessGroup()  # compute-sanitizer runs
 
     def devices(self) -> list[DeviceInfo]:
         if self._devices is None:
@@ -176,31 +211,47 @@ class LocalExecutor:
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
         self.devices()
-        idle: queue.Queue[IsolatedWorker] = queue.Queue()
-        for worker in self.workers:
-            idle.put(worker)
+        source = iter(jobs)
+        take = threading.Lock()
+        finished: queue.Queue[tuple[Job, Measurement] | None] = queue.Queue()
 
-        def on_free_worker(job: Job) -> tuple[Job, Measurement]:
-            worker = idle.get()
+        def serve(worker: IsolatedWorker) -> None:
             try:
-                return job, worker.run(job)
+                while not self._killed.is_set():
+                    with take:  # the next job goes to whichever GPU is free first
+                        job = next(source, None)
+                    if job is None:
+                        break
+                    try:
+                        finished.put((job, run_job(worker, job, self._children)))
+                    except Interrupted:  # killed: what was running is dropped
+                        break
             finally:
-                idle.put(worker)
+                finished.put(None)
 
-        pool = ThreadPoolExecutor(max_workers=len(self.workers))
-        try:
-            for future in as_completed([pool.submit(on_free_worker, job) for job in jobs]):
-                yield future.result()
-        finally:  # a consumer that stops early (a tuning budget, Ctrl-C) cancels what has not started
-            pool.shutdown(wait=True, cancel_futures=True)
+        for worker in self.workers:
+            threading.Thread(target=serve, args=(worker,), daemon=True).start()
+        serving = len(self.workers)
+        while serving:
+            item = finished.get()
+            if item is None:
+                serving -= 1
+            elif not self._killed.is_set():
+                yield item
 
     def close(self) -> None:
         for worker in self.workers:
             worker.stop()
 
+    def kill(self) -> None:
+        self._killed.set()
+        self._children.kill_all()
+        for worker in self.workers:
+            worker.kill()
+
     def by_model(self) -> dict[GpuModel, "LocalExecutor"]:
         """One executor per GPU model, sharing this one's started workers: models tune separately."""
-        groups: dict[str, LocalExecutor] = {}
+        groups: dict[GpuModel, LocalExecutor] = {}
         for worker, device in zip(self.workers, self.devices()):
             group = groups.setdefault(device.model, LocalExecutor([], target=worker.target))
             group.workers.append(worker)
@@ -208,15 +259,24 @@ class LocalExecutor:
         return groups
 
 
+def run_job(worker: IsolatedWorker, job: Job, children: ProcessGroup) -> Measurement:
+    """A job on one worker's GPU: first compute-sanitizer at the job's small size, if it asks for
+    that (in a process of its own, on the same GPU, so nothing else runs there meanwhile)."""
+    hazards, note = None, ""
+    if job.sanitize_size:
+        from .sanitize import sanitize
+
+        small = replace(job, shape=job.sanitize_size, timing=None, seeds=job.seeds[:1], sanitize_size=None)
+        hazards, note = sanitize(small, worker.physical_index, children)
+    measurement = worker.run(job)
+    measurement.hazards, measurement.hazard_note = hazards, note
+    return measurement
+
+
 def parse_gpus(text: str) -> list[int]:
     """'0,1' -> [0, 1]; 'all' -> every GPU nvidia-smi lists (or [0] when it lists none)."""
     if text.strip() == "all":
-        try:
-            listed = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                                    capture_output=True, text=True, timeout=20).stdout.split()
-            return [int(index) for index in listed] or [0]
-        except (OSError, subprocess.SubprocessError, ValueError):
-            return [0]
+        return visible_gpus() or [0]
     try:
         gpus = [int(part) for part in text.split(",")]
     except ValueError:
@@ -224,6 +284,21 @@ def parse_gpus(text: str) -> list[int]:
     if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
         raise UsageError(f"--gpus {text!r} must list distinct GPU indices like 0,1")
     return gpus
+
+
+def visible_gpus() -> list[int]:
+    """The indices nvidia-smi lists (within CUDA_VISIBLE_DEVICES when that is set), else []."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.split()
+        indices = [int(index) for index in listed]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        allowed = {int(part) for part in visible.split(",") if part.strip().isdigit()}
+        indices = [i for i in indices if i in allowed]
+    return indices
 
 
 def describe_exit(code: int | None) -> str:
@@ -246,12 +321,20 @@ def run_once(job_json: str) -> int:
     return 0
 
 
-def job_json(job: Job) -> str:
-    return json.dumps(asdict(job))
+def _serve(descriptor: str, physical_index: str, target: str) -> int:
+    """The worker process's entry: the socket it was given, its GPU, and the function to run."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only tilegen stops its workers
+    module, _, function = target.partition(":")
+    serve: Callable[[Connection, int], None] = getattr(importlib.import_module(module), function)
+    connection = Connection(int(descriptor))
+    serve(connection, int(physical_index))
+    return 0
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--serve":
+        sys.exit(_serve(*sys.argv[2:]))
     if len(sys.argv) == 3 and sys.argv[1] == "--once":
         sys.exit(run_once(sys.argv[2]))
-    print("usage: python -m gen.worker --once JOB_JSON", file=sys.stderr)
+    print("usage: python -m gen.worker --once JOB_JSON | --serve FD GPU MODULE:FUNCTION", file=sys.stderr)
     sys.exit(2)

@@ -27,8 +27,10 @@ import pycuda.gpuarray as gpuarray  # noqa: E402
 
 import gen  # noqa: E402
 from gen.families import get_family  # noqa: E402
+from gen.kernels import Kernel  # noqa: E402
 from gen.lookup import tuned_with_reason  # noqa: E402
-from gen.kernels import launched  # noqa: E402
+from gen.results import TimingOptions  # noqa: E402
+from gen.run import event_samples  # noqa: E402
 from gen.table import markdown_table, text_table  # noqa: E402
 
 SGEMM_SHAPES = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
@@ -95,10 +97,7 @@ def transpose_row(size: str, db: Path | None, flush: Any) -> list[Any]:
 def kernel(variant: Any, size: str, arrays: dict[str, Any]) -> Callable[[], None]:
     """A prepared launch of the variant on these arrays: little host work inside the timed region."""
     family = get_family(variant.family)
-    shape = family.parse_shape(size)
-    arguments = family.kernel_arguments(shape, {name: array.gpudata for name, array in arrays.items()})
-    run = launched(variant, shape)
-    return lambda: run(arguments)
+    return Kernel(family, variant, family.parse_shape(size)).prepared(arrays)
 
 
 def vendor_sgemm() -> tuple[str, Callable]:
@@ -135,19 +134,14 @@ def l2_flusher() -> Callable[[int], None]:
 def paired_medians_ms(ours: Callable[[], Any], theirs: Callable[[], Any], flush: Callable[[int], None],
                       samples: int = SAMPLES) -> tuple[float, float]:
     """Median event times of both, sampled in alternation so that clock or thermal drift hits
-    both alike; each sample starts from a flushed L2."""
-    start, end = cuda.Event(), cuda.Event()
+    both alike; each sample starts from a flushed L2 (gen.run's one timing loop, one sample a turn)."""
     for _ in range(3):
         ours(), theirs()
+    one = TimingOptions(min_samples=1, max_samples=1, warmup=0)
     times: tuple[list[float], list[float]] = ([], [])
     for i in range(samples):
         for run, into in ((ours, times[0]), (theirs, times[1])):
-            flush(i)
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            into.append(end.time_since(start))
+            into += event_samples(run, one, before_each=lambda salt: flush(i))
     return statistics.median(times[0]), statistics.median(times[1])
 
 

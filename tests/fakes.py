@@ -64,7 +64,7 @@ class FakeExecutor:
     """Runs jobs in this process: every variant is ok, faster with larger tiles."""
 
     def __init__(self, delay_s: float = 0.0):
-        self.delay_s, self.ran = delay_s, []
+        self.delay_s, self.ran, self.killed = delay_s, [], False
 
     def devices(self) -> list[DeviceInfo]:
         return [FAKE_DEVICE]
@@ -72,21 +72,27 @@ class FakeExecutor:
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
         for job in jobs:
             time.sleep(self.delay_s)
+            if self.killed:
+                return
             self.ran.append(job)
             yield job, fake_measurement(job)
 
     def close(self) -> None:
         pass
 
-    def by_model(self) -> dict[str, "FakeExecutor"]:
+    def kill(self) -> None:
+        self.killed = True
+
+    def by_model(self) -> dict:
         return {FAKE_DEVICE.model: self}
 
 
 def slow_sweep(out: str) -> None:
     """A sweep of 18 variants x 2 sizes at 0.3 s a job, for a test to kill in the middle."""
+    from gen.pipeline import RunOptions
     from gen.sweep import SweepOptions, sweep
 
-    sweep(SweepOptions("matmul", Path(out), sizes=["64x64x64", "96x96x96"], progress=False, seed=1),
+    sweep(SweepOptions("matmul", Path(out), sizes=["64x64x64", "96x96x96"], progress=False, run=RunOptions(seed=1)),
           executor=FakeExecutor(delay_s=0.3))
 
 

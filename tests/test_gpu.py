@@ -4,6 +4,7 @@ and a crashing kernel does not stop a sweep. Skipped with a reason where there i
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -12,14 +13,17 @@ from gen.families import get_family
 from gen.space import Space
 from gen.results import TimingOptions
 from gen.results import Row, Status
+from gen.pipeline import RunOptions
 from gen.sweep import SweepOptions, sweep
 
 pytestmark = pytest.mark.gpu
 QUICK = TimingOptions(budget_s=0.05, min_samples=5)
 
 
-def run(tmp_path: Path, family: str, params: dict, sizes: list[str], **options) -> dict[str, Row]:
-    report = sweep(SweepOptions(family, tmp_path, params=params, sizes=sizes, timing=QUICK, progress=False, **options))
+def run(tmp_path: Path, family: str, params: dict, sizes: list[str], cache_configs: Sequence[str] = ("none",),
+        **options) -> dict[str, Row]:
+    report = sweep(SweepOptions(family, tmp_path, params=params, sizes=sizes, cache_configs=cache_configs,
+                                progress=False, run=RunOptions(timing=QUICK, **options)))
     return {row.key: row for row in report.rows}
 
 
@@ -214,7 +218,8 @@ def test_gen_kernel_runs_the_tuned_plugin_variant_on_the_callers_arrays(tmp_path
     registry.cache_clear()
     try:
         (result,) = tune(TuneOptions("reduce", "1000x1000", params={"block": ["128", "256"], "items": ["2", "4"]},
-                                     strategy="brute", budget=20, timing=QUICK, progress=False, top=2))
+                                     strategy="brute", budget=20, run=RunOptions(timing=QUICK), progress=False,
+                                     top=2))
         assert result.winner.status == Status.OK
         import pycuda.autoprimaryctx  # noqa: F401  (the caller's context)
         import pycuda.gpuarray as gpuarray
@@ -246,7 +251,8 @@ def test_tuning_on_two_gpus_shares_the_space_and_never_shares_a_gpu(tmp_path: Pa
 
     db = tmp_path / "t.sqlite"
     (result,) = tune(TuneOptions("matmul", "1024x1024x1024", params={"padding": ["0"], "tile": ["8", "16", "32"]},
-                                 strategy="random", budget=9, db=db, gpus=[0, 1], timing=QUICK, progress=False))
+                                 strategy="random", budget=9, db=db, run=RunOptions(gpus=[0, 1], timing=QUICK),
+                                 progress=False))
     rows = TuningDB(db).rows("matmul")
     assert result.evaluations == 9
     assert {row.provenance["gpu_index"] for row in rows} == {0, 1}  # the space was shared out
@@ -263,8 +269,8 @@ def test_tuned_and_matmul_run_in_the_callers_own_context(tmp_path: Path, monkeyp
 
     monkeypatch.setenv("TILEGEN_DB", str(tmp_path / "t.sqlite"))
     small = {"bm": ["64", "128"], "bn": ["64"], "bk": ["16"], "wm": ["32"], "wn": ["64"], "vec": ["4"]}
-    (result,) = tune(TuneOptions("sgemm", "512x512x512", params=small, strategy="brute", budget=20, timing=QUICK,
-                                 progress=False, top=2))
+    (result,) = tune(TuneOptions("sgemm", "512x512x512", params=small, strategy="brute", budget=20,
+                                 run=RunOptions(timing=QUICK), progress=False, top=2))
     import pycuda.autoprimaryctx  # noqa: F401  (the caller's context)
     import pycuda.gpuarray as gpuarray
 

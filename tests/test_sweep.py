@@ -16,6 +16,7 @@ from gen import compiler
 from gen.jobs import Job
 from gen.results import Status
 from gen.store import read_rows
+from gen.pipeline import RunOptions
 from gen.sweep import SweepOptions, summary, sweep
 from gen.worker import GpuUnavailable, IsolatedWorker, LocalExecutor, parse_gpus
 from gen.sanitize import count_hazards
@@ -29,8 +30,8 @@ def _job(tile: int) -> Job:
 
 
 @pytest.mark.parametrize("target, status, message", [
-    (fakes.hanging_worker, Status.TIMEOUT, "no progress for 1 s"),
-    (fakes.crashing_worker, Status.LAUNCH_ERROR, "exit code 3"),
+    ("tests.fakes:hanging_worker", Status.TIMEOUT, "no progress for 1 s"),
+    ("tests.fakes:crashing_worker", Status.LAUNCH_ERROR, "exit code 3"),
 ], ids=["hangs", "crashes"])
 def test_a_bad_variant_ends_as_a_row_and_a_fresh_worker_runs_the_next(target, status, message) -> None:
     worker = IsolatedWorker(silence_s=1.0, target=target)
@@ -44,7 +45,7 @@ def test_a_bad_variant_ends_as_a_row_and_a_fresh_worker_runs_the_next(target, st
 
 
 def test_progress_reports_keep_a_slow_worker_alive() -> None:
-    worker = IsolatedWorker(silence_s=1.0, target=fakes.chatty_slow_worker)
+    worker = IsolatedWorker(silence_s=1.0, target="tests.fakes:chatty_slow_worker")
     try:
         assert worker.run(_job(8)).status is Status.OK  # 1.6 s of work, never 1 s of silence
     finally:
@@ -52,7 +53,7 @@ def test_progress_reports_keep_a_slow_worker_alive() -> None:
 
 
 def test_a_worker_that_finds_no_gpu_says_why() -> None:
-    executor = LocalExecutor([0], target=fakes.unavailable_worker)
+    executor = LocalExecutor([0], target="tests.fakes:unavailable_worker")
     with pytest.raises(GpuUnavailable, match="fake"):
         executor.devices()
     executor.close()
@@ -60,7 +61,7 @@ def test_a_worker_that_finds_no_gpu_says_why() -> None:
 
 def test_a_sweep_records_every_row_with_the_schema_of_the_design(tmp_path: Path, compile_options) -> None:
     options = SweepOptions("matmul", tmp_path, params={"tile": ["8", "16", "64"]}, sizes=["64x64x64", "100x70x90"],
-                           progress=False, seed=5)
+                           progress=False, run=RunOptions(seed=5))
     report = sweep(options, executor=fakes.FakeExecutor())
     rows = read_rows(tmp_path / "results.jsonl")
     assert len(rows) == len(report.rows) == 3 * 2 * 3 * 2  # tiles x paddings x bounds x sizes
@@ -93,8 +94,8 @@ def test_a_killed_sweep_resumes_with_nothing_lost_or_duplicated(tmp_path: Path, 
     finished = [line for line in results.read_text().splitlines() if _is_json(line)]
     assert 4 <= len(finished) < 36, "the kill should land mid-sweep"
     executor = fakes.FakeExecutor()
-    report = sweep(SweepOptions("matmul", out, sizes=["64x64x64", "96x96x96"], resume=True, progress=False, seed=1),
-                   executor=executor)
+    report = sweep(SweepOptions("matmul", out, sizes=["64x64x64", "96x96x96"], resume=True, progress=False,
+                                run=RunOptions(seed=1)), executor=executor)
     after = results.read_text().splitlines()
     assert after[: len(finished)] == finished  # every finished row kept as it was
     keys = [r.key for r in read_rows(results)]
@@ -137,7 +138,8 @@ def test_a_compile_error_is_a_row_and_the_sweep_goes_on(tmp_path: Path, compile_
 @pytest.mark.parametrize("args, message", [
     (["--cache", "huge"], "cache 'huge' is not one of: none, shared, l1, equal"),
     (["--gpus", "one"], "--gpus 'one' must be 'all' or GPU indices"),
-    (["--budget", "0"], "--budget must be a positive number of seconds"),
+    (["--timing-budget", "0"], "argument --timing-budget: must be a positive, finite number of seconds, got '0'"),
+    (["--budget", "0.5"], "on sweep, the timing budget per variant is --timing-budget SECONDS"),
     (["--size", "64x64"], "size '64x64' for matmul"),
 ])
 def test_bad_sweep_options_are_one_line_and_exit_code_2(tmp_path: Path, args: list[str], message: str) -> None:

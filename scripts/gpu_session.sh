@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU work behind the GPU tests and docs/results, in named parts, on a lent GPU machine with
+# no network: the wheels in .whl/ (PyCUDA built for it, Kernel Tuner, Dask) are installed first.
+# Logs and results go to $OUT (or runs/gpu-session). A failed part is reported and the next runs.
+#
+# Usage: scripts/gpu_session.sh PART [PART ...]
+#   tests      every GPU test but the all-sgemm one          tests-sgemm  the all-sgemm GPU test
+#   reduce     the example family's sweep, for docs/results   kt           scripts/bench_vs_kernel_tuner.py
+#   full       cold brute force over the full sgemm space     smoke        scripts/gpu_smoke.sh --sanitize
+#   dask       the cluster tests and benchmark (two GPUs)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-runs/gpu-session}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+if [ -d .whl ] && ! python3 -c "import pycuda" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    $(ls .whl/*.whl) || exit 2
+  export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
+nvcc --version | tail -1 >> "$out/gpu.txt"
+failed=()
+part() {  # part NAME COMMAND...: run it, log it, time it
+  local name=$1 start=$SECONDS
+  shift
+  echo "=== $name: $*"
+  if "$@" > >(tee "$out/$name.log") 2>&1; then status=ok; else status="FAILED ($?)"; failed+=("$name"); fi
+  echo "=== $name: $status after $(( SECONDS - start )) s" | tee -a "$out/summary.txt"
+}
+for name in "$@"; do
+  case $name in
+    tests) part tests python3 -m pytest -m gpu -v -rs -p no:cacheprovider -k "not every_default_sgemm" tests/ ;;
+    tests-sgemm) part tests-sgemm python3 -m pytest -m gpu -v -rs -p no:cacheprovider -k every_default_sgemm tests/ ;;
+    reduce) part reduce python3 -m gen --family-path docs/examples/reduction sweep reduce -p dtype=f32,f64 \
+              --size 16384x16384 --size 4096x65536 --size 1000x999 --out "$out/reduce" ;;
+    kt) part kt python3 scripts/bench_vs_kernel_tuner.py --out "$out/kt" --markdown "$out/vs-kernel-tuner.md" ;;
+    full) part full python3 scripts/bench_vs_kernel_tuner.py --full --out "$out/full" --markdown "$out/full.md" ;;
+    smoke) part smoke scripts/gpu_smoke.sh --sanitize ;;
+    dask) part dask python3 scripts/bench_cluster.py --out "$out/cluster" --markdown "$out/cluster.md" ;;
+    *) echo "unknown part '$name'"; exit 2 ;;
+  esac
+done
+[ ${#failed[@]} -eq 0 ] || { echo "failed parts: ${failed[*]}"; exit 1; }
