@@ -22,6 +22,7 @@ from .variant import Variant
 
 _GEMM_FOR = {np.dtype(np.float32): ("sgemm", "f32"), np.dtype(np.float64): ("matmul", "f64")}
 VECTOR_BYTES = 16  # vec=4 variants load float4s: every matrix must start on a 16-byte boundary
+LAUNCHES_KEPT = 8
 
 
 class Kernel:
@@ -53,6 +54,8 @@ class Kernel:
         """A launch on these arrays with its arguments packed once: call it to run the kernel."""
         addresses = tuple(int(arrays[name].gpudata) for name in self.arrays)
         if addresses not in self._launches:
+            if len(self._launches) >= LAUNCHES_KEPT:  # each holds its arrays: keep the latest few
+                del self._launches[next(iter(self._launches))]
             self._check(arrays)
             from .run import launcher
 

@@ -285,6 +285,8 @@ class Pipeline:
                 if self._stop.is_set():
                     return
                 self._measured(job, measurement)
+            if not self._stop.is_set():
+                raise RuntimeError("the GPU workers stopped taking jobs")
         except BaseException as error:
             if not self._stop.is_set():
                 self._fail(error)

@@ -277,6 +277,7 @@ def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays
         function.prepared_async_call(launch.grid, launch.block, None, *arguments,
                                      shared_size=launch.dynamic_shared_bytes)
 
+    call.arrays = dict(arrays)  # the arguments are bare addresses: keep their memory alive with the launch
     return call
 
 

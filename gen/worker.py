@@ -223,9 +223,13 @@ class LocalExecutor:
                     if job is None:
                         break
                     try:
-                        finished.put((job, run_job(worker, job, self._children)))
+                        measurement = run_job(worker, job, self._children)
                     except Interrupted:  # killed: what was running is dropped
                         break
+                    except Exception as error:  # a worker that cannot start again, say: a row that says so
+                        measurement = Measurement(Status.LAUNCH_ERROR, f"{type(error).__name__}: {error}",
+                                                  device=worker.device, context_lost=True)
+                    finished.put((job, measurement))
             finally:
                 finished.put(None)
 

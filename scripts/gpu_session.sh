@@ -31,8 +31,8 @@ part() {  # part NAME COMMAND...: run it, log it, time it
 }
 for name in "$@"; do
   case $name in
-    tests) part tests python3 -m pytest -m gpu -v -rs -p no:cacheprovider -k "not every_default_sgemm" tests/ ;;
-    tests-sgemm) part tests-sgemm python3 -m pytest -m gpu -v -rs -p no:cacheprovider -k every_default_sgemm tests/ ;;
+    tests) part tests python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k "not every_default_sgemm" tests/ ;;
+    tests-sgemm) part tests-sgemm python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 400 -k every_default_sgemm tests/ ;;
     reduce) part reduce python3 -m gen --family-path docs/examples/reduction sweep reduce -p dtype=f32,f64 \
               --size 16384x16384 --size 4096x65536 --size 1000x999 --out "$out/reduce" ;;
     kt) part kt python3 scripts/bench_vs_kernel_tuner.py --out "$out/kt" --markdown "$out/vs-kernel-tuner.md" ;;
