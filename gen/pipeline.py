@@ -86,14 +86,19 @@ class PipelineStats:
 
 
 class Pipeline:
-    def __init__(self, family: Family, options: RunOptions, executor: Executor | None = None):
+    """`executor`: the GPUs (None: local workers on `options.gpus`). With `gpus_later`, compiling
+    starts now and the GPUs come with `use_gpus` (tune learns the GPU models meanwhile)."""
+
+    def __init__(self, family: Family, options: RunOptions, executor: Executor | None = None,
+                 gpus_later: bool = False):
         self.family, self.options = family, options
         self.compile_options = CompileOptions.local(options.arch, options.compile_jobs)
         self.provenance = provenance(self.compile_options, family)
         self.seed = options.seed if options.seed is not None else random.randrange(1, 2**31)
         self.stats = PipelineStats()
         self.unavailable: str | None = None  # why no kernel can run here, once that is known
-        self._executor = executor if executor is not None or not options.run_kernels else LocalExecutor(
+        self._gpus_later = gpus_later and options.run_kernels
+        self._executor = executor if executor is not None or not options.run_kernels or gpus_later else LocalExecutor(
             options.gpus, options.silence_s)
         self._lock = threading.Condition()
         self._urgent: deque[Variant] = deque()  # submitted points wait for these
@@ -109,6 +114,7 @@ class Pipeline:
         self._stop = threading.Event()
         self._children = ProcessGroup()  # nvcc runs
         self._threads: list[threading.Thread] = []
+        self._nvcc_runs = 0  # started so far: the first wave compiles one variant each, to feed the GPU soon
 
     # ---- the caller's side -----------------------------------------------------------------
 
@@ -124,6 +130,16 @@ class Pipeline:
             self.close()
         else:
             self.abort()
+
+    def use_gpus(self, executor: Executor) -> None:
+        """The GPUs for a pipeline made with `gpus_later`: compiled points waiting for them start."""
+        assert self._gpus_later and self._executor is None, "the pipeline has its GPUs already"
+        self._executor = executor
+        self._spawn(self._gpu_loop, "gpu")
+
+    def devices(self) -> list:
+        """The GPUs this pipeline runs on (starting their workers if need be); none for compile only."""
+        return [] if self._executor is None else self._executor.devices()
 
     def submit(self, points: Iterable[Point]) -> int:
         """Queue points for evaluation; each gives one row. Invalid variants and shapes a variant
@@ -226,7 +242,9 @@ class Pipeline:
                 if not source:
                     self._lock.wait(POLL_S)
                     continue
-                count = batch_size(len(self._urgent) + len(self._later), self.compile_options.jobs)
+                first_wave = self._nvcc_runs < self.compile_options.jobs
+                count = 1 if first_wave else batch_size(len(source), self.compile_options.jobs)
+                self._nvcc_runs += 1
                 batch = [source.popleft() for _ in range(min(count, len(source)))]
             try:
                 results = compile_batch(batch, self.compile_options, self._children)
@@ -248,7 +266,7 @@ class Pipeline:
         for point in points:
             shape = "" if point.shape is None else str(point.shape)
             row = compiled_row(compiled, shape, cache_config=point.cache_config, provenance=dict(self.provenance))
-            if not compiled.ok or point.shape is None or self._executor is None:
+            if not compiled.ok or point.shape is None or (self._executor is None and not self._gpus_later):
                 self._rows.put(row)
                 continue
             sanitize = None

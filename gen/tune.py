@@ -117,15 +117,28 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
     db = TuningDB(options.db)
     run = replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31))
     executor = executor or LocalExecutor(run.gpus, run.silence_s)
+    started = time.monotonic()
     try:
-        groups = executor.by_model()
-    except GpuUnavailable as reason:
-        executor.close()
-        raise UsageError(f"tune needs a GPU: {reason}") from None
-    try:
-        return [_tune_model(options, run, family, shape, valid, Problem(str(model), family.name, valid[0].dtype,
-                                                                        str(shape)), group, db)
-                for model, group in groups.items()]
+        with Pipeline(family, run, gpus_later=True) as first:  # compiling starts while the workers start
+            if len(valid) <= SPECULATE:
+                first.prefetch(valid)
+            try:
+                groups = executor.by_model()
+            except GpuUnavailable as reason:
+                raise UsageError(f"tune needs a GPU: {reason}") from None
+            results = []
+            for model, group in groups.items():
+                problem = Problem(str(model), family.name, valid[0].dtype, str(shape))
+                if not results:
+                    first.use_gpus(group)
+                    results.append(_tune_model(options, family, shape, valid, problem, first, db, started))
+                    continue
+                with Pipeline(family, run, group) as pipeline:
+                    results.append(_tune_model(options, family, shape, valid, problem, pipeline, db, time.monotonic()))
+            return results
+    except KeyboardInterrupt:
+        raise RunInterrupted(f"evaluations so far are kept in the tuning database {db.path}; tune again to go on "
+                             f"(what is measured is not measured again)") from None
     finally:
         executor.close()
 
@@ -168,51 +181,48 @@ class Evaluator:
         return rows
 
 
-def _tune_model(options: TuneOptions, run: RunOptions, family: Family, shape: Any, valid: list[Variant],
-                problem: Problem, executor: Executor, db: TuningDB) -> TuneResult:
-    started = time.monotonic()
-    pipeline = Pipeline(family, run, executor)
+def _tune_model(options: TuneOptions, family: Family, shape: Any, valid: list[Variant], problem: Problem,
+                pipeline: Pipeline, db: TuningDB, started: float) -> TuneResult:
+    """Tune one GPU model through a running pipeline that holds that model's GPUs; times count from
+    `started`, when the tune began (compiling starts before the GPUs are known)."""
     strategy = make_strategy(options.strategy, SearchSpace(valid), options.seed)
     limit = min(options.budget or len(valid), len(valid))
     progress = Progress(limit, f"tune {family.name} {shape}", enabled=options.progress)
     trace: list[float | None] = []
     trace_seconds: list[float] = []
     try:
-        with pipeline:
-            evaluator = Evaluator(pipeline, shape, problem, db)
-            session = db.start_session(problem, options.strategy)
+        evaluator = Evaluator(pipeline, shape, problem, db)
+        session = db.start_session(problem, options.strategy)
 
-            def told(rows: list[Row]) -> None:
-                for row in rows:
-                    median = row.median_ms if is_ok(row) else None
-                    strategy.tell(family.variant_type.from_name(row.name), median)
-                    db.trace(session, len(trace), row.name, median)
-                    trace.append(median)
-                    trace_seconds.append(time.monotonic() - started)
-                    progress.advance(f"{row.name} {_ms(median)}")
+        def told(rows: list[Row]) -> None:
+            for row in rows:
+                median = row.median_ms if is_ok(row) else None
+                strategy.tell(family.variant_type.from_name(row.name), median)
+                db.trace(session, len(trace), row.name, median)
+                trace.append(median)
+                trace_seconds.append(time.monotonic() - started)
+                progress.advance(f"{row.name} {_ms(median)}")
 
-            if len(valid) <= SPECULATE and options.strategy != "brute":
-                pipeline.prefetch(valid)
-            warmed = options.budget is None or options.budget >= 2 * WARM_START  # a budget worth a warm start
-            warm = warm_start(db, problem, family, shape, valid)[:limit] if warmed else []
-            gpus = max(1, len(executor.devices()))
-            while len(trace) < limit and not _out_of_time(started, options.time_s):
-                room = limit - len(trace) - pipeline.outstanding
-                wanted = min(room, _proposals_wanted(pipeline, gpus, options.strategy, limit))
-                if wanted > 0:
-                    batch = [warm.pop(0) for _ in range(min(wanted, len(warm)))] or strategy.ask(wanted)
-                    told(evaluator.submit(batch))
-                    if not batch and not pipeline.outstanding:
-                        break  # the space is exhausted
-                told(evaluator.finished())
-            finalists = sorted((v for v, t in strategy.results.items() if t is not None),
-                               key=lambda v: strategy.results[v])
-            if not finalists:
-                raise UsageError(f"no variant of {family.name} ran correctly on {problem.gpu_model} at {shape}")
-            while pipeline.outstanding:  # proposals still running when the budget ran out
-                evaluator.finished()
-            standings, rows = _interleaved(evaluator, finalists[: options.top])
-            default = _default_row(evaluator, family, shape, valid)
+        warmed = options.budget is None or options.budget >= 2 * WARM_START  # a budget worth a warm start
+        warm = warm_start(db, problem, family, shape, valid)[:limit] if warmed else []
+        gpus = max(1, len(pipeline.devices()))
+        while len(trace) < limit and not _out_of_time(started, options.time_s):
+            room = limit - len(trace) - pipeline.outstanding
+            wanted = min(room, _proposals_wanted(pipeline, gpus, options.strategy, limit))
+            if wanted > 0:
+                batch = [warm.pop(0) for _ in range(min(wanted, len(warm)))] or strategy.ask(wanted)
+                told(evaluator.submit(batch))
+                if not batch and not pipeline.outstanding:
+                    break  # the space is exhausted
+            told(evaluator.finished())
+        finalists = sorted((v for v, t in strategy.results.items() if t is not None),
+                           key=lambda v: strategy.results[v])
+        if not finalists:
+            raise UsageError(f"no variant of {family.name} ran correctly on {problem.gpu_model} at {shape}")
+        while pipeline.outstanding:  # proposals still running when the budget ran out
+            evaluator.finished()
+        standings, rows = _interleaved(evaluator, finalists[: options.top])
+        default = _default_row(evaluator, family, shape, valid)
     except KeyboardInterrupt:
         raise RunInterrupted(f"{len(trace)} evaluations kept in the tuning database {db.path}; tune again to go "
                              f"on (what is measured is not measured again)") from None

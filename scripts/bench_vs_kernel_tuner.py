@@ -64,18 +64,23 @@ def main() -> None:
     for tool, strategy, evaluations in runs:
         print(f"--- {tool} {strategy} ...", flush=True)
         result = child(tool, strategy, evaluations, args)
+        if result is None:
+            continue
         (args.out / f"{tool}-{strategy}.json").write_text(json.dumps(result))
         results.append(result)
         print(f"    {result['wall_s']:.1f} s, best {result['best_ms']:.4f} ms, GPU busy {result['gpu_busy']:.0%}",
               flush=True)
+    if not results:
+        raise SystemExit("no run finished")
     text = report(results, args.size)
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")
 
 
-def child(tool: str, strategy: str, evaluations: int | None, args: argparse.Namespace) -> dict[str, Any]:
-    """One tool run in a fresh process, with NVML sampling the GPU's utilisation meanwhile."""
+def child(tool: str, strategy: str, evaluations: int | None, args: argparse.Namespace) -> dict[str, Any] | None:
+    """One tool run in a fresh process, with NVML sampling the GPU's utilisation meanwhile; None (and
+    its output printed) when it failed, so that the other runs still report."""
     command = [sys.executable, __file__, "--size", args.size, "--child", tool, strategy,
                "all" if evaluations is None else str(evaluations)] + (["--full"] if args.full else [])
     sampler = UtilisationSampler()
@@ -84,8 +89,9 @@ def child(tool: str, strategy: str, evaluations: int | None, args: argparse.Name
     samples = sampler.stop()
     line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
     if line is None:
-        raise SystemExit(f"{tool} {strategy} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n"
-                         f"{done.stderr[-3000:]}")
+        print(f"{tool} {strategy} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}",
+              flush=True)
+        return None
     result = json.loads(line[len("RESULT "):])
     started, ended = result["started_at"], result["started_at"] + result["wall_s"]
     during = [u for t, u in samples if started <= t <= ended]

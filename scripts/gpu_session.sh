@@ -14,9 +14,8 @@ out=${OUT:-runs/gpu-session}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ] && ! python3 -c "import pycuda" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-    $(ls .whl/*.whl) || exit 2
-  export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+  source scripts/install_pycuda_offline.sh .whl /tmp/site || exit 2
+  [ -d .whl/built ] && cp .whl/built/*.whl "$out/" 2>/dev/null  # keep the built wheel: carry it next time
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
