@@ -198,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
                            help="also draw throughput heatmaps and strategy convergence (needs matplotlib)")
     reporting.set_defaults(handler=cmd_report)
 
+    serving = commands.add_parser("worker", help="serve this host's GPUs to a Dask scheduler (for --cluster)")
+    serving.add_argument("address", help="the scheduler, e.g. tcp://HOST:8786")
+    serving.add_argument("--gpus", default="all", help="GPU indices, e.g. 0,1, or 'all' (default: all)")
+    serving.set_defaults(handler=cmd_worker)
+
     caching = commands.add_parser("cache", help="the compile cache: what it holds; clear it or purge failures")
     action = caching.add_mutually_exclusive_group()
     action.add_argument("--clear", action="store_true", help="remove every cached compile")
@@ -228,6 +233,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser, timing_budget: float) ->
                         help=f"time spent timing each variant at each size, at most (default: {timing_budget})")
     parser.add_argument("--timeout", type=seconds, default=30.0, metavar="SECONDS",
                         help="a worker silent this long is hung and killed (default: 30)")
+    parser.add_argument("--cluster", metavar="ADDRESS",
+                        help="run on a Dask cluster: 'local' (a worker per GPU in --gpus) or a scheduler's "
+                             "tcp://HOST:PORT (needs the extra: pip install 'tilegen[cluster]')")
 
 
 def _moved_budget(text: str) -> float:
@@ -236,9 +244,13 @@ def _moved_budget(text: str) -> float:
 
 
 def _run_options(args: argparse.Namespace, **extra: Any) -> RunOptions:
+    if args.cluster and args.cluster != "local":
+        from .cluster import check_reachable
+
+        check_reachable(args.cluster)  # before anything is written
     timing = TimingOptions(budget_s=args.timing_budget, warm=getattr(args, "warm", False))
     return RunOptions(arch=args.arch, compile_jobs=args.jobs, gpus=parse_gpus(args.gpus), timing=timing,
-                      silence_s=args.timeout, **extra)
+                      silence_s=args.timeout, cluster=args.cluster, **extra)
 
 
 # ---- commands -------------------------------------------------------------------------------------
@@ -385,6 +397,12 @@ def cmd_report(args: argparse.Namespace) -> None:
 
         traces = _traces(db, rows) if db else {}
         print(f"plot written to {plot(rows, traces, args.plot, f'tilegen report: {args.db or args.dirs[0]}')}")
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from .cluster import serve_gpus
+
+    return serve_gpus(args.address, parse_gpus(args.gpus))
 
 
 def cmd_cache(args: argparse.Namespace) -> None:

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
 from .compiler import CompileOptions, Compiled, batch_size, compile_batch, compiled_row, provenance
-from .errors import Interrupted, InvalidVariant
+from .errors import Interrupted, InvalidVariant, UsageError
 from .family import Family, refused
 from .processes import ProcessGroup
 from .jobs import Job, job_for
-from .results import Measurement, Row, TimingOptions, row_key, skipped_row
+from .results import DeviceInfo, Measurement, Row, TimingOptions, row_key, skipped_row
 from .variant import Variant
 from .worker import Executor, GpuUnavailable, LocalExecutor
 
@@ -52,6 +52,26 @@ class RunOptions:
     seed: int | None = None  # of the random inputs; None: fresh ones every run
     sanitize: bool = False  # compute-sanitizer on each variant (at a small size) before it is timed
     run_kernels: bool = True  # False: compile only (`tilegen compile`)
+    cluster: str | None = None  # a Dask cluster: 'local' or a scheduler's address (gen.cluster)
+
+
+def runs_on(arch: str, cc: str) -> bool:
+    """Whether a cubin for `arch` (sm_86, sm_90a) loads on a GPU of compute capability `cc` (8.9):
+    the same major version and no newer minor; an `a` architecture only on its own."""
+    digits = arch.removeprefix("sm_").removesuffix("f")
+    major, minor = cc.split(".")
+    if digits.endswith("a"):
+        return digits[:-1] == major + minor
+    return digits[:-1] == major and int(digits[-1]) <= int(minor)
+
+
+def make_executor(options: RunOptions) -> Executor:
+    """The GPUs that run the jobs: isolated workers on this host, or the Dask cluster named."""
+    if options.cluster:
+        from .cluster import DaskExecutor
+
+        return DaskExecutor(options.cluster, options.gpus, options.silence_s)
+    return LocalExecutor(options.gpus, options.silence_s)
 
 
 @dataclass(frozen=True)
@@ -98,8 +118,8 @@ class Pipeline:
         self.stats = PipelineStats()
         self.unavailable: str | None = None  # why no kernel can run here, once that is known
         self._gpus_later = gpus_later and options.run_kernels
-        self._executor = executor if executor is not None or not options.run_kernels or gpus_later else LocalExecutor(
-            options.gpus, options.silence_s)
+        self._executor = executor if executor is not None or not options.run_kernels or gpus_later else make_executor(
+            options)
         self._lock = threading.Condition()
         self._urgent: deque[Variant] = deque()  # submitted points wait for these
         self._later: deque[Variant] = deque()  # prefetched: compiled when cores are free
@@ -284,7 +304,7 @@ class Pipeline:
         `compiled` row that says why no kernel ran."""
         assert self._executor is not None
         try:
-            self._executor.devices()
+            self._check_arch(self._executor.devices())
         except GpuUnavailable as reason:
             self.unavailable = str(reason)
             while not self._stop.is_set():
@@ -308,6 +328,14 @@ class Pipeline:
         except BaseException as error:
             if not self._stop.is_set():
                 self._fail(error)
+
+    def _check_arch(self, devices: Sequence[DeviceInfo]) -> None:
+        """Refuse GPUs that cannot load what is compiled here (an --arch, or a cluster of other GPUs)."""
+        arch = self.compile_options.arch
+        wrong = sorted({f"{d.name} (cc {d.cc})" for d in devices if not runs_on(arch, d.cc)})
+        if wrong:
+            raise UsageError(f"the variants are compiled for {arch}, which {', '.join(wrong)} cannot run; pass the "
+                             f"GPUs' --arch (a sweep compiles for one; tune compiles per GPU model)")
 
     def _job_stream(self) -> Iterator[Job]:
         while not self._stop.is_set():

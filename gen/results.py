@@ -37,6 +37,11 @@ class GpuModel:
     def __str__(self) -> str:
         return f"{self.name} (cc {self.cc}, {self.sm_count} SMs, {self.memory_gib} GiB)"
 
+    @property
+    def arch(self) -> str:
+        """The nvcc architecture of this model: cc 9.0 -> sm_90."""
+        return "sm_" + self.cc.replace(".", "")
+
     @classmethod
     def from_provenance(cls, provenance: dict[str, Any]) -> "GpuModel":
         return cls(provenance["gpu"], provenance["cc"], provenance["sm_count"],

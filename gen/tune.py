@@ -20,14 +20,14 @@ from typing import Any, Iterable, Mapping, Sequence
 from .errors import RunInterrupted, UsageError
 from .families import get_family
 from .family import Family, refused
-from .pipeline import Pipeline, Point, RunOptions
+from .pipeline import Pipeline, Point, RunOptions, make_executor
 from .progress import Progress
 from .results import Row, TimingOptions, is_ok
 from .space import Space
 from .strategies import STRATEGIES, SearchSpace, make_strategy
 from .tunedb import Problem, TuningDB
 from .variant import Variant
-from .worker import Executor, GpuUnavailable, LocalExecutor
+from .worker import Executor, GpuUnavailable
 
 INTERLEAVED_ROUNDS = 5
 WARM_START = 10  # the nearest tuned shape's top variants, evaluated before the strategy's own picks
@@ -116,7 +116,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
         raise UsageError(f"no {family.name} variant in this space can run {shape}: {reason}")
     db = TuningDB(options.db)
     run = replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31))
-    executor = executor or LocalExecutor(run.gpus, run.silence_s)
+    executor = executor or make_executor(run)
     started = time.monotonic()
     try:
         with Pipeline(family, run, gpus_later=True) as first:  # compiling starts while the workers start
@@ -126,14 +126,16 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
                 groups = executor.by_model()
             except GpuUnavailable as reason:
                 raise UsageError(f"tune needs a GPU: {reason}") from None
-            results = []
+            results, first_taken = [], False
             for model, group in groups.items():
                 problem = Problem(str(model), family.name, valid[0].dtype, str(shape))
-                if not results:
+                model_run = run if run.arch else replace(run, arch=model.arch)  # each model its own cubins
+                if not first_taken and first.compile_options.arch == model_run.arch:
+                    first_taken = True
                     first.use_gpus(group)
                     results.append(_tune_model(options, family, shape, valid, problem, first, db, started))
                     continue
-                with Pipeline(family, run, group) as pipeline:
+                with Pipeline(family, model_run, group) as pipeline:
                     results.append(_tune_model(options, family, shape, valid, problem, pipeline, db, time.monotonic()))
             return results
     except KeyboardInterrupt:
@@ -289,7 +291,7 @@ def revalidate(db: TuningDB, run: RunOptions, executor: Executor | None = None
                ) -> list[tuple[Problem, Row, Row, float, float]]:
     """Time every stored winner on this machine's GPU models again: (problem, stored, new, change,
     noise) for each; a change larger than the noise means the winner moved (driver, nvcc, clocks)."""
-    executor = executor or LocalExecutor(run.gpus, run.silence_s)
+    executor = executor or make_executor(run)
     try:
         models = {str(d.model) for d in executor.devices()}
     except GpuUnavailable as reason:

@@ -7,7 +7,7 @@
 #   tests      every GPU test but the all-sgemm one          tests-sgemm  the all-sgemm GPU test
 #   reduce     the example family's sweep, for docs/results   kt           scripts/bench_vs_kernel_tuner.py
 #   full       cold brute force over the full sgemm space     smoke        scripts/gpu_smoke.sh --sanitize
-#   dask       the cluster tests and benchmark (two GPUs)
+#   dask       the two-GPU test, and the Dask cluster benchmark (two GPUs)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-runs/gpu-session}
@@ -37,7 +37,8 @@ for name in "$@"; do
     kt) part kt python3 scripts/bench_vs_kernel_tuner.py --out "$out/kt" --markdown "$out/vs-kernel-tuner.md" ;;
     full) part full python3 scripts/bench_vs_kernel_tuner.py --full --out "$out/full" --markdown "$out/full.md" ;;
     smoke) part smoke scripts/gpu_smoke.sh --sanitize ;;
-    dask) part dask python3 scripts/bench_cluster.py --out "$out/cluster" --markdown "$out/cluster.md" ;;
+    dask) part dask-tests python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k two_gpus tests/
+          part dask python3 scripts/bench_cluster.py --out "$out/cluster" --markdown "$out/cluster.md" ;;
     *) echo "unknown part '$name'"; exit 2 ;;
   esac
 done

@@ -10,6 +10,7 @@ import re
 import sys
 import time
 import zlib
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -54,6 +55,16 @@ def chatty_slow_worker(connection: Connection, index: int) -> None:
             time.sleep(0.4)
             connection.send(("phase", "still checking"))
     _serve(connection, slow)
+
+
+def steady_worker(connection: Connection, index: int) -> None:
+    """Every job ok after 0.1 s, on a device that names its GPU index: GPUs 0 and 1 are one model,
+    any other index another (a stand-in for the Dask cluster tests)."""
+    device = replace(FAKE_DEVICE, index=index, name="Fake GPU" if index < 2 else "Fake GPU B")
+    connection.send(("ready", device))
+    while (job := connection.recv()) is not None:
+        time.sleep(0.1)
+        connection.send(("done", replace(fake_measurement(job), device=device)))
 
 
 def unavailable_worker(connection: Connection, index: int) -> None:

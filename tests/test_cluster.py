@@ -1,0 +1,109 @@
+"""A real local Dask cluster (worker processes, no GPU): each Dask worker runs the fake GPU worker
+of tests/fakes.py in its isolated subprocess, exactly where a real one would run PyCUDA."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("distributed", reason="the cluster extra is not installed (pip install 'tilegen[cluster]')")
+
+from gen.cluster import DaskExecutor  # noqa: E402
+from gen.pipeline import RunOptions  # noqa: E402
+from gen.sweep import SweepOptions, sweep  # noqa: E402
+from gen.tune import TuneOptions, tune  # noqa: E402
+from gen.tunedb import TuningDB  # noqa: E402
+
+FAKE = "tests.fakes:steady_worker"
+SIZES = ["64x64x64", "96x96x96", "128x128x128"]  # 54 points of the default matmul space
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def _sweep(out: Path, executor: DaskExecutor) -> None:
+    sweep(SweepOptions("matmul", out, sizes=SIZES, progress=False, run=RunOptions(seed=1)), executor=executor)
+
+
+def _assert_complete(rows: list[dict]) -> None:
+    keys = [(row["name"], row["shape"]) for row in rows]
+    assert len(keys) == len(set(keys)) == 54, collections.Counter(keys).most_common(3)
+    statuses = collections.Counter(row["status"] for row in rows)
+    assert statuses["ok"] + statuses["skipped"] == 54 and statuses["ok"] > 20, statuses
+
+
+def test_a_local_cluster_spreads_a_sweep_over_its_workers_and_writes_each_row_once(tmp_path: Path) -> None:
+    executor = DaskExecutor("local", gpus=[0, 1, 2], target=FAKE)
+    _sweep(tmp_path, executor)
+    rows = _rows(tmp_path)
+    _assert_complete(rows)
+    used = collections.Counter(row["provenance"]["gpu_index"] for row in rows if row["status"] == "ok")
+    assert set(used) == {0, 1, 2} and min(used.values()) >= 3, used  # every worker took a share
+
+
+def test_a_worker_killed_mid_sweep_loses_no_row_and_is_named(tmp_path: Path) -> None:
+    executor = DaskExecutor("local", gpus=[0, 1, 2], target=FAKE)
+    client = executor._client
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _sweep(tmp_path, executor)
+        except BaseException as error:  # reported below
+            failure.append(error)
+
+    sweeping = threading.Thread(target=run)
+    sweeping.start()
+    results = tmp_path / "results.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not results.exists() or len(results.read_text().splitlines()) < 25):
+        time.sleep(0.05)
+    victim = sorted(executor.gpu_workers())[1]
+    pid = client.run(os.getpid, workers=[victim])[victim]
+    os.kill(pid, signal.SIGKILL)  # the Dask worker process, mid-job: its nanny starts a fresh one
+    sweeping.join(120)
+    assert not sweeping.is_alive() and not failure, failure
+    _assert_complete(_rows(tmp_path))
+    assert any(victim in name for name in executor.lost), executor.lost
+
+
+def test_a_cluster_tune_tunes_each_gpu_model_on_its_own_workers(tmp_path: Path) -> None:
+    db = tmp_path / "tuning.sqlite"
+    executor = DaskExecutor("local", gpus=[0, 1, 2], target=FAKE)  # GPUs 0, 1: one model; 2: another
+    results = tune(TuneOptions("matmul", "64x64x64", strategy="brute", db=db, progress=False, run=RunOptions(seed=1)),
+                   executor=executor)
+    assert sorted(r.problem.gpu_model.split(" (")[0] for r in results) == ["Fake GPU", "Fake GPU B"]
+    stored = TuningDB(db)
+    for result in results:
+        rows = stored.measured(result.problem)
+        assert len(rows) == result.evaluations > 5
+        indices = {row.provenance["gpu_index"] for row in rows.values() if row.median_ms is not None}
+        assert indices == ({2} if result.problem.gpu_model.startswith("Fake GPU B") else {0, 1}), indices
+
+
+def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gen", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("address, named", [("tcp://127.0.0.1:9", "tcp://127.0.0.1:9"), ("somewhere:8786", "somewhere")])
+def test_a_scheduler_that_cannot_be_reached_is_a_one_line_error(tmp_path: Path, address: str, named: str) -> None:
+    done = _cli("sweep", "matmul", "-p", "tile=8", "--size", "64x64x64", "--out", str(tmp_path / "out"),
+                "--cluster", address)
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_tilegen_worker_refuses_an_unreachable_scheduler(tmp_path: Path) -> None:
+    done = _cli("worker", "tcp://127.0.0.1:9")
+    assert done.returncode == 2 and "tcp://127.0.0.1:9" in done.stderr and "Traceback" not in done.stderr
