@@ -12,6 +12,7 @@ import pytest
 
 from gen.cli import main
 from gen.families import MatmulVariant, builtin_families, variant_from_name
+from gen.plugins import FAMILY_PATH_ENV, registry
 from gen.store import read_rows
 from gen.variant import integer
 
@@ -27,9 +28,19 @@ def _stored_names() -> set[str]:
     return names
 
 
-def test_every_stored_name_parses_back_to_itself() -> None:
+@pytest.fixture
+def example_family_loaded(monkeypatch: pytest.MonkeyPatch):
+    """The example reduction family on the family path, as its stored sweep was run."""
+    monkeypatch.setenv(FAMILY_PATH_ENV, str(REPO / "docs" / "examples" / "reduction"))
+    registry.cache_clear()
+    yield
+    registry.cache_clear()  # monkeypatch restores the path after this; the next lookup reloads
+
+
+def test_every_stored_name_parses_back_to_itself(example_family_loaded: None) -> None:
     names = _stored_names()
-    assert len(names) > 3000 and {n.split("_")[0] for n in names} == {"matmul", "sgemm", "transpose", "copy"}
+    families = {n.split("_")[0] for n in names}
+    assert len(names) > 3000 and families == {"matmul", "sgemm", "transpose", "copy", "reduce"}
     assert [n for n in names if variant_from_name(n).name != n] == []
 
 
