@@ -4,14 +4,13 @@ Ctrl-C or SIGTERM stops any command within seconds, keeps what finished and says
 from __future__ import annotations
 
 import argparse
-import math
 import signal
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from . import __version__
+from . import __version__, checks
 from .compiler import CompileOptions, cache_summary, clear_cache, purge_failed
 from .emit import emit
 from .errors import TilegenError, UsageError
@@ -19,16 +18,17 @@ from .export import write_t4
 from .families import all_families, get_family
 from .jobs import CACHE_CONFIGS
 from .lookup import tuned_with_reason
-from .pipeline import Pipeline, Point, RunOptions
+from .paths import writable_file
+from .pipeline import Pipeline, RunOptions
 from .plugins import FAMILY_PATH_ENV, add_family_path, registry
 from .progress import Progress
 from .render import render
 from .report import load_rows, report
 from .results import GpuModel, Row, Status, TimingOptions
-from .space import Space, parse_options
+from .space import MAX_POINTS, Space, parse_options
 from .store import ResultLog
 from .strategies import STRATEGIES
-from .sweep import SweepOptions, summary, sweep
+from .sweep import ANNOUNCE_POINTS, SweepOptions, make_plan, preview, space_line, status_counts, summary, sweep
 from .table import text_table
 from .tune import TUNE_TIMING, TuneOptions, describe, revalidate, tune
 from .tunedb import DB_ENV, TuningDB, problem_of
@@ -83,26 +83,22 @@ class _Parser(argparse.ArgumentParser):
 
 def seconds(text: str) -> float:
     """A positive, finite number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds, got {text!r}")
-    return value
+    if problem := checks.seconds_problem(text):
+        raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
+    return float(text)
 
 
 def count(text: str) -> int:
     """A whole number, at least 1."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    if problem := checks.whole_problem(text, 1):
+        raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
     return int(text)
 
 
 def whole(text: str) -> int:
     """A whole number, at least 0."""
-    if not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}")
+    if problem := checks.whole_problem(text):
+        raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
     return int(text)
 
 
@@ -151,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help=f"cache preferences to run, from {','.join(CACHE_CONFIGS)} (default: none)")
     sweeping.add_argument("--seed", type=whole, help="seed of the random inputs (default: a fresh one)")
     sweeping.add_argument("--top", type=count, default=10, help="rows in the summary table (default: 10)")
+    sweeping.add_argument("--dry-run", action="store_true", help="print the points' count and a sample; run nothing")
     sweeping.add_argument("--budget", type=_moved_budget, help=argparse.SUPPRESS)
     _add_run_arguments(sweeping, TimingOptions().budget_s)
     sweeping.set_defaults(handler=cmd_sweep)
@@ -160,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_params(tuning, "name=v1,v2,... (repeatable); a parameter left out takes the default space")
     tuning.add_argument("--size", help="problem size, e.g. 2048x2048x2048")
     tuning.add_argument("--filter", metavar="PATTERN", help="keep variants whose name contains PATTERN (or a glob)")
+    _add_max_points(tuning)
     tuning.add_argument("--strategy", default="bayes", choices=STRATEGIES, help="search strategy (default: bayes)")
     limit = tuning.add_mutually_exclusive_group()
     limit.add_argument("--budget", type=count, help="evaluations, at most (default: 100)")
@@ -169,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument("--top", type=count, default=3, help="finalists measured again, interleaved (default: 3)")
     tuning.add_argument("--revalidate", action="store_true",
                         help="time the stored winners for this GPU again and flag those that moved")
+    tuning.add_argument("--dry-run", action="store_true", help="print the space's count and a sample; run nothing")
     _add_run_arguments(tuning, TUNE_TIMING.budget_s)
     tuning.set_defaults(handler=cmd_tune)
 
@@ -222,6 +221,14 @@ def _add_space_arguments(parser: argparse.ArgumentParser) -> None:
     _add_params(parser, "name=v1,v2,... (repeatable); a parameter left out takes the default space")
     parser.add_argument("--filter", metavar="PATTERN",
                         help="keep variants whose name contains PATTERN (a glob when it has * ? [)")
+    _add_max_points(parser)
+    parser.add_argument("--keep-skipped", action="store_true",
+                        help="a row for every point not run (default: one per reason and size, with its count)")
+
+
+def _add_max_points(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-points", type=count, default=MAX_POINTS, metavar="N",
+                        help=f"refuse more points than this (default: {MAX_POINTS:,})")
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser, timing_budget: float) -> None:
@@ -295,31 +302,37 @@ def cmd_emit(args: argparse.Namespace) -> None:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     family = get_family(args.family)
-    expansion = Space.from_options(family, args.params).select(args.filter)
-    points = [Point(s.variant) for s in expansion.skipped] + [Point(v) for v in expansion.valid]
-    log = ResultLog(args.out, advice="choose another --out, or remove its results.jsonl") if args.out else None
-    rows: list[Row] = []
-    progress = Progress(len(expansion.valid), "compile")
+    space = Space.from_options(family, args.params)
+    space.check_size(args.max_points)
     pipeline = Pipeline(family, RunOptions(arch=args.arch, compile_jobs=args.jobs, run_kernels=False))
+    log = ResultLog(args.out, advice="choose another --out, or remove its results.jsonl") if args.out else None
+    if len(space) >= ANNOUNCE_POINTS:
+        print(f"compile: {space_line(space, 1)}; checking them", file=sys.stderr)
+    plan = make_plan(family, space, [None], [""], args.filter, args.keep_skipped)
+    print(f"compile: {plan.describe()}", file=sys.stderr)
+    rows: list[Row] = plan.skipped_rows(pipeline.provenance, args.keep_skipped)
+    progress = Progress(len(plan.runnable), "compile")
     try:
+        for row in rows:
+            if log:
+                log.append(row)
         with pipeline:
-            pipeline.submit(points)
+            pipeline.submit(plan.runnable)
             for row in pipeline.rows():  # each row is kept the moment its compile finishes
                 rows.append(row)
                 if log:
                     log.append(row)
-                if row.status != Status.SKIPPED:
-                    progress.advance(row.name)
+                progress.advance(row.name)
     except KeyboardInterrupt:
         kept = f"; {len(rows)} rows kept in {log.path}" if log else ""
-        raise KeyboardInterrupt(f"{len(rows)} of {len(points)} variants done{kept}") from None
+        raise KeyboardInterrupt(f"{progress.done} of {len(plan.runnable)} variants compiled{kept}") from None
     finally:
         progress.close()
         if log:
-            log.write_csv()
+            log.finish()
             log.close()
     print(resource_table(rows))
-    counts = Counter(row.status for row in rows)
+    counts = status_counts(rows)
     cached = pipeline.stats.cached
     print(f"{counts[Status.COMPILED]} compiled ({cached} from cache), {counts[Status.COMPILE_ERROR]} failed, "
           f"{counts[Status.SKIPPED]} skipped as invalid")
@@ -332,9 +345,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     family = get_family(args.family)
     options = SweepOptions(
         family=args.family, out=args.out, params=parse_options(family, args.params), sizes=args.sizes,
-        filter=args.filter, resume=args.resume, cache_configs=_list(args.cache),
-        run=_run_options(args, sanitize=args.sanitize, seed=args.seed))
+        filter=args.filter, resume=args.resume, cache_configs=_list(args.cache), keep_skipped=args.keep_skipped,
+        max_points=args.max_points, run=_run_options(args, sanitize=args.sanitize, seed=args.seed))
+    if args.dry_run:
+        print(preview(options).preview())
+        return 0
     result = sweep(options)
+    for note in result.notes:
+        print(f"tilegen: note: {note}", file=sys.stderr)
     print(summary(result, args.top))
     split = ", ".join(f"{stage} {value:.1f} s" for stage, value in result.seconds.items())
     print(f"\n{result.new_rows} new rows in {args.out}/results.jsonl and results.csv ({split})")
@@ -347,10 +365,18 @@ def cmd_tune(args: argparse.Namespace) -> None:
         return cmd_revalidate(args)
     if not args.family or not args.size:
         raise UsageError("tune needs FAMILY and --size (or --revalidate)")
+    if args.dry_run:
+        family = get_family(args.family)
+        space = Space.from_options(family, args.params)
+        space.check_size(args.max_points)
+        print(make_plan(family, space, [family.parse_shape(args.size)], [""], args.filter).preview())
+        return None
+    CompileOptions.local(args.arch, args.jobs)  # --arch, --jobs and the compile cache, before the database is made
     options = TuneOptions(
         family=args.family, size=args.size, params=parse_options(get_family(args.family), args.params),
         filter=args.filter, strategy=args.strategy, budget=args.budget if args.budget or args.time else 100,
-        time_s=args.time, db=args.db, seed=args.seed, top=args.top, run=_run_options(args))
+        time_s=args.time, db=args.db, seed=args.seed, top=args.top, max_points=args.max_points,
+        run=_run_options(args))
     for result in tune(options):
         print(describe(result))
     print(f"stored in {TuningDB(args.db).path}")
@@ -369,15 +395,16 @@ def cmd_revalidate(args: argparse.Namespace) -> None:
 def cmd_best(args: argparse.Namespace) -> None:
     family = get_family(args.family)
     shape = family.parse_shape(args.size)
-    db = TuningDB(args.db)
-    model = _pick_model(db, args.gpu) if args.gpu else None
+    family.check_dtype(args.dtype)
+    model = _pick_model(TuningDB(args.db, create=False), args.gpu) if args.gpu else None
     variant, reason = tuned_with_reason(family.name, str(shape), dtype=args.dtype, db=args.db, gpu_model=model)
     print(variant.name)
     print(f"from {reason}", file=sys.stderr)
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    db = TuningDB(args.db)
+    db = TuningDB(args.db, create=False)
+    writable_file(args.t4, "--t4")
     model = _pick_model(db, args.gpu) if args.gpu else None
     rows = db.rows(args.family, str(model) if model else None)
     if not rows:
@@ -388,7 +415,9 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_report(args: argparse.Namespace) -> None:
     if bool(args.dirs) == bool(args.db):
         raise UsageError("report takes result folders or --db FILE (one of the two)")
-    db = TuningDB(args.db) if args.db else None
+    db = TuningDB(args.db, create=False) if args.db else None
+    if args.plot:
+        writable_file(args.plot, "--plot")
     rows = db.latest_rows(args.family) if db else [r for r in load_rows(args.dirs)
                                                    if not args.family or r.family == args.family]
     print(report(rows, args.top, args.markdown))
@@ -421,7 +450,7 @@ def cmd_cache(args: argparse.Namespace) -> None:
 
 def resource_table(rows: list[Row]) -> str:
     body = [[r.name, r.status, r.registers, r.static_shared_bytes, r.dynamic_shared_bytes, r.spill_bytes,
-             r.stack_bytes, r.compile_seconds, _first_line(r.message)] for r in rows]
+             r.stack_bytes, r.compile_seconds, _note(r)] for r in rows]
     return text_table(["variant", "status", "regs", "static smem", "dyn smem", "spill", "stack", "seconds",
                        "note"], body)
 
@@ -453,6 +482,12 @@ def _versions(stored: Row, new: Row) -> str:
 
 def _list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _note(row: Row) -> str:
+    """The first line of a row's message; a summary of skipped points says how many it stands for."""
+    counted = f"{row.skipped_count} points like this: " if row.skipped_count and row.skipped_count > 1 else ""
+    return counted + _first_line(row.message)
 
 
 def _first_line(text: str) -> str:

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from .errors import UsageError
 from .jobs import Job
-from .processes import ProcessGroup
+from .processes import ProcessGroup, visible_devices_for
 from .results import DeviceInfo, GpuModel, Measurement, Status
 from .worker import WORKER, GpuUnavailable, IsolatedWorker, run_job, visible_gpus
 
@@ -283,7 +283,7 @@ def serve_gpus(address: str, gpus: Sequence[int] | None = None) -> int:
     host = socket.gethostname()
     processes = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
                                    "--resources", f"{GPU}=1", "--name", f"{host}-gpu{gpu}", "--no-dashboard"],
-                                  env=dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu)))
+                                  env=dict(os.environ, CUDA_VISIBLE_DEVICES=visible_devices_for(gpu)))
                  for gpu in chosen]
     print(f"tilegen: {len(processes)} Dask worker(s) for {address} on GPU(s) {', '.join(map(str, chosen))}; "
           f"Ctrl-C stops them", file=sys.stderr, flush=True)

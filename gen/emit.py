@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from .errors import UsageError
 from .family import Family
+from .paths import writable_folder
 from .render import render
 from .space import Space
 
@@ -22,21 +24,35 @@ def emitted_files(families: Iterable[Family]) -> dict[str, str]:
 
 
 def emit(out: Path, families: Iterable[Family]) -> int:
-    """Write each family's folder from scratch; returns the file count. Stale files that tilegen
-    wrote (they start with its banner) are removed; any other file is left alone."""
+    """Write each family's folder from scratch; returns the file count. Only files that tilegen
+    wrote (they start with its banner) are replaced or removed: a user's own file where tilegen
+    would write is refused before anything is written."""
+    out = writable_folder(out, "--out")
     families = list(families)
     files = emitted_files(families)
     for family in families:
-        folder = out / family.name
-        folder.mkdir(parents=True, exist_ok=True)
-        for stale in folder.glob("*.cu"):
-            if f"{family.name}/{stale.name}" not in files and _written_by_tilegen(stale):
-                stale.unlink()
-    for relative, source in files.items():
-        (out / relative).write_text(source)
+        writable_folder(out / family.name, "--out")
+    ours = [path for path in (out / relative for relative in files) if path.exists()]
+    stale = [path for family in families if (out / family.name).is_dir() for path in (out / family.name).glob("*.cu")
+             if f"{family.name}/{path.name}" not in files and _written_by_tilegen(path)]
+    for path in ours:
+        if not path.is_file() or not _written_by_tilegen(path):
+            raise UsageError(f"{path} was not written by tilegen (no '{BANNER}' banner): move it away, or give "
+                             f"another --out")
+    try:
+        for path in stale:
+            path.unlink()
+        for relative, source in files.items():
+            (out / relative).parent.mkdir(parents=True, exist_ok=True)
+            (out / relative).write_text(source)
+    except OSError as error:
+        raise UsageError(f"cannot write under {out} ({error.strerror}); give another --out") from None
     return len(files)
 
 
 def _written_by_tilegen(path: Path) -> bool:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.read(len(BANNER)) == BANNER
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(len(BANNER)) == BANNER
+    except OSError:
+        return False

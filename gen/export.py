@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from . import __version__
+from .errors import UsageError
+from .paths import writable_file
 from .results import Row, Status
 
 T4_VERSION = "1.0.0"
@@ -50,8 +52,12 @@ def t4_result(row: Row, several: bool = False) -> dict[str, Any]:
 
 
 def write_t4(rows: Iterable[Row], path: Path) -> int:
+    path = writable_file(path, "--t4")
     document = t4_document(rows)
-    Path(path).write_text(json.dumps(document, indent=1))
+    try:
+        path.write_text(json.dumps(document, indent=1))
+    except OSError as error:
+        raise UsageError(f"cannot write --t4 {path} ({error.strerror}); give another file") from None
     return len(document["results"])
 
 

@@ -302,6 +302,18 @@ class Family(ABC):
     def default_variant(self) -> Variant:
         return self.variant_type()
 
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The element types this family's variants come in."""
+        declared = [p.choices for p in self.variant_type.parameters() if p.name == "dtype"]
+        return tuple(declared[0]) if declared and declared[0] else (self.variant_type.dtype,)
+
+    def check_dtype(self, dtype: str) -> str:
+        if dtype not in self.dtypes:
+            raise UsageError(f"{self.name} has no element type {dtype!r}; its element types are: "
+                             f"{', '.join(self.dtypes)}")
+        return dtype
+
     def variant(self, values: Mapping[str, Any]) -> Variant:
         return self.variant_type.from_params(values)
 
@@ -327,6 +339,15 @@ class Family(ABC):
 def refused(family: Family, variant: Variant, shape: Any) -> str | None:
     """Why a valid variant cannot run a shape: the family's own refusal, then CUDA's launch limits."""
     return family.refusal(variant, shape) or launch_refusal(family.launch(variant, shape))
+
+
+def point_refusal(family: Family, variant: Variant, shape: Any = None) -> str | None:
+    """Why a point is not run: the variant breaks a rule, or (given a shape) cannot run it."""
+    try:
+        variant.check()
+    except InvalidVariant as reason:
+        return str(reason)
+    return None if shape is None else refused(family, variant, shape)
 
 
 # ---- helpers for families -------------------------------------------------------------------------

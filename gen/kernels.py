@@ -57,10 +57,9 @@ class Kernel:
             if len(self._launches) >= LAUNCHES_KEPT:  # each holds its arrays: keep the latest few
                 del self._launches[next(iter(self._launches))]
             self._check(arrays)
-            from .run import launcher
-
-            self._launches[addresses] = launcher(loaded(self.variant), self.family.launch(self.variant, self.shape),
-                                                 self.family.problem, self.shape, arrays)
+            launch = self.family.launch(self.variant, self.shape)
+            self._launches[addresses] = _gpu().launcher(loaded(self.variant), launch, self.family.problem, self.shape,
+                                                        arrays)
         return self._launches[addresses]
 
     def _check(self, given: dict[str, Any]) -> None:
@@ -89,14 +88,14 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
     """C = A·B for row-major pycuda GPUArrays, sub-matrix views included (float32 through the tuned
     sgemm, float64 through matmul). Needs a current CUDA context (import pycuda.autoprimaryctx)."""
     (m, k), (k2, n) = _matrix(a, "a"), _matrix(b, "b")
+    if out is not None:
+        _matrix(out, "out")
     if k != k2 or a.dtype != b.dtype or np.dtype(a.dtype) not in _GEMM_FOR:
         raise UsageError(f"gen.matmul multiplies float32 or float64 matrices (M x K)(K x N); got {a.dtype} "
                          f"{a.shape} and {b.dtype} {b.shape}")
     family, dtype = _GEMM_FOR[np.dtype(a.dtype)]
     if out is None:
-        from .run import empty
-
-        out = empty((m, n), a.dtype)
+        out = _gpu().empty((m, n), a.dtype)
     if _matrix(out, "out") != (m, n) or out.dtype != a.dtype:
         raise UsageError(f"out must be a {a.dtype} {m} x {n} matrix, got {out.dtype} {out.shape}")
     lda, ldb, ldc = (_leading(x) for x in (a, b, out))
@@ -120,15 +119,28 @@ def _choice(family: str, shape: str, dtype: str) -> Variant:
 @functools.cache
 def loaded(variant: Variant) -> Any:
     """The variant's kernel, compiled (or from the cache) and loaded into the current context."""
-    from .run import load_function
-
+    load_function = _gpu().load_function
     compiled = compile_variant(variant, CompileOptions.local())
     if not compiled.ok:
         raise UsageError(f"{variant.name} does not compile: {compiled.log.strip().splitlines()[-1]}")
     return load_function(compiled.cubin.read_bytes(), variant.name, variant.dynamic_shared_bytes)
 
 
+def _gpu() -> Any:
+    """gen.run, the one module that imports pycuda; UsageError where pycuda is missing."""
+    try:
+        from . import run
+    except ImportError as error:
+        raise UsageError(f"running a kernel needs pycuda ({error}): pip install 'tilegen[cuda]' on a machine with "
+                         f"an NVIDIA GPU and its driver") from None
+    return run
+
+
 def _matrix(array: Any, label: str) -> tuple[int, int]:
+    """The dimensions of a 2-D device array (a pycuda GPUArray or a view of one)."""
+    if not hasattr(array, "gpudata"):
+        raise UsageError(f"{label} must be a pycuda GPUArray (pycuda.gpuarray.to_gpu(...)), got "
+                         f"{type(array).__name__}")
     if len(getattr(array, "shape", ())) != 2:
         raise UsageError(f"{label} must be a 2-D GPUArray, got shape {getattr(array, 'shape', None)}")
     return tuple(array.shape)

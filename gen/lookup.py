@@ -20,7 +20,7 @@ from .errors import UsageError
 from .families import get_family
 from .family import Family
 from .results import DeviceInfo, GpuModel
-from .tunedb import Problem, TuningDB
+from .tunedb import Problem, TuningDB, default_db_path
 from .variant import Variant
 
 RANKS_TRIED = 20  # how far down a stored ranking to look for a variant that can run the shape
@@ -37,8 +37,11 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str = "f32", db: Pat
                       device: DeviceInfo | None = None, gpu_model: GpuModel | None = None) -> tuple[Variant, str]:
     chosen_family = get_family(family)
     shape = chosen_family.parse_shape(shape_text(dims))
+    chosen_family.check_dtype(dtype)
     model = gpu_model or (device or current_device()).model
-    database = TuningDB(db)
+    if db is None and not default_db_path().exists():  # nothing tuned on this machine yet
+        return chosen_family.safe_variant(shape, dtype), "the family's safe default (no tuning database yet)"
+    database = TuningDB(db, create=False)
     tuned_here = [p for p in database.problems(family) if p.dtype == dtype]
     models = {str(m): m for m in database.models()}
     same_model = [p for p in tuned_here if p.gpu_model == str(model)]

@@ -1,5 +1,6 @@
-"""Where tilegen keeps files between runs (compile cache, measured ceilings, tuning database) and
-where its own templates are."""
+"""Where tilegen keeps files between runs (compile cache, measured ceilings, tuning database),
+where its own templates are, and the checks every command makes before it writes anywhere: a
+folder or file it cannot write is refused in one line before anything on disk changes."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def cache_dir() -> Path:
-    """$TILEGEN_CACHE, else $XDG_CACHE_HOME/tilegen, else ~/.cache/tilegen."""
+    """$TILEGEN_CACHE, else $XDG_CACHE_HOME/tilegen, else ~/.cache/tilegen; UsageError when it is a
+    file or tilegen cannot write there."""
     override = os.environ.get(CACHE_ENV)
     if override:
-        return Path(override).expanduser()
+        return writable_folder(Path(override).expanduser(), f"${CACHE_ENV}")
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "tilegen"
+    return writable_folder(Path(base) / "tilegen", f"the cache folder (set ${CACHE_ENV} to move it)")
 
 
 def builtin_templates_dir() -> Path:
@@ -27,3 +29,54 @@ def builtin_templates_dir() -> Path:
         if candidate.is_dir():
             return candidate
     raise UsageError(f"no templates/ folder beside {_PACKAGE_DIR}; reinstall tilegen")
+
+
+def writable_folder(path: Path, what: str) -> Path:
+    """`path` if it is a folder tilegen can write in, or can create; UsageError naming `what` (the
+    option or variable that gave it) otherwise. Creates nothing."""
+    path = as_path(path, what)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{what} {path} is a file, not a folder; give a folder")
+    _check_writable_ancestor(path, what)
+    return path
+
+
+def writable_file(path: Path, what: str) -> Path:
+    """`path` if tilegen can write that file in a folder that exists; UsageError otherwise. Creates nothing."""
+    path = as_path(path, what)
+    if path.is_dir():
+        raise UsageError(f"{what} {path} is a folder; give a file name, like {path / 'out.json'}")
+    folder = path.parent
+    if not folder.is_dir():
+        problem = "is a file" if folder.exists() else "does not exist"
+        raise UsageError(f"{what} {path}: the folder {folder} {problem}; give a file in an existing folder")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"{what} {path}: permission denied; give a file in a folder you can write")
+    return path
+
+
+def existing_file(path: Path, what: str, hint: str) -> Path:
+    """`path` if it is a file that exists; UsageError with `hint` (how to get one) otherwise."""
+    path = as_path(path, what)
+    if not path.is_file():
+        problem = "is a folder" if path.is_dir() else "does not exist"
+        raise UsageError(f"{what} {path} {problem}; {hint}")
+    return path
+
+
+def as_path(path: object, what: str) -> Path:
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise UsageError(f"{what} must be a path, got {path!r}")
+    return Path(path)
+
+
+def _check_writable_ancestor(path: Path, what: str) -> None:
+    """The nearest folder that exists on the way to `path` must be one tilegen can write in."""
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{what} {path} cannot be made: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {path}: cannot write in {existing} (permission denied); choose a folder you can "
+                         f"write")

@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
+from . import checks
 from .compiler import CompileOptions, Compiled, batch_size, compile_batch, compiled_row, provenance
 from .errors import Interrupted, InvalidVariant, UsageError
 from .family import Family, refused
@@ -53,6 +54,10 @@ class RunOptions:
     sanitize: bool = False  # compute-sanitizer on each variant (at a small size) before it is timed
     run_kernels: bool = True  # False: compile only (`tilegen compile`)
     cluster: str | None = None  # a Dask cluster: 'local' or a scheduler's address (gen.cluster)
+
+    def __post_init__(self) -> None:
+        """Options from Python are refused as the command line would refuse them (gen.checks)."""
+        checks.run_options(self)
 
 
 def runs_on(arch: str, cc: str) -> bool:

@@ -66,7 +66,15 @@ def kill_session(pid: int) -> None:
         pass
 
 
+def visible_devices_for(gpu: int) -> str:
+    """CUDA_VISIBLE_DEVICES for a child on GPU `gpu` (an nvidia-smi index). A parent that hid
+    every GPU (CUDA_VISIBLE_DEVICES="") keeps them hidden: its children see none either."""
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return inherited if inherited is not None and not inherited.strip() else str(gpu)
+
+
 def python_environment(gpu: int) -> dict[str, str]:
     """The environment of a tilegen child process on one GPU: it imports what this process
     imports (its sys.path, plugins included) and sees only that GPU."""
-    return dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu), PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    return dict(os.environ, CUDA_VISIBLE_DEVICES=visible_devices_for(gpu),
+                PYTHONPATH=os.pathsep.join(p for p in sys.path if p))

@@ -31,8 +31,10 @@ def measured(rows: Iterable[Row]) -> list[Row]:
 
 
 def status_table(rows: Sequence[Row], table: Table = text_table) -> str:
-    counts = Counter((r.family, str(r.status)) for r in rows)
-    return table(["family", "status", "rows"], [[f, s, n] for (f, s), n in sorted(counts.items())])
+    counts: Counter[tuple[str, str]] = Counter()
+    for row in rows:
+        counts[(row.family, str(row.status))] += row.points  # a summary of skipped points counts each
+    return table(["family", "status", "points"], [[f, s, n] for (f, s), n in sorted(counts.items())])
 
 
 def best_table(rows: Sequence[Row], table: Table = text_table) -> str:

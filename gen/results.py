@@ -149,6 +149,11 @@ class Row:
         """What identifies the row in a run: variant, problem and cache preference."""
         return row_key(self.name, self.shape, self.cache_config)
 
+    @property
+    def points(self) -> int:
+        """How many points the row stands for: one, or a summary row's count of skipped points."""
+        return self.skipped_count or 1
+
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
         if data["skipped_count"] is None:

@@ -16,6 +16,10 @@ from .errors import InvalidVariant, UsageError
 from .family import Family
 from .variant import Variant
 
+# Points a command takes on without --max-points: an sgemm default space is 15,552; checking a
+# point costs about 0.1 ms, so this many are checked in seconds.
+MAX_POINTS = 100_000
+
 
 @dataclass(frozen=True)
 class Skipped:
@@ -53,12 +57,16 @@ class Space:
     @classmethod
     def _build(cls, family: Family, base: dict[str, tuple[Any, ...]],
                overrides: Mapping[str, Sequence[Any]]) -> "Space":
+        if not isinstance(overrides, Mapping):
+            raise UsageError(f"params must map parameter names to values, like {{'tile': [16, 32]}}; got "
+                             f"{overrides!r}")
         values = dict(base)
         for name, chosen in overrides.items():
             parameter = family.variant_type.parameter(name)
+            chosen = values_of(chosen, f"parameter {name}")
             if not chosen:
                 raise UsageError(f"parameter {name} needs at least one value")
-            values[name] = tuple(parameter.parse(str(v)) for v in chosen)
+            values[name] = tuple(dict.fromkeys(parameter.parse(str(v)) for v in chosen))
         return cls(family, values)
 
     def __iter__(self) -> Iterator[Variant]:
@@ -72,19 +80,39 @@ class Space:
             count *= len(values)
         return count
 
-    def select(self, pattern: str | None = None) -> Expansion:
-        """`expand`, refusing a filter that matches no variant at all."""
+    def describe(self) -> str:
+        """'18 points (tile: 3 x padding: 2 x bounds: 3)': the size, and the values each parameter has."""
+        factors = " x ".join(f"{name}: {len(values)}" for name, values in self.values.items() if len(values) > 1)
+        return f"{len(self):,} points" + (f" ({factors})" if factors else "")
+
+    def check_size(self, max_points: int = MAX_POINTS, times: int = 1) -> None:
+        """Refuse more than `max_points` points before anything is expanded: the space's, times
+        `times` (a sweep's sizes and cache preferences)."""
+        total = len(self) * times
+        if total > max_points:
+            each = f", at {times} sizes and cache preferences {total:,}" if times > 1 else ""
+            raise UsageError(f"the {self.family.name} space has {self.describe()}{each}, more than --max-points "
+                             f"{max_points:,}: narrow it with -p NAME=VALUES, or raise --max-points")
+
+    def select(self, pattern: str | None = None, max_points: int = MAX_POINTS) -> Expansion:
+        """`expand`, refusing a space larger than `max_points` and a filter that matches no variant."""
+        self.check_size(max_points)
         expansion = self.expand(pattern)
         if not expansion.valid and not expansion.skipped:
-            raise UsageError(f"no {self.family.name} variant matches --filter {pattern!r}")
+            raise self.nothing_matches(pattern)
         return expansion
+
+    def nothing_matches(self, pattern: str | None) -> UsageError:
+        return UsageError(f"no {self.family.name} variant matches --filter {pattern!r}")
+
+    def matching(self, pattern: str | None = None) -> Iterator[Variant]:
+        """The variants whose names match `pattern` (all without one), one at a time."""
+        return (variant for variant in self if not pattern or name_matches(variant.name, pattern))
 
     def expand(self, pattern: str | None = None) -> Expansion:
         """Valid variants and skipped ones with their reasons, keeping only names matching `pattern`."""
         valid, skipped = [], []
-        for variant in self:
-            if pattern and not name_matches(variant.name, pattern):
-                continue
+        for variant in self.matching(pattern):
             try:
                 variant.check()
                 valid.append(variant)
@@ -103,6 +131,16 @@ def parse_options(family: Family, options: Iterable[str]) -> dict[str, list[str]
         family.variant_type.parameter(name.strip())
         parsed.setdefault(name.strip(), []).extend(v.strip() for v in text.split(",") if v.strip())
     return parsed
+
+
+def values_of(given: Any, what: str) -> tuple[Any, ...]:
+    """A list of values as the API takes it: a sequence, or one value on its own (a string is one
+    value, never its characters)."""
+    if isinstance(given, (str, int, float)):
+        return (given,)
+    if isinstance(given, Mapping) or not isinstance(given, Iterable):
+        raise UsageError(f"{what} takes a list of values, like ['16', '32'], got {given!r}")
+    return tuple(given)
 
 
 def name_matches(name: str, pattern: str) -> bool:

@@ -23,9 +23,9 @@ from .family import Family, refused
 from .pipeline import Pipeline, Point, RunOptions, make_executor
 from .progress import Progress
 from .results import Row, TimingOptions, is_ok
-from .space import Space
+from .space import MAX_POINTS, Space
 from .strategies import STRATEGIES, SearchSpace, make_strategy
-from .tunedb import Problem, TuningDB
+from .tunedb import Problem, TuningDB, checked_db_path, default_db_path
 from .variant import Variant
 from .worker import Executor, GpuUnavailable
 
@@ -50,6 +50,7 @@ class TuneOptions:
     top: int = 3
     run: RunOptions = field(default_factory=lambda: RunOptions(timing=TUNE_TIMING))
     progress: bool = True
+    max_points: int = MAX_POINTS  # refuse a larger space before expanding it
 
 
 @dataclass
@@ -109,12 +110,12 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
         raise UsageError(f"--budget must be at least 1 evaluation, got {options.budget}")
     family = get_family(options.family)
     shape = family.parse_shape(options.size)
-    candidates = Space.default(family, options.params).select(options.filter).valid
+    candidates = Space.default(family, options.params).select(options.filter, options.max_points).valid
     valid = [v for v in candidates if refused(family, v, shape) is None]
     if not valid:
         reason = refused(family, candidates[0], shape) if candidates else "no valid variant matches"
         raise UsageError(f"no {family.name} variant in this space can run {shape}: {reason}")
-    db = TuningDB(options.db)
+    checked_db_path(options.db, create=True)  # a bad --db is refused now; the file is made once a GPU answers
     run = replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31))
     executor = executor or make_executor(run)
     started = time.monotonic()
@@ -126,6 +127,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
                 groups = executor.by_model()
             except GpuUnavailable as reason:
                 raise UsageError(f"tune needs a GPU: {reason}") from None
+            db = TuningDB(options.db)  # only now: a tune that cannot run leaves no database behind
             results, first_taken = [], False
             for model, group in groups.items():
                 problem = Problem(str(model), family.name, valid[0].dtype, str(shape))
@@ -139,7 +141,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
                     results.append(_tune_model(options, family, shape, valid, problem, pipeline, db, time.monotonic()))
             return results
     except KeyboardInterrupt:
-        raise RunInterrupted(f"evaluations so far are kept in the tuning database {db.path}; tune again to go on "
+        raise RunInterrupted(f"evaluations so far are kept in the tuning database {options.db or default_db_path()}; tune again to go on "
                              f"(what is measured is not measured again)") from None
     finally:
         executor.close()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .errors import UsageError
-from .paths import cache_dir
+from .paths import as_path, cache_dir, existing_file, writable_folder
 from .results import GpuModel, Row
 
 DB_ENV = "TILEGEN_DB"
@@ -86,17 +86,53 @@ def default_db_path() -> Path:
     return Path(override) if override else cache_dir() / "tuning.sqlite"
 
 
-class TuningDB:
-    def __init__(self, path: Path | None = None):
-        self.path = Path(path) if path else default_db_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+def checked_db_path(path: Path | None, create: bool) -> Path:
+    """The database path `path` gives (default: default_db_path()), checked without writing
+    anything: `create` (tune) needs a file tilegen can make; readers (best, report, export) need a
+    tilegen database that exists. Another program's SQLite file is refused either way."""
+    what = "--db" if path is not None else f"the tuning database (${DB_ENV}, else in tilegen's cache folder)"
+    path = as_path(path, what) if path is not None else default_db_path()
+    if create:
+        if path.is_dir():
+            raise UsageError(f"{what} {path} is a folder; give a file, like {path / 'tuning.sqlite'}")
+        writable_folder(path.parent, f"the folder of {what}")
+    else:
+        existing_file(path, what, "give the tuning database tilegen tune wrote")
+    if not path.exists():
+        return path
+    try:
+        connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
         try:
+            tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            connection.close()
+    except sqlite3.DatabaseError as error:
+        raise UsageError(f"{path} is not a tilegen tuning database ({error}); give another --db") from None
+    if tables and "measurements" not in tables:
+        raise UsageError(f"{path} is an SQLite database but not tilegen's (its tables: "
+                         f"{', '.join(sorted(tables))}); give another --db")
+    if not tables and not create:
+        raise UsageError(f"{path} holds no tuning data; give the tuning database tune wrote")
+    return path
+
+
+class TuningDB:
+    """The database at `path` (default: default_db_path()); `create`: make it when it is missing
+    (tune), else refuse a path with no database (see checked_db_path)."""
+
+    def __init__(self, path: Path | None = None, create: bool = True):
+        self.path = checked_db_path(path, create)
+        try:
+            if create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._reading() as connection:
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.executescript(SCHEMA)
                 connection.commit()
         except sqlite3.DatabaseError as error:
             raise UsageError(f"{self.path} is not a tilegen tuning database ({error}); give another --db") from None
+        except OSError as error:
+            raise UsageError(f"cannot write {self.path} ({error.strerror}); give another --db") from None
 
     # ---- writing -----------------------------------------------------------------------------
 

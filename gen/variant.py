@@ -15,12 +15,14 @@ names, and old names parse to the default. `Variant.name_format()` shows the for
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Mapping, Self
 
 from .errors import InvalidVariant, UsageError
 
 _PARAMETER = "tilegen.parameter"
+_INTEGER = re.compile(r"-?[0-9]+")  # as written in names: no '+', '_' or other digits that int() takes
 
 
 def require(condition: bool, reason: str) -> None:
@@ -49,10 +51,9 @@ class Parameter:
         """The value a user typed, converted and checked on its own (not against other values)."""
         value: Any = text
         if self.kind is int:
-            try:
-                value = int(text)
-            except ValueError:
-                raise UsageError(f"{self.name} must be an integer, got {text!r}") from None
+            if not _INTEGER.fullmatch(text):
+                raise UsageError(f"{self.name} must be an integer written in digits, like 16; got {text!r}")
+            value = int(text)
         self.check(value)
         return value
 

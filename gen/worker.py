@@ -30,7 +30,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
-from .errors import Interrupted, UsageError
+from .errors import Interrupted, TilegenError, UsageError
 from .processes import ProcessGroup, kill_session, python_environment
 from .jobs import Job
 from .results import DeviceInfo, GpuModel, Measurement, Status, TimingOptions
@@ -39,8 +39,9 @@ START_TIMEOUT_S = 120.0  # importing pycuda and making a context can take a whil
 WORKER = "gen.worker:worker_main"
 
 
-class GpuUnavailable(Exception):
-    """No kernel can run here; the message says why (no pycuda, no device, ...)."""
+class GpuUnavailable(TilegenError):
+    """No kernel can run here; the message says why (no pycuda, no device, ...). Sweeps catch it and
+    compile only; where a GPU is needed (tune, gen.kernel) it reaches the user as one line."""
 
 
 class Executor(Protocol):

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from gen import compiler
+from gen.errors import TilegenError
 from gen.jobs import Job
 from gen.results import Status
 from gen.store import read_rows
 from gen.pipeline import RunOptions
+from gen.processes import python_environment
 from gen.sweep import SweepOptions, summary, sweep
 from gen.worker import GpuUnavailable, IsolatedWorker, LocalExecutor, parse_gpus
 from gen.sanitize import count_hazards
@@ -54,14 +58,15 @@ def test_progress_reports_keep_a_slow_worker_alive() -> None:
 
 def test_a_worker_that_finds_no_gpu_says_why() -> None:
     executor = LocalExecutor([0], target="tests.fakes:unavailable_worker")
-    with pytest.raises(GpuUnavailable, match="fake"):
+    with pytest.raises(GpuUnavailable, match="fake") as raised:
         executor.devices()
     executor.close()
+    assert isinstance(raised.value, TilegenError)  # the command line reports it as one line, exit 2
 
 
 def test_a_sweep_records_every_row_with_the_schema_of_the_design(tmp_path: Path, compile_options) -> None:
     options = SweepOptions("matmul", tmp_path, params={"tile": ["8", "16", "64"]}, sizes=["64x64x64", "100x70x90"],
-                           progress=False, run=RunOptions(seed=5))
+                           progress=False, run=RunOptions(seed=5), keep_skipped=True)
     report = sweep(options, executor=fakes.FakeExecutor())
     rows = read_rows(tmp_path / "results.jsonl")
     assert len(rows) == len(report.rows) == 3 * 2 * 3 * 2  # tiles x paddings x bounds x sizes
@@ -79,6 +84,22 @@ def test_a_sweep_records_every_row_with_the_schema_of_the_design(tmp_path: Path,
         assert key in row.provenance, key
     assert (tmp_path / "results.csv").exists()
     assert "fastest at 64x64x64" in summary(report)
+
+
+def test_points_not_run_are_one_row_per_reason_and_size_and_a_resume_adds_none(tmp_path: Path,
+                                                                                compile_options) -> None:
+    options = SweepOptions("matmul", tmp_path, params={"tile": ["8", "16", "64"]}, sizes=["64x64x64", "100x70x90"],
+                           progress=False, run=RunOptions(seed=5))
+    report = sweep(options, executor=fakes.FakeExecutor())
+    skipped = [r for r in read_rows(tmp_path / "results.jsonl") if r.status is Status.SKIPPED]
+    # tile 64 at each size (6 points each); bounds=none at the odd size, tiles 8 and 16 (2 paddings each)
+    assert sorted((r.shape, r.skipped_count) for r in skipped) == [("100x70x90", 2), ("100x70x90", 2),
+                                                                   ("100x70x90", 6), ("64x64x64", 6)]
+    assert {r.message for r in skipped if r.skipped_count == 6} == {
+        "tile 64 gives 4096 threads per block; the CUDA limit is 1024"}
+    assert "skipped 16" in summary(report) and len(report.rows) == 4 + 20
+    again = sweep(replace(options, resume=True), executor=fakes.FakeExecutor())
+    assert again.new_rows == 0 and len(read_rows(tmp_path / "results.jsonl")) == 4 + 20
 
 
 def test_a_killed_sweep_resumes_with_nothing_lost_or_duplicated(tmp_path: Path, compile_options) -> None:
@@ -123,6 +144,31 @@ def test_without_a_gpu_a_sweep_compiles_and_says_no_kernel_ran(tmp_path: Path, c
     assert all(r["message"].startswith("not run:") and r["registers"] > 0 for r in compiled)
 
 
+SCRIPT = """
+print("the script ran")  # at import: a worker that imported this module would print it again
+from pathlib import Path
+from gen.pipeline import RunOptions
+from gen.sweep import SweepOptions, sweep
+report = sweep(SweepOptions("matmul", out=Path("run"), params={"tile": 8, "padding": 0, "bounds": "guard"},
+                            sizes="64x64x64", progress=False, run=RunOptions(arch="sm_90")))
+print("note:", report.note)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pycuda") is not None, reason="needs a machine without pycuda")
+def test_a_script_without_a_main_guard_sweeps_and_its_workers_say_why_no_kernel_ran(tmp_path: Path,
+                                                                                      compile_options) -> None:
+    """The README's Python example as a user's script: workers are `python -m gen.worker` processes,
+    which never import the script, and a worker that cannot start names the real cause."""
+    (tmp_path / "my_sweep.py").write_text(SCRIPT)
+    done = subprocess.run([sys.executable, "my_sweep.py"], capture_output=True, text=True, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("the script ran") == 1
+    assert "note: pycuda is not installed" in done.stdout and "died while starting" not in done.stdout
+    assert [r.status for r in read_rows(tmp_path / "run" / "results.jsonl")] == [Status.COMPILED]
+
+
 def test_a_compile_error_is_a_row_and_the_sweep_goes_on(tmp_path: Path, compile_options, monkeypatch) -> None:
     real_render = compiler.render
     monkeypatch.setattr(compiler, "render",
@@ -149,9 +195,18 @@ def test_bad_sweep_options_are_one_line_and_exit_code_2(tmp_path: Path, args: li
     assert not (tmp_path / "results.jsonl").exists()
 
 
-def test_parse_gpus() -> None:
+def test_parse_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert parse_gpus("0,1") == [0, 1]
-    assert parse_gpus("all")  # at least one index even without nvidia-smi
+    fake = tmp_path / "nvidia-smi"  # a driver that lists four GPUs
+    fake.write_text("#!/bin/sh\nprintf '0\\n1\\n2\\n3\\n'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert parse_gpus("all") == [0, 1, 2, 3]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    assert parse_gpus("all") == [1, 3]  # only those CUDA lets this process see
+    fake.unlink()
+    assert parse_gpus("all") == [0]  # no driver: GPU 0, whose worker then says why it cannot run
 
 
 def test_count_hazards_reads_the_sanitizer_summaries() -> None:
@@ -159,3 +214,13 @@ def test_count_hazards_reads_the_sanitizer_summaries() -> None:
     assert count_hazards("========= ERROR SUMMARY: 0 errors\n") == 0
     assert count_hazards("========= ERROR SUMMARY: 1 error\n") == 1
     assert count_hazards("the program printed nothing useful") is None
+
+
+@pytest.mark.parametrize("inherited, expected", [(None, "3"), ("", ""), (" ", " "), ("2,3", "3")])
+def test_a_child_sees_its_gpu_unless_the_parent_hid_every_gpu(monkeypatch: pytest.MonkeyPatch,
+                                                             inherited: str | None, expected: str) -> None:
+    if inherited is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", inherited)
+    assert python_environment(3)["CUDA_VISIBLE_DEVICES"] == expected

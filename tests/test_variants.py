@@ -89,7 +89,7 @@ def test_dynamic_shared_memory_may_exceed_the_static_limit() -> None:
 def test_user_values_are_parsed_and_checked_one_by_one() -> None:
     family = get_family("matmul")
     assert family.variant({"tile": "8", "bounds": "split"}) == MatmulVariant(tile=8, bounds="split")
-    with pytest.raises(UsageError, match="tile must be an integer, got 'big'"):
+    with pytest.raises(UsageError, match="tile must be an integer written in digits, like 16; got 'big'"):
         family.variant({"tile": "big"})
     with pytest.raises(UsageError, match="matmul has no parameter 'tiles'"):
         family.variant({"tiles": "8"})

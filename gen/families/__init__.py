@@ -33,6 +33,8 @@ def get_family(name: str) -> Family:
     """The family called `name`; UsageError lists the known ones and any plugin that failed to load."""
     from ..plugins import registry
 
+    if not isinstance(name, str):
+        raise UsageError(f"a family is named by text, like 'matmul'; got {name!r}")
     found = registry()
     if name in found.families:
         return found.families[name]
