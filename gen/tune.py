@@ -62,7 +62,8 @@ class Standing:
 
     @property
     def median_ms(self) -> float:
-        return statistics.median(self.medians_ms)
+        """The median round's median (the lower of the middle two for an even count: a measured value)."""
+        return statistics.median_low(self.medians_ms)
 
     @property
     def spread(self) -> float:
@@ -267,19 +268,27 @@ def warm_start(db: TuningDB, problem: Problem, family: Family, shape: Any, valid
 
 
 def _interleaved(evaluator: Evaluator, finalists: list[Variant]) -> tuple[list[Standing], dict[str, Row]]:
-    """Measure the finalists again in rounds, A B C A B C ..., so drift hits them alike."""
-    medians: dict[str, list[float]] = {v.name: [] for v in finalists}
-    latest: dict[str, Row] = {}
+    """Measure the finalists again in rounds, A B C A B C ..., so drift hits them alike. Each
+    finalist's row of its median round is recorded once more, as its latest: `best`, `gen.tuned`
+    and the database's ranking then agree with the standings."""
+    rounds: dict[str, list[Row]] = {v.name: [] for v in finalists}
     for _ in range(INTERLEAVED_ROUNDS):
         for name, row in evaluator.evaluate(finalists, fresh=True).items():
             if is_ok(row):
-                medians[name].append(row.median_ms)
-                latest[name] = row
-    standings = sorted((Standing(name, times) for name, times in medians.items() if times),
+                rounds[name].append(row)
+    standings = sorted((Standing(name, [row.median_ms for row in rows]) for name, rows in rounds.items() if rows),
                        key=lambda s: s.median_ms)
     if not standings:
         raise UsageError("the finalists failed when measured again; the GPU or its driver may be unstable")
-    return standings, latest
+    chosen = {s.name: _median_round(rounds[s.name], s) for s in standings}
+    evaluator.db.record(chosen.values())
+    return standings, chosen
+
+
+def _median_round(rows: list[Row], standing: Standing) -> Row:
+    """The row of the round whose median is the standing's median, marked as chosen from the rounds."""
+    row = next(row for row in rows if row.median_ms == standing.median_ms)
+    return replace(row, provenance={**row.provenance, "interleaved_rounds": len(rows)})
 
 
 def _default_row(evaluator: Evaluator, family: Family, shape: Any, valid: list[Variant]) -> Row | None:

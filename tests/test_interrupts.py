@@ -122,4 +122,3 @@ def test_the_cache_command_shows_purges_failures_and_clears(tmp_path: Path, comp
     assert compiler.compile_variant(MatmulVariant(tile=8), options).cached
     assert main(["cache", "--clear"]) == 0
     assert cache_summary(options.cache).entries == 0 and not list(options.cache.glob("*.cubin"))
-

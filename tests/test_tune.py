@@ -207,3 +207,34 @@ def test_best_prints_the_stored_winner_for_a_named_gpu(tmp_path: Path, capsys) -
     assert "the exact shape on this GPU" in captured.err
     assert main(["best", "sgemm", "--size", "4096x4096x4096", "--gpu", "A100", "--db", str(db.path)]) == 2
 
+
+class LastRoundMisleads(fakes.FakeExecutor):
+    """Two variants: the first is faster in every round but the last, where the second wins."""
+
+    SCHEDULES = ([1.0, 1.0, 1.0, 1.0, 1.0, 3.0], [2.0, 2.0, 2.0, 2.0, 2.0, 0.5])
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[str, int] = {}
+
+    def run(self, jobs):
+        from dataclasses import replace as replaced
+
+        for job, measured in super().run(jobs):
+            order = sorted(self.calls | {job.name: 0})
+            schedule = self.SCHEDULES[order.index(job.name)] if len(order) <= 2 else [5.0] * 6
+            k = self.calls[job.name] = self.calls.get(job.name, -1) + 1
+            measured.timing = replaced(measured.timing, median_ms=schedule[min(k, 5)])
+            yield job, measured
+
+
+def test_best_names_the_winner_of_the_interleaved_rounds_not_of_the_last_one(tmp_path: Path, compile_options) -> None:
+    db = tmp_path / "t.sqlite"
+    options = TuneOptions("matmul", "64x64x64", params={"tile": ["16", "32"], "padding": ["0"], "bounds": ["guard"],
+                                                          "sync": ["both"]},
+                          strategy="brute", db=db, progress=False, top=2)
+    (result,) = tune(options, LastRoundMisleads())
+    assert [s.medians_ms for s in result.standings] == [[1.0] * 4 + [3.0], [2.0] * 4 + [0.5]]
+    stored = TuningDB(db).best(result.problem)
+    assert stored.name == result.winner.name == result.standings[0].name
+    assert stored.median_ms == 1.0 and stored.provenance["interleaved_rounds"] == 5
