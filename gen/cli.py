@@ -263,8 +263,12 @@ def _run_options(args: argparse.Namespace, **extra: Any) -> RunOptions:
 # ---- commands -------------------------------------------------------------------------------------
 
 def cmd_list(args: argparse.Namespace) -> None:
-    for problem in registry().problems:
+    found = registry()
+    for problem in found.problems:
         print(f"tilegen: warning: {problem}", file=sys.stderr)
+    for conflict in found.conflicts.values():
+        print(f"tilegen: warning: {conflict}; neither is listed until one is renamed (its name attribute)",
+              file=sys.stderr)
     if args.family is None:
         print(text_table(["family", "size", "what"],
                          [[f.name, f.shape_format, f.summary] for f in all_families().values()]))

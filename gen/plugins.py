@@ -62,6 +62,12 @@ def family_paths() -> list[Path]:
     return [Path(p) for p in os.environ.get(FAMILY_PATH_ENV, "").split(os.pathsep) if p]
 
 
+def family_path_of(family: Family) -> Path | None:
+    """The family-path folder `family` was loaded from; None for built-ins and installed plugins."""
+    folder = Path(family.source).parent.resolve()
+    return folder if folder in {path.resolve() for path in family_paths()} else None
+
+
 @functools.cache
 def registry() -> Registry:
     """Every family: the built-ins, then entry-point plugins, then the family path's modules."""

@@ -23,6 +23,7 @@ from .errors import TemplateProblem
 from .families import get_family
 from .family import Family, signature
 from .limits import DTYPE_CTYPE
+from .plugins import family_path_of
 from .variant import Variant
 
 
@@ -52,7 +53,7 @@ def render(variant: Variant) -> str:
             signature=lambda indent="    ": signature(family.problem.arguments, variant.dtype, indent),
             template=family.template,
             template_hash=template_hash(family),
-            command=variant.render_command(),
+            command=variant.render_command(family_path_of(family)),
             version=__version__,
         )
     except jinja2.TemplateSyntaxError as error:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping, Self
 
 from .errors import InvalidVariant, UsageError
@@ -211,10 +212,11 @@ class Variant:
     def check_combination(self) -> None:
         """Family rules that involve several parameters or a CUDA limit; overridden per family."""
 
-    def render_command(self) -> str:
-        """The command line that renders exactly this variant."""
+    def render_command(self, family_path: Path | None = None) -> str:
+        """The command line that renders exactly this variant (a plugin's with its --family-path)."""
         options = " ".join(f"-p {name}={value}" for name, value in self.params().items())
-        return f"tilegen render {self.family} {options}"
+        loading = f"--family-path {family_path} " if family_path else ""
+        return f"tilegen {loading}render {self.family} {options}"
 
     def __str__(self) -> str:
         return self.name

@@ -63,6 +63,8 @@ def test_the_example_family_lists_renders_and_emits_from_its_own_folder(copied: 
     assert "void __launch_bounds__(128) reduce_f32_b128_i4_tree_v1(" in source.stdout
     assert "const float* __restrict__ data, float* __restrict__ sums,\n    int rows, int n)" in source.stdout
     assert "template  reduce.cu.j2 (sha256 " in source.stdout
+    assert (f"tilegen --family-path {copied.resolve()} render reduce -p dtype=f32 -p block=128 -p items=4 "
+            f"-p method=tree -p vec=1") in source.stdout  # the banner's command finds the family again
     out = tmp_path / "emitted"
     emitted = tilegen("--family-path", str(copied), "emit", "reduce", "--out", str(out))
     assert emitted.returncode == 0, emitted.stderr
@@ -144,6 +146,7 @@ def test_an_installed_package_is_found_through_its_entry_point(tmp_path: Path) -
     assert "\nrowsum " in listed.stdout and "\nreduce " not in listed.stdout  # only what the entry point names
     rendered = tilegen("render", "rowsum", env={"PYTHONPATH": os.pathsep.join([str(site), str(REPO)])})
     assert rendered.returncode == 0 and "rowsum_f32_b256_i4_shuffle_v1(" in rendered.stdout
+    assert "//   tilegen render rowsum -p " in rendered.stdout  # installed: found without a path
 
 
 # ---- bad plugins: one line naming the file and the fix; the other families keep working ----------
@@ -184,6 +187,9 @@ def test_two_families_of_one_name_are_refused_naming_both_files(copied: Path, tm
                    "family 'reduce' is defined twice", str(copied / "reduce.py"), str(second / "reduce.py"),
                    "rename one")
     assert tilegen("--family-path", str(copied), "--family-path", str(second), "render", "copy").returncode == 0
+    listed = tilegen("--family-path", str(copied), "--family-path", str(second), "list")
+    assert listed.returncode == 0 and "\nreduce " not in listed.stdout and "copy" in listed.stdout
+    assert "warning: family 'reduce' is defined twice" in listed.stderr and "renamed" in listed.stderr
 
 
 def test_a_family_path_that_is_not_a_folder_is_refused(tmp_path: Path) -> None:
