@@ -41,7 +41,7 @@ from .worker import WORKER, GpuUnavailable, IsolatedWorker, run_job, visible_gpu
 GPU = "GPU"  # the Dask worker resource: one per GPU, so one job per GPU at a time
 CONNECT_TIMEOUT_S = 10.0
 JOBS_AHEAD_PER_GPU = 2  # submitted per GPU, so the next job waits on its worker while one runs
-WATCH_S = 1.0  # how often the coordinator looks for lost workers
+WATCH_S = 1.0  # how often the coordinator looks for workers that left or joined
 
 # ---- on a Dask worker ------------------------------------------------------------------------
 
@@ -168,7 +168,9 @@ class DaskExecutor:
         return list(self._devices.values())
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
-        """Jobs go out as GPUs free up (a few ahead per GPU); measurements come back as they finish."""
+        """Jobs go out as GPUs free up (a few ahead per GPU); measurements come back as they finish.
+        A GPU worker that joins mid-run raises the jobs in flight by its share; one that leaves
+        lowers it again (its jobs in flight run on the others)."""
         self.devices()
         finished: queue.Queue[tuple[Job, Any] | None] = queue.Queue()
         slots = threading.Semaphore(JOBS_AHEAD_PER_GPU * len(self._devices or {}))
@@ -176,9 +178,16 @@ class DaskExecutor:
         feeder = threading.Thread(target=self._feed, args=(iter(jobs), slots, finished, counts), daemon=True)
         feeder.start()
         members, received, feeding, watched = self._members(), 0, True, time.monotonic()
+        withheld = 0  # slots of workers that left, not given back as their jobs finish
         while (feeding or received < counts["sent"]) and not self._killed.is_set():
             if time.monotonic() - watched > WATCH_S:
-                members, watched = self._watch(members), time.monotonic()
+                members, left, joined = self._watch(members)
+                withheld += JOBS_AHEAD_PER_GPU * left
+                repaid = min(withheld, JOBS_AHEAD_PER_GPU * joined)
+                withheld -= repaid
+                for _ in range(JOBS_AHEAD_PER_GPU * joined - repaid):
+                    slots.release()
+                watched = time.monotonic()
             try:
                 item = finished.get(timeout=WATCH_S)
             except queue.Empty:
@@ -188,7 +197,10 @@ class DaskExecutor:
                 continue
             job, future = item
             received += 1
-            slots.release()
+            if withheld:
+                withheld -= 1
+            else:
+                slots.release()
             self._futures.discard(future)
             if not self._killed.is_set() and future.status != "cancelled":
                 yield job, self._measurement(future)
@@ -257,20 +269,28 @@ class DaskExecutor:
                            context_lost=True)
 
     def _members(self) -> dict[str, str]:
-        """address -> name of the workers this executor may use now."""
+        """address -> name of the GPU workers this executor may use now."""
         workers = self._client.scheduler_info(n_workers=-1)["workers"]
         return {address: str(info.get("name", address)) for address, info in workers.items()
-                if not self._workers or address in self._workers}
+                if info.get("resources", {}).get(GPU) and (not self._workers or address in self._workers)}
 
-    def _watch(self, before: dict[str, str]) -> dict[str, str]:
-        """Name the workers that left since `before` (their jobs in flight run elsewhere)."""
+    def _watch(self, before: dict[str, str]) -> tuple[dict[str, str], int, int]:
+        """The members now, and how many left and joined since `before`; each is named on stderr."""
         now = self._members()
-        for address in sorted(set(before) - set(now)):
-            name = f"{before[address]} ({address})" if before[address] != address else address
+        gone, new = sorted(set(before) - set(now)), sorted(set(now) - set(before))
+        for address in gone:
+            name = _worker_name(before[address], address)
             self.lost.append(name)
             print(f"tilegen: lost Dask worker {name}; its jobs in flight run on the others", file=sys.stderr,
                   flush=True)
-        return now
+        for address in new:
+            print(f"tilegen: Dask worker {_worker_name(now[address], address)} joined; it takes jobs from now on",
+                  file=sys.stderr, flush=True)
+        return now, len(gone), len(new)
+
+
+def _worker_name(name: str, address: str) -> str:
+    return f"{name} ({address})" if name != address else address
 
 
 # ---- tilegen worker ADDRESS ------------------------------------------------------------------

@@ -57,14 +57,19 @@ def chatty_slow_worker(connection: Connection, index: int) -> None:
     _serve(connection, slow)
 
 
-def steady_worker(connection: Connection, index: int) -> None:
+def steady_worker(connection: Connection, index: int, seconds_per_job: float = 0.1) -> None:
     """Every job ok after 0.1 s, on a device that names its GPU index: GPUs 0 and 1 are one model,
     any other index another (a stand-in for the Dask cluster tests)."""
     device = replace(FAKE_DEVICE, index=index, name="Fake GPU" if index < 2 else "Fake GPU B")
     connection.send(("ready", device))
     while (job := connection.recv()) is not None:
-        time.sleep(0.1)
+        time.sleep(seconds_per_job)
         connection.send(("done", replace(fake_measurement(job), device=device)))
+
+
+def slow_steady_worker(connection: Connection, index: int) -> None:
+    """steady_worker at 0.4 s a job: a sweep long enough for a worker to join in the middle."""
+    steady_worker(connection, index, seconds_per_job=0.4)
 
 
 def unavailable_worker(connection: Connection, index: int) -> None:

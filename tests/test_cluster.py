@@ -77,6 +77,39 @@ def test_a_worker_killed_mid_sweep_loses_no_row_and_is_named(tmp_path: Path) -> 
     assert any(victim in name for name in executor.lost), executor.lost
 
 
+def test_a_worker_that_joins_mid_sweep_gets_work(tmp_path: Path) -> None:
+    executor = DaskExecutor("local", gpus=[0], target="tests.fakes:slow_steady_worker")
+    address = executor._client.scheduler.address
+    failure: list[BaseException] = []
+    sweeping = threading.Thread(target=lambda: _guarded(failure, _sweep, tmp_path, executor))
+    sweeping.start()
+    results = tmp_path / "results.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not results.exists() or len(results.read_text().splitlines()) < 20):
+        time.sleep(0.05)  # the skipped rows come first, then a few measured ones
+    joiner = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+                               "--resources", "GPU=1", "--name", "joiner", "--no-dashboard"],
+                              env=dict(os.environ, CUDA_VISIBLE_DEVICES="1"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        sweeping.join(180)
+    finally:
+        joiner.terminate()
+        joiner.wait(30)
+    assert not sweeping.is_alive() and not failure, failure
+    rows = _rows(tmp_path)
+    _assert_complete(rows)
+    used = collections.Counter(row["provenance"]["gpu_index"] for row in rows if row["status"] == "ok")
+    assert used[1] >= 3, used  # the worker that joined (pinned to GPU 1) measured its share
+
+
+def _guarded(failure: list[BaseException], call, *args) -> None:
+    try:
+        call(*args)
+    except BaseException as error:  # reported by the test
+        failure.append(error)
+
+
 def test_a_cluster_tune_tunes_each_gpu_model_on_its_own_workers(tmp_path: Path) -> None:
     db = tmp_path / "tuning.sqlite"
     executor = DaskExecutor("local", gpus=[0, 1, 2], target=FAKE)  # GPUs 0, 1: one model; 2: another
