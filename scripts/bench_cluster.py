@@ -7,8 +7,12 @@ the coordinator's work. Reports rows per second, the speed-up, how the jobs were
 whether the killed run lost or duplicated a row. Prints tables and writes them as Markdown;
 asserts nothing.
 
-Usage: scripts/bench_cluster.py [--family sgemm] [--size 1024x1024x1024] [--gpus 0,1] [--out DIR]
-                                [--markdown FILE]
+Usage: scripts/bench_cluster.py [--family sgemm] [--size 512x512x512] [--filter PATTERN] [--gpus 0,1]
+                                [--timing-budget 0.05] [--parts compile,one,cluster,killed]
+                                [--out DIR] [--markdown FILE]
+
+Each part keeps its rows in DIR/<part>/ and its wall time in DIR/<part>.json, so the parts can run
+in separate calls (a lent machine's 10-minute limit) and the report is made from those present.
 """
 
 from __future__ import annotations
@@ -30,39 +34,67 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="sgemm")
-    parser.add_argument("--size", default="1024x1024x1024")
+    parser.add_argument("--size", default="512x512x512")
+    parser.add_argument("--filter", help="a name pattern, to sweep part of the default space")
     parser.add_argument("--gpus", default="0,1")
+    parser.add_argument("--timing-budget", default="0.05", help="seconds of timing per variant (default: 0.05)")
+    parser.add_argument("--parts", default="compile,one,cluster,killed")
     parser.add_argument("--out", type=Path, default=Path("runs/cluster"))
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     first_gpu = args.gpus.split(",")[0]
+    parts = args.parts.split(",")
 
-    compile_s = timed(["compile", args.family, "--arch", "sm_90"], args.out / "compile.log")
-    one = sweep(args, "one-gpu", ["--gpus", first_gpu])
-    two = sweep(args, "cluster", ["--gpus", args.gpus, "--cluster", "local"])
-    killed = killed_sweep(args)
-
-    from gen.table import markdown_table
-
-    expected = keys(one["rows"])
-    lines = [f"{args.family} {args.size}, the default space ({len(expected)} points, "
-             f"{sum(r['status'] == 'ok' for r in one['rows'])} ok), compile cache warmed first "
-             f"({compile_s:.1f} s cold, 32 cores)", "",
-             markdown_table(["run", "wall s", "ok rows", "ok rows/s", "jobs per GPU index", "rows", "distinct"],
-                            [[r["run"], f"{r['wall_s']:.1f}", r["ok"], f"{r['ok'] / r['wall_s']:.1f}",
-                              r["shares"], len(r["rows"]), len(keys(r["rows"]))] for r in (one, two, killed)]), "",
-             f"- throughput of the cluster over one GPU: **{(two['ok'] / two['wall_s']) / (one['ok'] / one['wall_s']):.2f}x**"
-             f" (target >= 1.8x)",
-             f"- the killed run: worker {killed['victim']} killed after {killed['killed_after']} rows; lost rows: "
-             f"**{len(expected - keys(killed['rows']))}**, duplicated rows: "
-             f"**{len(killed['rows']) - len(keys(killed['rows']))}**, named as lost: {killed['lost']}",
-             f"- statuses the same as on one GPU: {statuses(one['rows']) == statuses(killed['rows'])} "
-             f"({statuses(killed['rows'])})"]
-    text = "\n".join(lines)
+    if "compile" in parts:
+        save(args.out, "compile", {"wall_s": timed(["compile", args.family, "--arch", "sm_90", *space(args)],
+                                                   args.out / "compile.log")})
+    if "one" in parts:
+        save(args.out, "one-gpu", sweep(args, "one-gpu", ["--gpus", first_gpu]))
+    if "cluster" in parts:
+        save(args.out, "cluster", sweep(args, "cluster", ["--gpus", args.gpus, "--cluster", "local"]))
+    if "killed" in parts:
+        save(args.out, "killed", killed_sweep(args))
+    text = report(args)
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")
+
+
+def report(args: argparse.Namespace) -> str:
+    """The table of the parts measured so far (in this call or earlier ones)."""
+    from gen.table import markdown_table
+
+    found = {name: json.loads((args.out / f"{name}.json").read_text())
+             for name in ("compile", "one-gpu", "cluster", "killed") if (args.out / f"{name}.json").exists()}
+    runs = [dict(found[name], rows=rows_of(args.out / name)) for name in ("one-gpu", "cluster", "killed")
+            if name in found]
+    compiled = f", {found['compile']['wall_s']:.1f} s to compile it cold" if "compile" in found else ""
+    lines = [f"{args.family} {args.size}{f' --filter {args.filter}' if args.filter else ''}, timing budget "
+             f"{args.timing_budget} s per variant, compile cache warmed first{compiled}", "",
+             markdown_table(["run", "wall s", "ok rows", "ok rows/s", "jobs per GPU index", "rows", "distinct"],
+                            [[r["run"], f"{r['wall_s']:.1f}", r["ok"], f"{r['ok'] / r['wall_s']:.1f}",
+                              r["shares"], len(r["rows"]), len(keys(r["rows"]))] for r in runs]), ""]
+    if "one-gpu" in found and "cluster" in found and found["one-gpu"]["ok"]:
+        one, two = found["one-gpu"], found["cluster"]
+        lines.append(f"- throughput of the cluster over one GPU: "
+                     f"**{(two['ok'] / two['wall_s']) / (one['ok'] / one['wall_s']):.2f}x** (target >= 1.8x)")
+    if "killed" in found and "one-gpu" in found:
+        killed, expected = runs[-1], keys(rows_of(args.out / "one-gpu"))
+        lines += [f"- the killed run: worker {killed['victim']} killed after {killed['killed_after']} rows; lost rows: "
+                  f"**{len(expected - keys(killed['rows']))}**, duplicated rows: "
+                  f"**{len(killed['rows']) - len(keys(killed['rows']))}**, named as lost: {killed['lost']}",
+                  f"- statuses the same as on one GPU: "
+                  f"{statuses(rows_of(args.out / 'one-gpu')) == statuses(killed['rows'])} ({statuses(killed['rows'])})"]
+    return "\n".join(lines)
+
+
+def space(args: argparse.Namespace) -> list[str]:
+    return ["--filter", args.filter] if args.filter else []
+
+
+def save(out: Path, name: str, result: dict) -> None:
+    (out / f"{name}.json").write_text(json.dumps({k: v for k, v in result.items() if k != "rows"}) + "\n")
 
 
 def timed(command: list[str], log: Path) -> float:
@@ -74,8 +106,8 @@ def timed(command: list[str], log: Path) -> float:
 
 def sweep(args: argparse.Namespace, name: str, extra: list[str]) -> dict:
     out = args.out / name
-    wall = timed(["sweep", args.family, "--size", args.size, "--out", str(out), "--arch", "sm_90", *extra],
-                 args.out / f"{name}.log")
+    wall = timed(["sweep", args.family, "--size", args.size, "--out", str(out), "--arch", "sm_90",
+                  "--timing-budget", args.timing_budget, *space(args), *extra], args.out / f"{name}.log")
     return summary(name, out, wall)
 
 
@@ -83,21 +115,25 @@ def killed_sweep(args: argparse.Namespace) -> dict:
     """The cluster sweep through the API, one Dask worker process SIGKILLed a third of the way in."""
     from gen.cluster import DaskExecutor
     from gen.pipeline import RunOptions
+    from gen.results import TimingOptions
     from gen.sweep import SweepOptions, sweep as run_sweep
     from gen.worker import parse_gpus
 
     out = args.out / "killed"
     executor = DaskExecutor("local", parse_gpus(args.gpus))
     started = time.perf_counter()
-    done = threading.Thread(target=run_sweep, args=(SweepOptions(args.family, out, sizes=[args.size], progress=False,
-                                                                  run=RunOptions(arch="sm_90")),),
-                            kwargs={"executor": executor})
+    timing = TimingOptions(budget_s=float(args.timing_budget))
+    options = SweepOptions(args.family, out, sizes=[args.size], filter=args.filter, progress=False,
+                           run=RunOptions(arch="sm_90", gpus=parse_gpus(args.gpus), timing=timing))
+    done = threading.Thread(target=run_sweep, args=(options,), kwargs={"executor": executor})
     done.start()
+    one_gpu = args.out / "one-gpu.json"
+    kill_at = max(json.loads(one_gpu.read_text())["ok"] // 3, 1) if one_gpu.exists() else 300  # a third of the way
     results, victim, killed_after = out / "results.jsonl", None, 0
     while done.is_alive():
         time.sleep(0.2)
         count = len(results.read_text().splitlines()) if results.exists() else 0
-        if victim is None and count >= 1000:
+        if victim is None and count >= kill_at:
             victim = executor.gpu_workers()[-1]
             pid = executor._client.run(os.getpid, workers=[victim])[victim]
             os.kill(pid, signal.SIGKILL)
@@ -106,8 +142,12 @@ def killed_sweep(args: argparse.Namespace) -> dict:
     return dict(result, victim=victim, killed_after=killed_after, lost=executor.lost)
 
 
+def rows_of(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
 def summary(name: str, out: Path, wall: float) -> dict:
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    rows = rows_of(out)
     shares = collections.Counter(r["provenance"].get("gpu_index") for r in rows if r["status"] == "ok")
     return {"run": name, "wall_s": wall, "rows": rows, "ok": sum(r["status"] == "ok" for r in rows),
             "shares": ", ".join(f"{index}: {count}" for index, count in sorted(shares.items()))}

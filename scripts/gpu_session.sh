@@ -7,7 +7,9 @@
 #   tests      every GPU test but the all-sgemm one          tests-sgemm  the all-sgemm GPU test
 #   reduce     the example family's sweep, for docs/results   kt           scripts/bench_vs_kernel_tuner.py
 #   full       cold brute force over the full sgemm space     smoke        scripts/gpu_smoke.sh --sanitize
-#   dask       the two-GPU test, and the Dask cluster benchmark (two GPUs)
+#   dask       the two-GPU test (two GPUs)
+#   dask-a     the Dask cluster benchmark's compile and one-GPU sweep; dask-b (next call, same
+#              machine): its cluster sweeps, whole and with a worker killed, and the report
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-runs/gpu-session}
@@ -37,8 +39,11 @@ for name in "$@"; do
     kt) part kt python3 scripts/bench_vs_kernel_tuner.py --out "$out/kt" --markdown "$out/vs-kernel-tuner.md" ;;
     full) part full python3 scripts/bench_vs_kernel_tuner.py --full --out "$out/full" --markdown "$out/full.md" ;;
     smoke) part smoke scripts/gpu_smoke.sh --sanitize ;;
-    dask) part dask-tests python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k two_gpus tests/
-          part dask python3 scripts/bench_cluster.py --out "$out/cluster" --markdown "$out/cluster.md" ;;
+    dask) part dask-tests python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k two_gpus tests/ ;;
+    dask-a|dask-b)  # the cluster benchmark in two calls: its parts keep their rows in runs/ between them
+      parts=$([ "$name" = dask-a ] && echo compile,one || echo cluster,killed)
+      part "$name" python3 scripts/bench_cluster.py --parts "$parts" --out runs/cluster-bench \
+        --markdown "$out/cluster.md" ;;
     *) echo "unknown part '$name'"; exit 2 ;;
   esac
 done
