@@ -8,8 +8,9 @@
 #   reduce     the example family's sweep, for docs/results   kt           scripts/bench_vs_kernel_tuner.py
 #   full       cold brute force over the full sgemm space     smoke        scripts/gpu_smoke.sh --sanitize
 #   dask       the two-GPU test (two GPUs)
-#   dask-a     the Dask cluster benchmark's compile and one-GPU sweep; dask-b (next call, same
-#              machine): its cluster sweeps, whole and with a worker killed, and the report
+#   dask-a     the Dask cluster benchmark's compile and one-GPU sweep; dask-b (a later call, with
+#              runs/cluster-bench carried): its cluster sweeps, whole and with a worker killed, and
+#              the report
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-runs/gpu-session}
@@ -41,7 +42,7 @@ for name in "$@"; do
     smoke) part smoke scripts/gpu_smoke.sh --sanitize ;;
     dask) part dask-tests python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k two_gpus tests/ ;;
     dask-a|dask-b)  # the cluster benchmark in two calls: its parts keep their rows in runs/ between them
-      parts=$([ "$name" = dask-a ] && echo compile,one || echo cluster,killed)
+      parts=$([ "$name" = dask-a ] && echo compile,one || echo warm,cluster,killed)
       part "$name" python3 scripts/bench_cluster.py --parts "$parts" --out runs/cluster-bench \
         --markdown "$out/cluster.md" ;;
     *) echo "unknown part '$name'"; exit 2 ;;
