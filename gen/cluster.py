@@ -40,7 +40,7 @@ from .worker import WORKER, GpuUnavailable, IsolatedWorker, run_job, visible_gpu
 
 GPU = "GPU"  # the Dask worker resource: one per GPU, so one job per GPU at a time
 CONNECT_TIMEOUT_S = 10.0
-JOBS_AHEAD_PER_GPU = 2  # submitted per GPU, so the next job waits on its worker while one runs
+JOBS_AHEAD_PER_GPU = 8  # submitted per GPU: the next jobs wait on its worker while results travel back
 WATCH_S = 1.0  # how often the coordinator looks for workers that left or joined
 
 # ---- on a Dask worker ------------------------------------------------------------------------
@@ -189,21 +189,23 @@ class DaskExecutor:
                     slots.release()
                 watched = time.monotonic()
             try:
-                item = finished.get(timeout=WATCH_S)
+                items = [finished.get(timeout=WATCH_S)]
             except queue.Empty:
                 continue
-            if item is None:
+            items += _drain(finished)  # all finished by now: their results come in one gather
+            if None in items:
                 feeding = False
-                continue
-            job, future = item
-            received += 1
-            if withheld:
-                withheld -= 1
-            else:
-                slots.release()
-            self._futures.discard(future)
-            if not self._killed.is_set() and future.status != "cancelled":
-                yield job, self._measurement(future)
+            done = [item for item in items if item is not None]
+            for job, future in done:
+                received += 1
+                if withheld:
+                    withheld -= 1
+                else:
+                    slots.release()
+                self._futures.discard(future)
+            live = [(job, future) for job, future in done if future.status != "cancelled"]
+            if live and not self._killed.is_set():
+                yield from zip((job for job, _ in live), self._measurements([future for _, future in live]))
 
     def close(self) -> None:
         if self._owner:
@@ -260,13 +262,13 @@ class DaskExecutor:
         finally:
             finished.put(None)
 
-    def _measurement(self, future: Any) -> Measurement:
-        """The job's measurement, or a `launch_error` row when the job itself kept killing workers."""
-        error = future.exception()
-        if error is None:
-            return future.result()
-        return Measurement(Status.LAUNCH_ERROR, f"on the Dask cluster: {type(error).__name__}: {error}",
-                           context_lost=True)
+    def _measurements(self, futures: list[Any]) -> list[Measurement]:
+        """The jobs' measurements, fetched in one gather (a round trip per future was the cluster's
+        bottleneck), or a `launch_error` row for a job that itself kept killing workers."""
+        finished = [future.status == "finished" for future in futures]
+        succeeded = [future for future, ok in zip(futures, finished) if ok]
+        results = iter(self._client.gather(succeeded) if succeeded else [])
+        return [next(results) if ok else _failure(future) for future, ok in zip(futures, finished)]
 
     def _members(self) -> dict[str, str]:
         """address -> name of the GPU workers this executor may use now."""
@@ -287,6 +289,21 @@ class DaskExecutor:
             print(f"tilegen: Dask worker {_worker_name(now[address], address)} joined; it takes jobs from now on",
                   file=sys.stderr, flush=True)
         return now, len(gone), len(new)
+
+
+def _failure(future: Any) -> Measurement:
+    error = future.exception()
+    return Measurement(Status.LAUNCH_ERROR, f"on the Dask cluster: {type(error).__name__}: {error}", context_lost=True)
+
+
+def _drain(items: queue.Queue) -> list[Any]:
+    """Everything in the queue now, without waiting."""
+    drained = []
+    while True:
+        try:
+            drained.append(items.get_nowait())
+        except queue.Empty:
+            return drained
 
 
 def _worker_name(name: str, address: str) -> str:
