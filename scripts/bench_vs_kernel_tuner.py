@@ -147,10 +147,11 @@ def run_tilegen(size: str, strategy: str, evaluations: int | None, full: bool = 
     from gen.tunedb import TuningDB
 
     rows = TuningDB(cold / "tuning.sqlite").measured(result.problem)
-    times = {_key(row.params): row.median_ms for row in rows.values() if row.median_ms is not None}
+    key = _whole_key if full else _key  # the full space varies more than the comparison's parameters
+    times = {key(row.params): row.median_ms for row in rows.values() if row.median_ms is not None}
     return {"tool": "tilegen", "strategy": strategy, "started_at": started_at, "wall_s": wall,
             "evaluations": result.evaluations, "trace": [[s, t] for s, t in zip(result.trace_seconds, result.trace)],
-            "best_ms": min(t for t in result.trace if t is not None), "winner": _key(result.winner.params),
+            "best_ms": min(t for t in result.trace if t is not None), "winner": key(result.winner.params),
             "times": times, "own_gpu_share": result.gpu_seconds / result.seconds, "valid": len(times)}
 
 
@@ -228,6 +229,10 @@ def _elapsed(timestamp: str | None, started_at: float) -> float:
 
 def _key(params: dict) -> str:
     return ",".join(f"{name}={params[name]}" for name in ("bm", "bn", "bk", "wm", "wn", "tm", "tn", "padding"))
+
+
+def _whole_key(params: dict) -> str:
+    return ",".join(f"{name}={value}" for name, value in params.items())
 
 
 # ---- the report -------------------------------------------------------------------------------------
