@@ -42,7 +42,7 @@ class SweepOptions:
     sizes: Sequence[str] = ()  # empty: the family's default sizes; a string on its own is one size
     filter: str | None = None
     resume: bool = False
-    cache_configs: Sequence[str] = ("none",)
+    cache_configs: Sequence[str] = ("none",)  # each once, in the order given (so are the sizes)
     run: RunOptions = field(default_factory=RunOptions)
     progress: bool = True
     keep_skipped: bool = False  # a row per point not run; else one per reason, size and cache preference
@@ -52,7 +52,11 @@ class SweepOptions:
         """Options from Python are checked as the command line's are; lists given as one value are made lists."""
         object.__setattr__(self, "out", as_path(self.out, "out"))
         object.__setattr__(self, "sizes", () if self.sizes is None else values_of(self.sizes, "sizes"))
-        object.__setattr__(self, "cache_configs", values_of(self.cache_configs, "cache_configs"))
+        caches = values_of(self.cache_configs, "cache_configs")
+        for cache in caches:
+            if cache not in CACHE_CONFIGS:
+                raise UsageError(f"cache {cache!r} is not one of: {', '.join(CACHE_CONFIGS)}")
+        object.__setattr__(self, "cache_configs", tuple(dict.fromkeys(caches)))
         if self.filter is not None and not isinstance(self.filter, str):
             raise UsageError(f"filter must be a name pattern like '*_guard_*', got {self.filter!r}")
         if not isinstance(self.run, RunOptions):
@@ -236,10 +240,7 @@ def status_counts(rows: Iterable[Row]) -> Counter[str]:
 def _checked(options: SweepOptions) -> tuple[Family, Space, list[Any]]:
     """The family, space and shapes the options name, each checked, before anything is written."""
     family = get_family(options.family)
-    shapes = [family.parse_shape(size) for size in options.sizes or family.default_sizes]
-    for cache in options.cache_configs:
-        if cache not in CACHE_CONFIGS:
-            raise UsageError(f"cache {cache!r} is not one of: {', '.join(CACHE_CONFIGS)}")
+    shapes = _distinct_shapes(family.parse_shape(size) for size in options.sizes or family.default_sizes)
     if options.run.sanitize:
         from .sanitize import sanitizer_path
 
@@ -247,6 +248,14 @@ def _checked(options: SweepOptions) -> tuple[Family, Space, list[Any]]:
     space = Space.default(family, options.params)
     space.check_size(options.max_points, len(shapes) * len(options.cache_configs))
     return family, space, shapes
+
+
+def _distinct_shapes(shapes: Iterable[Any]) -> list[Any]:
+    """Each shape once, in the order given: a size given twice (or written two ways) is one size."""
+    by_text: dict[str, Any] = {}
+    for shape in shapes:
+        by_text.setdefault(str(shape), shape)
+    return list(by_text.values())
 
 
 def space_line(space: Space, sizes: int) -> str:
