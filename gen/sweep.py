@@ -26,7 +26,7 @@ from .pipeline import Pipeline, PipelineStats, Point, RunOptions
 from .progress import Progress
 from .results import Row, Status, skipped_row
 from .space import MAX_POINTS, Space, values_of
-from .store import ResultLog
+from .store import ResultLog, latest
 from .table import text_table
 from .worker import Executor
 
@@ -114,7 +114,7 @@ class Plan:
 
 @dataclass
 class SweepReport:
-    rows: list[Row]  # every row in the results file, earlier ones of a resumed run included
+    rows: list[Row]  # the newest row of each point in the results file, earlier runs' (resumed) included
     new_rows: int
     ran_kernels: bool
     note: str  # why no kernel ran, if none did
@@ -139,7 +139,7 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
         if len(space) >= ANNOUNCE_POINTS:
             _say(options, f"sweep: {space_line(space, len(shapes))}; checking them")
         plan = make_plan(family, space, shapes, options.cache_configs, options.filter, options.keep_skipped)
-        done, groups_done = log.done, {_group(row) for row in log.rows if row.skipped_count}
+        done, groups_done = _done(log.rows), {_group(row) for row in log.rows if row.skipped_count}
         skipped = [row for row in plan.skipped_rows(made_by, options.keep_skipped)
                    if row.key not in done and _group(row) not in groups_done]
         todo = [p for p in plan.runnable if p.key not in done]
@@ -161,9 +161,10 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
         finally:
             progress.close()
             log.finish()
+        rows = latest(log.rows)
         ran = pipeline.unavailable is None and any(r.status not in (Status.SKIPPED, Status.COMPILE_ERROR,
-                                                                    Status.COMPILED) for r in log.rows)
-        return SweepReport(log.rows, len(log.rows) - log.done_before, ran, pipeline.unavailable or "",
+                                                                    Status.COMPILED) for r in rows)
+        return SweepReport(rows, len(log.rows) - log.done_before, ran, pipeline.unavailable or "",
                            pipeline.stats, options.out, log.notes)
 
 
@@ -261,6 +262,12 @@ def _distinct_shapes(shapes: Iterable[Any]) -> list[Any]:
 def space_line(space: Space, sizes: int) -> str:
     """'matmul: 18 points (tile: 3 x ...) at 2 sizes'."""
     return f"{space.family.name}: {space.describe()}" + (f" at {sizes} sizes" if sizes > 1 else "")
+
+
+def _done(rows: Iterable[Row]) -> set[str]:
+    """The points a resumed sweep does not run again: each whose newest row is not `compiled` (a
+    point that only compiled, as on a machine without a GPU, has not run)."""
+    return {row.key for row in latest(rows) if row.status is not Status.COMPILED}
 
 
 def _say(options: SweepOptions, line: str) -> None:

@@ -147,6 +147,25 @@ def test_a_repeated_size_on_the_command_line_is_one_size(tmp_path: Path, capsys:
     assert out.startswith("matmul: 1 points; 1 to run, 0 not run") and out.count("  run: ") == 1
 
 
+def test_a_resume_runs_the_points_that_only_compiled(tmp_path: Path, compile_options,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    """A sweep on a machine without a GPU leaves `compiled` rows; resumed where a GPU is, those
+    points run, and from then on each point's newest row is the one that counts."""
+    options = SweepOptions("matmul", tmp_path, params={**ONE_POINT, "tile": ["8", "16"]}, sizes=["64x64x64"],
+                           progress=False, run=RunOptions(arch="sm_90"))
+    first = sweep(options, executor=fakes.NoGpuExecutor())
+    assert [r.status for r in first.rows] == [Status.COMPILED] * 2 and not first.ran_kernels
+    executor = fakes.FakeExecutor()
+    resumed = sweep(replace(options, resume=True), executor=executor)
+    assert len(executor.ran) == resumed.new_rows == 2 and resumed.ran_kernels
+    assert [r.status for r in resumed.rows] == [Status.OK] * 2  # the newest row of each point
+    assert "status: ok 2" in summary(resumed) and "compiled" not in summary(resumed)
+    again = fakes.FakeExecutor()
+    assert sweep(replace(options, resume=True), executor=again).new_rows == 0 and again.ran == []
+    assert [r.status for r in read_rows(tmp_path / "results.jsonl")] == [Status.COMPILED] * 2 + [Status.OK] * 2
+    assert main(["report", str(tmp_path)]) == 0
+    assert "compiled" not in capsys.readouterr().out  # the report counts each point's newest row
+
 def _is_json(line: str) -> bool:
     try:
         json.loads(line)
