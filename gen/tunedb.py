@@ -185,8 +185,10 @@ class TuningDB:
         return sorted(p for p in found if family is None or p.family == family)
 
     def models(self) -> list[GpuModel]:
-        """Every GPU model measured, as the record its rows' provenance holds."""
-        query = "SELECT row FROM measurements WHERE id IN (SELECT MAX(id) FROM measurements GROUP BY gpu_model)"
+        """Every GPU model measured, as the newest of its rows that ran on the GPU records it (a
+        compile error names only the model it was compiled for: no GPU in its provenance)."""
+        query = ("SELECT row FROM measurements WHERE id IN (SELECT MAX(id) FROM measurements "
+                 "WHERE json_extract(row, '$.provenance.gpu') IS NOT NULL GROUP BY gpu_model)")
         with self._reading() as connection:
             rows = [Row.from_dict(json.loads(r[0])) for r in connection.execute(query)]
         return sorted(GpuModel.from_provenance(row.provenance) for row in rows)
