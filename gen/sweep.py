@@ -57,10 +57,8 @@ class SweepOptions:
             if cache not in CACHE_CONFIGS:
                 raise UsageError(f"cache {cache!r} is not one of: {', '.join(CACHE_CONFIGS)}")
         object.__setattr__(self, "cache_configs", tuple(dict.fromkeys(caches)))
-        if self.filter is not None and not isinstance(self.filter, str):
-            raise UsageError(f"filter must be a name pattern like '*_guard_*', got {self.filter!r}")
-        if not isinstance(self.run, RunOptions):
-            raise UsageError(f"run must be a gen.pipeline.RunOptions, got {self.run!r}")
+        checks.name_pattern(self.filter)
+        checks.run_given(self.run)
         checks.whole(self.max_points, "max_points", 1)
 
 

@@ -351,6 +351,11 @@ def _run(**run_options: Any) -> Callable[[], Any]:
     return lambda: _sweep(run=RunOptions(**run_options))()
 
 
+def _tune(**options: Any) -> Callable[[], Any]:
+    """TuneOptions(**options), made when the case runs (TuneOptions checks itself)."""
+    return lambda: TuneOptions("matmul", "64x64x64", progress=False, **options)
+
+
 def api(call: Callable[[], Any], fragment: str, id: str, *marks: Any) -> Any:
     return pytest.param(call, fragment, id=id, marks=marks)
 
@@ -390,11 +395,17 @@ API_CASES = [
     api(_run(gpus=[0, 0]), "gpus must list distinct GPU indices", "run: a GPU twice"),
     api(_run(gpus="0"), "gpus must list distinct GPU indices", "run: GPUs as text"),
     api(_run(gpus=[-1]), "gpus must list distinct GPU indices", "run: GPU -1"),
+    api(_run(gpus=None), "gpus must list distinct GPU indices like [0, 1], got None", "run: GPUs None"),
+    api(_run(gpus=1.5), "gpus must list distinct GPU indices like [0, 1], got 1.5", "run: GPUs 1.5"),
+    api(_run(compile_jobs="2"), "compile_jobs must be a whole number of at least 1, got '2'", "run: jobs as text"),
+    api(_run(silence_s="30"), "the worker timeout (silence_s) must be a positive, finite number of seconds, got '30'",
+        "run: silence as text"),
     api(_run(seed=-1), "seed must be a whole number, got -1", "run: seed -1"),
     api(_run(compile_jobs=0), "compile_jobs must be a whole number of at least 1",
         "run: no compile jobs"),
     api(_run(arch="volta"), "--arch 'volta' is not a GPU architecture", "run: arch volta"),
     api(_sweep(max_points=0), "max_points must be a whole number of at least 1", "max_points 0"),
+    api(_sweep(max_points="10"), "max_points must be a whole number of at least 1, got '10'", "max_points as text"),
     api(_sweep(max_points=10), "more than --max-points 10", "max_points below the space"),
     api(lambda: tune(TuneOptions("matmul", "64x64x64", max_points=10, progress=False), FakeExecutor()),
         "more than --max-points 10", "tune: max_points below the space"),
@@ -402,8 +413,24 @@ API_CASES = [
     api(_sweep(family=["matmul"]), "a family is named by text", "family: a list"),
     api(_sweep(family="conv"), "unknown family 'conv'", "family: unknown"),
     # tune
-    api(lambda: tune(TuneOptions("matmul", "64x64x64", budget=0)), "--budget must be at least 1 evaluation",
-        "tune: budget 0"),
+    api(lambda: tune(TuneOptions("matmul", "64x64x64", budget=0)), "budget must be a whole number of at least 1, "
+        "got 0", "tune: budget 0"),
+    api(_tune(budget=-1), "budget must be a whole number of at least 1, got -1", "TuneOptions: budget -1"),
+    api(_tune(budget=2.5), "budget must be a whole number of at least 1, got 2.5", "TuneOptions: budget 2.5"),
+    api(_tune(budget="100"), "budget must be a whole number of at least 1, got '100'", "TuneOptions: budget as text"),
+    api(_tune(top=0), "top must be a whole number of at least 1, got 0", "TuneOptions: top 0"),
+    api(_tune(top=-1), "top must be a whole number of at least 1, got -1", "TuneOptions: top -1"),
+    api(_tune(top=1.5), "top must be a whole number of at least 1, got 1.5", "TuneOptions: top 1.5"),
+    api(_tune(top=True), "top must be a whole number of at least 1, got True", "TuneOptions: top True"),
+    api(_tune(time_s=0), "time_s must be a positive, finite number of seconds, got 0", "TuneOptions: time 0"),
+    api(_tune(time_s="soon"), "time_s must be a positive, finite number of seconds, got 'soon'",
+        "TuneOptions: time as text"),
+    api(_tune(seed=-1), "seed must be a whole number, got -1", "TuneOptions: seed -1"),
+    api(_tune(seed=1.5), "seed must be a whole number, got 1.5", "TuneOptions: seed 1.5"),
+    api(_tune(max_points=0), "max_points must be a whole number of at least 1, got 0", "TuneOptions: max_points 0"),
+    api(_tune(filter=5), "filter must be a name pattern", "TuneOptions: filter 5"),
+    api(_tune(run=None), "run must be a gen.pipeline.RunOptions, got None", "TuneOptions: run None"),
+    api(_tune(strategy="luck"), "strategy 'luck' is not one of: brute, random", "TuneOptions: strategy luck"),
     api(lambda: tune(TuneOptions("matmul", "64x64x64", strategy="luck")), "strategy 'luck' is not one of",
         "tune: unknown strategy"),
     api(lambda: tune(TuneOptions("matmul", "64x64")), "size '64x64' for matmul", "tune: malformed size"),
