@@ -37,7 +37,7 @@ ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: th
 @dataclass(frozen=True)
 class SweepOptions:
     family: str
-    out: Path
+    out: Path | None = None  # the folder for results.jsonl and results.csv; a preview needs none
     params: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # a value on its own is a list of one
     sizes: Sequence[str] = ()  # empty: the family's default sizes; a string on its own is one size
     filter: str | None = None
@@ -50,7 +50,7 @@ class SweepOptions:
 
     def __post_init__(self) -> None:
         """Options from Python are checked as the command line's are; lists given as one value are made lists."""
-        object.__setattr__(self, "out", as_path(self.out, "out"))
+        object.__setattr__(self, "out", None if self.out is None else as_path(self.out, "out"))
         object.__setattr__(self, "sizes", () if self.sizes is None else values_of(self.sizes, "sizes"))
         caches = values_of(self.cache_configs, "cache_configs")
         for cache in caches:
@@ -129,6 +129,9 @@ class SweepReport:
 
 def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepReport:
     """Run the sweep `options` describes; rows go to options.out/results.jsonl as they finish."""
+    if options.out is None:
+        raise UsageError("a sweep needs --out DIR, the folder for its results.jsonl and results.csv (a --dry-run "
+                         "needs none)")
     family, space, shapes = _checked(options)
     compiling = CompileOptions.local(options.run.arch, options.run.compile_jobs)  # --arch, --jobs, the cache
     made_by = provenance(compiling, family)  # nvcc and the template are there

@@ -244,6 +244,7 @@ CLI_CASES = [
     case("compile matmul -p tile=8 --out used", "already holds results: choose another --out, or remove its "
                                                 "results.jsonl"),
     case("sweep matmul -p tile=8 --out used", "already holds results: pass --resume to continue that run"),
+    case("sweep matmul -p tile=8", "a sweep needs --out DIR, the folder for its results.jsonl and results.csv"),
     case("emit matmul --out variants", "matmul_f32_t16_p1_guard_both.cu was not written by tilegen"),
     case("export --t4 missing/t4.json --db tuned.sqlite", "--t4 missing/t4.json: the folder missing does not exist"),
     case("export --t4 afile/t4.json --db tuned.sqlite", "the folder afile is a file"),
@@ -376,7 +377,7 @@ API_CASES = [
     api(_sweep(sizes={"m": 64}), "sizes takes a list of values", "sizes as a dict"),
     api(_sweep(cache_configs=["huge"]), "cache 'huge' is not one of", "an unknown cache preference"),
     api(_sweep(cache_configs="huge"), "cache 'huge' is not one of", "a cache preference on its own"),
-    api(_sweep(out=None), "out must be a path, got None", "out: None"),
+    api(_sweep(out=None), "a sweep needs --out DIR, the folder for its results.jsonl", "out: None"),
     api(_sweep(out=5), "out must be a path, got 5", "out: a number"),
     api(_sweep(out=Path("afile")), "--out afile is a file, not a folder", "out: a file"),
     api(_sweep(out=Path("used")), "already holds results", "out: a used folder"),
@@ -504,7 +505,7 @@ def test_the_api_refuses_bad_input_with_a_tilegen_error_and_changes_nothing(plac
     ({"tile": ["8", 16]}, ("64x64x64",), [8, 16]),
 ], ids=["a string is one value", "a number is one value", "a list of mixed types"])
 def test_a_value_given_on_its_own_is_one_value_not_its_characters(params: dict, sizes: Any, tiles: list[int]) -> None:
-    plan = preview(SweepOptions("matmul", Path("unused"), params=params, sizes=sizes))
+    plan = preview(SweepOptions("matmul", params=params, sizes=sizes))  # a preview writes nothing: no out
     assert sorted({point.variant.tile for point in plan.runnable}) == tiles
     assert {str(point.shape) for point in plan.runnable} == {"64x64x64"}
 
@@ -540,8 +541,9 @@ def test_list_gives_the_default_space_as_valid_points_of_all(capsys: pytest.Capt
 
 @pytest.mark.parametrize("command", [
     ["sweep", "sgemm", "--out", "fresh", "--size", "2048x2048x2048", "--dry-run"],
+    ["sweep", "sgemm", "--size", "2048x2048x2048", "--dry-run"],
     ["tune", "sgemm", "--size", "2048x2048x2048", "--dry-run"],
-], ids=["sweep", "tune"])
+], ids=["sweep", "sweep without --out", "tune"])
 def test_a_dry_run_counts_and_samples_without_compiling_or_writing(
         place: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
     monkeypatch.setenv("TILEGEN_CACHE", str(place / "cache"))  # a compile would write here
