@@ -140,7 +140,10 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
         if len(space) >= ANNOUNCE_POINTS:
             _say(options, f"sweep: {space_line(space, len(shapes))}; checking them")
         plan = make_plan(family, space, shapes, options.cache_configs, options.filter, options.keep_skipped)
-        done, groups_done = _done(log.rows), {_group(row) for row in log.rows if row.skipped_count}
+        newest = latest(log.rows)
+        only_compiled = {row.key for row in newest if row.status is Status.COMPILED}  # no kernel ran: run again
+        done = {row.key for row in newest} - only_compiled
+        groups_done = {_group(row) for row in log.rows if row.skipped_count}
         skipped = [row for row in plan.skipped_rows(made_by, options.keep_skipped)
                    if row.key not in done and _group(row) not in groups_done]
         todo = [p for p in plan.runnable if p.key not in done]
@@ -154,7 +157,8 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
             with pipeline:
                 pipeline.submit(todo)
                 for row in pipeline.rows():
-                    log.append(row)
+                    if row.status is not Status.COMPILED or row.key not in only_compiled:  # else no GPU again
+                        log.append(row)
                     progress.advance(_progress_text(row))
         except KeyboardInterrupt:
             raise RunInterrupted(f"{len(log.rows)} rows kept in {log.path} (and results.csv); run the same sweep "
@@ -263,12 +267,6 @@ def _distinct_shapes(shapes: Iterable[Any]) -> list[Any]:
 def space_line(space: Space, sizes: int) -> str:
     """'matmul: 18 points (tile: 3 x ...) at 2 sizes'."""
     return f"{space.family.name}: {space.describe()}" + (f" at {sizes} sizes" if sizes > 1 else "")
-
-
-def _done(rows: Iterable[Row]) -> set[str]:
-    """The points a resumed sweep does not run again: each whose newest row is not `compiled` (a
-    point that only compiled, as on a machine without a GPU, has not run)."""
-    return {row.key for row in latest(rows) if row.status is not Status.COMPILED}
 
 
 def _say(options: SweepOptions, line: str) -> None:

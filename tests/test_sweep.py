@@ -155,6 +155,7 @@ def test_a_resume_runs_the_points_that_only_compiled(tmp_path: Path, compile_opt
                            progress=False, run=RunOptions(arch="sm_90"))
     first = sweep(options, executor=fakes.NoGpuExecutor())
     assert [r.status for r in first.rows] == [Status.COMPILED] * 2 and not first.ran_kernels
+    assert sweep(replace(options, resume=True), executor=fakes.NoGpuExecutor()).new_rows == 0  # still no GPU
     executor = fakes.FakeExecutor()
     resumed = sweep(replace(options, resume=True), executor=executor)
     assert len(executor.ran) == resumed.new_rows == 2 and resumed.ran_kernels
