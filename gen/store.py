@@ -2,9 +2,10 @@
 
 Each row is flushed the moment it is appended, so killing a run at any moment loses no finished
 row; reopening a log with `resume` drops a half-written last line (and says so) and keeps the
-rows already there. Nothing is written before the first row: a run refused or failing before it leaves
-the folder as it was. A run's settings are kept beside its rows (run.json), so that a resumed run
-with other settings is refused, naming each difference.
+rows already there (`latest`: the newest of each point). Nothing is written before the first
+row: a run refused or failing before it leaves the folder as it was. A run's settings are kept
+beside its rows (run.json), so that a resumed run with other settings is refused, naming each
+difference.
 """
 
 from __future__ import annotations
