@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_space_arguments(sweeping)
     sweeping.add_argument("--size", dest="sizes", action="append", default=[], metavar="SIZE",
                           help="problem size, e.g. 4096x4096x4096 (repeatable; default: the family's)")
-    sweeping.add_argument("--out", type=Path, required=True, help="folder for results.jsonl and results.csv")
+    sweeping.add_argument("--out", type=Path, help="folder for results.jsonl and results.csv (needed unless --dry-run)")
     sweeping.add_argument("--resume", action="store_true", help="continue a killed or interrupted sweep in --out")
     sweeping.add_argument("--sanitize", action="store_true",
                           help="also run compute-sanitizer (racecheck, synccheck, memcheck) at a small size")

@@ -8,19 +8,20 @@ from typing import Callable, Iterable, Sequence
 
 from .errors import UsageError
 from .results import Row, Status
-from .store import RESULTS_JSONL, read_rows
+from .store import RESULTS_JSONL, latest, read_rows
 from .table import markdown_table, text_table
 
 Table = Callable[[Sequence[str], Sequence[Sequence[object]]], str]
 
 
 def load_rows(directories: Iterable[Path]) -> list[Row]:
+    """The newest row of each point in each folder's results (a resumed sweep may hold two)."""
     rows: list[Row] = []
     for directory in directories:
         path = Path(directory) / RESULTS_JSONL
         if not path.exists():
             raise UsageError(f"{directory} has no {RESULTS_JSONL}: give a folder a sweep or compile wrote to")
-        rows.extend(read_rows(path))
+        rows.extend(latest(read_rows(path)))
     return rows
 
 

@@ -43,7 +43,10 @@ class GpuModel:
         return "sm_" + self.cc.replace(".", "")
 
     @classmethod
-    def from_provenance(cls, provenance: dict[str, Any]) -> "GpuModel":
+    def from_provenance(cls, provenance: dict[str, Any]) -> "GpuModel | None":
+        """The model a row ran on; None for a row that ran on no GPU (a compile error)."""
+        if any(key not in provenance for key in ("gpu", "cc", "sm_count", "gpu_memory_bytes")):
+            return None
         return cls(provenance["gpu"], provenance["cc"], provenance["sm_count"],
                    provenance["gpu_memory_bytes"] // 2**30)
 

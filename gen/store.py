@@ -1,10 +1,11 @@
 """Result rows and where they go: an append-only JSONL file written as rows arrive, CSV at the end.
 
 Each row is flushed the moment it is appended, so killing a run at any moment loses no finished
-row; reopening a log with `resume` drops a half-written last line (and says so) and remembers
-what is done. Nothing is written before the first row: a run refused or failing before it leaves
-the folder as it was. A run's settings are kept beside its rows (run.json), so that a resumed run
-with other settings is refused, naming each difference.
+row; reopening a log with `resume` drops a half-written last line (and says so) and keeps the
+rows already there (`latest`: the newest of each point). Nothing is written before the first
+row: a run refused or failing before it leaves the folder as it was. A run's settings are kept
+beside its rows (run.json), so that a resumed run with other settings is refused, naming each
+difference.
 """
 
 from __future__ import annotations
@@ -48,10 +49,6 @@ class ResultLog:
                               f"it is dropped, and its point runs again")
         self.done_before = len(self.rows)
         self._file: Any = None
-
-    @property
-    def done(self) -> set[str]:
-        return {row.key for row in self.rows}
 
     def append(self, row: Row) -> None:
         if self._file is None:
@@ -114,6 +111,15 @@ def read_rows(path: Path, repair: bool = False) -> list[Row]:
     if torn and repair:
         _mend(Path(path), torn)
     return rows
+
+
+def latest(rows: Iterable[Row]) -> list[Row]:
+    """The newest row of each point (its key), in the order the points first appear: a resumed
+    sweep appends a second row for a point that had only compiled."""
+    newest: dict[str, Row] = {}
+    for row in rows:
+        newest[row.key] = row
+    return list(newest.values())
 
 
 def stored_settings(directory: Path) -> dict[str, Any] | None:

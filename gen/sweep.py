@@ -26,7 +26,7 @@ from .pipeline import Pipeline, PipelineStats, Point, RunOptions
 from .progress import Progress
 from .results import Row, Status, skipped_row
 from .space import MAX_POINTS, Space, values_of
-from .store import ResultLog
+from .store import ResultLog, latest
 from .table import text_table
 from .worker import Executor
 
@@ -37,12 +37,12 @@ ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: th
 @dataclass(frozen=True)
 class SweepOptions:
     family: str
-    out: Path
+    out: Path | None = None  # the folder for results.jsonl and results.csv; a preview needs none
     params: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # a value on its own is a list of one
     sizes: Sequence[str] = ()  # empty: the family's default sizes; a string on its own is one size
     filter: str | None = None
     resume: bool = False
-    cache_configs: Sequence[str] = ("none",)
+    cache_configs: Sequence[str] = ("none",)  # each once, in the order given (so are the sizes)
     run: RunOptions = field(default_factory=RunOptions)
     progress: bool = True
     keep_skipped: bool = False  # a row per point not run; else one per reason, size and cache preference
@@ -50,13 +50,15 @@ class SweepOptions:
 
     def __post_init__(self) -> None:
         """Options from Python are checked as the command line's are; lists given as one value are made lists."""
-        object.__setattr__(self, "out", as_path(self.out, "out"))
+        object.__setattr__(self, "out", None if self.out is None else as_path(self.out, "out"))
         object.__setattr__(self, "sizes", () if self.sizes is None else values_of(self.sizes, "sizes"))
-        object.__setattr__(self, "cache_configs", values_of(self.cache_configs, "cache_configs"))
-        if self.filter is not None and not isinstance(self.filter, str):
-            raise UsageError(f"filter must be a name pattern like '*_guard_*', got {self.filter!r}")
-        if not isinstance(self.run, RunOptions):
-            raise UsageError(f"run must be a gen.pipeline.RunOptions, got {self.run!r}")
+        caches = values_of(self.cache_configs, "cache_configs")
+        for cache in caches:
+            if cache not in CACHE_CONFIGS:
+                raise UsageError(f"cache {cache!r} is not one of: {', '.join(CACHE_CONFIGS)}")
+        object.__setattr__(self, "cache_configs", tuple(dict.fromkeys(caches)))
+        checks.name_pattern(self.filter)
+        checks.run_given(self.run)
         checks.whole(self.max_points, "max_points", 1)
 
 
@@ -110,7 +112,7 @@ class Plan:
 
 @dataclass
 class SweepReport:
-    rows: list[Row]  # every row in the results file, earlier ones of a resumed run included
+    rows: list[Row]  # the newest row of each point in the results file, earlier runs' (resumed) included
     new_rows: int
     ran_kernels: bool
     note: str  # why no kernel ran, if none did
@@ -127,6 +129,9 @@ class SweepReport:
 
 def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepReport:
     """Run the sweep `options` describes; rows go to options.out/results.jsonl as they finish."""
+    if options.out is None:
+        raise UsageError("a sweep needs --out DIR, the folder for its results.jsonl and results.csv (a --dry-run "
+                         "needs none)")
     family, space, shapes = _checked(options)
     compiling = CompileOptions.local(options.run.arch, options.run.compile_jobs)  # --arch, --jobs, the cache
     made_by = provenance(compiling, family)  # nvcc and the template are there
@@ -135,7 +140,10 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
         if len(space) >= ANNOUNCE_POINTS:
             _say(options, f"sweep: {space_line(space, len(shapes))}; checking them")
         plan = make_plan(family, space, shapes, options.cache_configs, options.filter, options.keep_skipped)
-        done, groups_done = log.done, {_group(row) for row in log.rows if row.skipped_count}
+        newest = latest(log.rows)
+        only_compiled = {row.key for row in newest if row.status is Status.COMPILED}  # no kernel ran: run again
+        done = {row.key for row in newest} - only_compiled
+        groups_done = {_group(row) for row in log.rows if row.skipped_count}
         skipped = [row for row in plan.skipped_rows(made_by, options.keep_skipped)
                    if row.key not in done and _group(row) not in groups_done]
         todo = [p for p in plan.runnable if p.key not in done]
@@ -149,7 +157,8 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
             with pipeline:
                 pipeline.submit(todo)
                 for row in pipeline.rows():
-                    log.append(row)
+                    if row.status is not Status.COMPILED or row.key not in only_compiled:  # else no GPU again
+                        log.append(row)
                     progress.advance(_progress_text(row))
         except KeyboardInterrupt:
             raise RunInterrupted(f"{len(log.rows)} rows kept in {log.path} (and results.csv); run the same sweep "
@@ -157,9 +166,10 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
         finally:
             progress.close()
             log.finish()
+        rows = latest(log.rows)
         ran = pipeline.unavailable is None and any(r.status not in (Status.SKIPPED, Status.COMPILE_ERROR,
-                                                                    Status.COMPILED) for r in log.rows)
-        return SweepReport(log.rows, len(log.rows) - log.done_before, ran, pipeline.unavailable or "",
+                                                                    Status.COMPILED) for r in rows)
+        return SweepReport(rows, len(log.rows) - log.done_before, ran, pipeline.unavailable or "",
                            pipeline.stats, options.out, log.notes)
 
 
@@ -236,10 +246,7 @@ def status_counts(rows: Iterable[Row]) -> Counter[str]:
 def _checked(options: SweepOptions) -> tuple[Family, Space, list[Any]]:
     """The family, space and shapes the options name, each checked, before anything is written."""
     family = get_family(options.family)
-    shapes = [family.parse_shape(size) for size in options.sizes or family.default_sizes]
-    for cache in options.cache_configs:
-        if cache not in CACHE_CONFIGS:
-            raise UsageError(f"cache {cache!r} is not one of: {', '.join(CACHE_CONFIGS)}")
+    shapes = _distinct_shapes(family.parse_shape(size) for size in options.sizes or family.default_sizes)
     if options.run.sanitize:
         from .sanitize import sanitizer_path
 
@@ -247,6 +254,14 @@ def _checked(options: SweepOptions) -> tuple[Family, Space, list[Any]]:
     space = Space.default(family, options.params)
     space.check_size(options.max_points, len(shapes) * len(options.cache_configs))
     return family, space, shapes
+
+
+def _distinct_shapes(shapes: Iterable[Any]) -> list[Any]:
+    """Each shape once, in the order given: a size given twice (or written two ways) is one size."""
+    by_text: dict[str, Any] = {}
+    for shape in shapes:
+        by_text.setdefault(str(shape), shape)
+    return list(by_text.values())
 
 
 def space_line(space: Space, sizes: int) -> str:

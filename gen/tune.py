@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import checks
 from .errors import RunInterrupted, UsageError
 from .families import get_family
 from .family import Family, refused
@@ -24,7 +25,7 @@ from .pipeline import Pipeline, Point, RunOptions, make_executor
 from .progress import Progress
 from .results import Row, TimingOptions, is_ok
 from .space import MAX_POINTS, Space
-from .strategies import STRATEGIES, SearchSpace, make_strategy
+from .strategies import SearchSpace, make_strategy
 from .tunedb import Problem, TuningDB, checked_db_path, default_db_path
 from .variant import Variant
 from .worker import Executor, GpuUnavailable
@@ -51,6 +52,10 @@ class TuneOptions:
     run: RunOptions = field(default_factory=lambda: RunOptions(timing=TUNE_TIMING))
     progress: bool = True
     max_points: int = MAX_POINTS  # refuse a larger space before expanding it
+
+    def __post_init__(self) -> None:
+        """Options from Python are refused as the command line would refuse them (gen.checks)."""
+        checks.tune_options(self)
 
 
 @dataclass
@@ -105,10 +110,6 @@ class TuneResult:
 
 def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneResult]:
     """Tune on every GPU model among the executor's GPUs; one result per model."""
-    if options.strategy not in STRATEGIES:
-        raise UsageError(f"strategy {options.strategy!r} is not one of: {', '.join(STRATEGIES)}")
-    if options.budget is not None and options.budget < 1:
-        raise UsageError(f"--budget must be at least 1 evaluation, got {options.budget}")
     family = get_family(options.family)
     shape = family.parse_shape(options.size)
     candidates = Space.default(family, options.params).select(options.filter, options.max_points).valid

@@ -185,11 +185,12 @@ class TuningDB:
         return sorted(p for p in found if family is None or p.family == family)
 
     def models(self) -> list[GpuModel]:
-        """Every GPU model measured, as the record its rows' provenance holds."""
-        query = "SELECT row FROM measurements WHERE id IN (SELECT MAX(id) FROM measurements GROUP BY gpu_model)"
+        """Every GPU model measured, as the newest of its rows that ran on the GPU records it (a
+        compile error names only the model it was compiled for: no GPU in its provenance)."""
         with self._reading() as connection:
-            rows = [Row.from_dict(json.loads(r[0])) for r in connection.execute(query)]
-        return sorted(GpuModel.from_provenance(row.provenance) for row in rows)
+            names = [name for (name,) in connection.execute("SELECT DISTINCT gpu_model FROM measurements")]
+            found = [_newest_model(connection, name) for name in names]
+        return sorted(model for model in found if model is not None)
 
     def traces(self, problem: Problem) -> dict[int, tuple[str, list[float | None]]]:
         """session -> (strategy, median per evaluation in order) for every session on this problem."""
@@ -258,6 +259,16 @@ class TuningDB:
 
 def problem_of(row: Row) -> Problem:
     return Problem(row.provenance["gpu_model"], row.family, row.params.get("dtype", ""), row.shape)
+
+
+def _newest_model(connection: sqlite3.Connection, name: str) -> GpuModel | None:
+    """The GPU model `name` as the newest of its rows that ran on the GPU records it; None if none ran."""
+    query = "SELECT row FROM measurements WHERE gpu_model = ? ORDER BY id DESC"
+    for (text,) in connection.execute(query, (name,)):
+        model = GpuModel.from_provenance(json.loads(text).get("provenance", {}))
+        if model is not None:
+            return model
+    return None
 
 
 def _key(problem: Problem) -> tuple[str, str, str, str]:

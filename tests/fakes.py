@@ -103,6 +103,15 @@ class FakeExecutor:
         return {FAKE_DEVICE.model: self}
 
 
+class NoGpuExecutor(FakeExecutor):
+    """A machine without a usable GPU: a sweep compiles its points and marks them `compiled`."""
+
+    def devices(self) -> list[DeviceInfo]:
+        from gen.worker import GpuUnavailable
+
+        raise GpuUnavailable("no usable CUDA GPU 0: fake")
+
+
 def slow_sweep(out: str) -> None:
     """A sweep of 18 variants x 2 sizes at 0.3 s a job, for a test to kill in the middle."""
     from gen.pipeline import RunOptions

@@ -244,6 +244,7 @@ CLI_CASES = [
     case("compile matmul -p tile=8 --out used", "already holds results: choose another --out, or remove its "
                                                 "results.jsonl"),
     case("sweep matmul -p tile=8 --out used", "already holds results: pass --resume to continue that run"),
+    case("sweep matmul -p tile=8", "a sweep needs --out DIR, the folder for its results.jsonl and results.csv"),
     case("emit matmul --out variants", "matmul_f32_t16_p1_guard_both.cu was not written by tilegen"),
     case("export --t4 missing/t4.json --db tuned.sqlite", "--t4 missing/t4.json: the folder missing does not exist"),
     case("export --t4 afile/t4.json --db tuned.sqlite", "the folder afile is a file"),
@@ -351,6 +352,11 @@ def _run(**run_options: Any) -> Callable[[], Any]:
     return lambda: _sweep(run=RunOptions(**run_options))()
 
 
+def _tune(**options: Any) -> Callable[[], Any]:
+    """TuneOptions(**options), made when the case runs (TuneOptions checks itself)."""
+    return lambda: TuneOptions("matmul", "64x64x64", progress=False, **options)
+
+
 def api(call: Callable[[], Any], fragment: str, id: str, *marks: Any) -> Any:
     return pytest.param(call, fragment, id=id, marks=marks)
 
@@ -371,7 +377,7 @@ API_CASES = [
     api(_sweep(sizes={"m": 64}), "sizes takes a list of values", "sizes as a dict"),
     api(_sweep(cache_configs=["huge"]), "cache 'huge' is not one of", "an unknown cache preference"),
     api(_sweep(cache_configs="huge"), "cache 'huge' is not one of", "a cache preference on its own"),
-    api(_sweep(out=None), "out must be a path, got None", "out: None"),
+    api(_sweep(out=None), "a sweep needs --out DIR, the folder for its results.jsonl", "out: None"),
     api(_sweep(out=5), "out must be a path, got 5", "out: a number"),
     api(_sweep(out=Path("afile")), "--out afile is a file, not a folder", "out: a file"),
     api(_sweep(out=Path("used")), "already holds results", "out: a used folder"),
@@ -390,11 +396,17 @@ API_CASES = [
     api(_run(gpus=[0, 0]), "gpus must list distinct GPU indices", "run: a GPU twice"),
     api(_run(gpus="0"), "gpus must list distinct GPU indices", "run: GPUs as text"),
     api(_run(gpus=[-1]), "gpus must list distinct GPU indices", "run: GPU -1"),
+    api(_run(gpus=None), "gpus must list distinct GPU indices like [0, 1], got None", "run: GPUs None"),
+    api(_run(gpus=1.5), "gpus must list distinct GPU indices like [0, 1], got 1.5", "run: GPUs 1.5"),
+    api(_run(compile_jobs="2"), "compile_jobs must be a whole number of at least 1, got '2'", "run: jobs as text"),
+    api(_run(silence_s="30"), "the worker timeout (silence_s) must be a positive, finite number of seconds, got '30'",
+        "run: silence as text"),
     api(_run(seed=-1), "seed must be a whole number, got -1", "run: seed -1"),
     api(_run(compile_jobs=0), "compile_jobs must be a whole number of at least 1",
         "run: no compile jobs"),
     api(_run(arch="volta"), "--arch 'volta' is not a GPU architecture", "run: arch volta"),
     api(_sweep(max_points=0), "max_points must be a whole number of at least 1", "max_points 0"),
+    api(_sweep(max_points="10"), "max_points must be a whole number of at least 1, got '10'", "max_points as text"),
     api(_sweep(max_points=10), "more than --max-points 10", "max_points below the space"),
     api(lambda: tune(TuneOptions("matmul", "64x64x64", max_points=10, progress=False), FakeExecutor()),
         "more than --max-points 10", "tune: max_points below the space"),
@@ -402,8 +414,24 @@ API_CASES = [
     api(_sweep(family=["matmul"]), "a family is named by text", "family: a list"),
     api(_sweep(family="conv"), "unknown family 'conv'", "family: unknown"),
     # tune
-    api(lambda: tune(TuneOptions("matmul", "64x64x64", budget=0)), "--budget must be at least 1 evaluation",
-        "tune: budget 0"),
+    api(lambda: tune(TuneOptions("matmul", "64x64x64", budget=0)), "budget must be a whole number of at least 1, "
+        "got 0", "tune: budget 0"),
+    api(_tune(budget=-1), "budget must be a whole number of at least 1, got -1", "TuneOptions: budget -1"),
+    api(_tune(budget=2.5), "budget must be a whole number of at least 1, got 2.5", "TuneOptions: budget 2.5"),
+    api(_tune(budget="100"), "budget must be a whole number of at least 1, got '100'", "TuneOptions: budget as text"),
+    api(_tune(top=0), "top must be a whole number of at least 1, got 0", "TuneOptions: top 0"),
+    api(_tune(top=-1), "top must be a whole number of at least 1, got -1", "TuneOptions: top -1"),
+    api(_tune(top=1.5), "top must be a whole number of at least 1, got 1.5", "TuneOptions: top 1.5"),
+    api(_tune(top=True), "top must be a whole number of at least 1, got True", "TuneOptions: top True"),
+    api(_tune(time_s=0), "time_s must be a positive, finite number of seconds, got 0", "TuneOptions: time 0"),
+    api(_tune(time_s="soon"), "time_s must be a positive, finite number of seconds, got 'soon'",
+        "TuneOptions: time as text"),
+    api(_tune(seed=-1), "seed must be a whole number, got -1", "TuneOptions: seed -1"),
+    api(_tune(seed=1.5), "seed must be a whole number, got 1.5", "TuneOptions: seed 1.5"),
+    api(_tune(max_points=0), "max_points must be a whole number of at least 1, got 0", "TuneOptions: max_points 0"),
+    api(_tune(filter=5), "filter must be a name pattern", "TuneOptions: filter 5"),
+    api(_tune(run=None), "run must be a gen.pipeline.RunOptions, got None", "TuneOptions: run None"),
+    api(_tune(strategy="luck"), "strategy 'luck' is not one of: brute, random", "TuneOptions: strategy luck"),
     api(lambda: tune(TuneOptions("matmul", "64x64x64", strategy="luck")), "strategy 'luck' is not one of",
         "tune: unknown strategy"),
     api(lambda: tune(TuneOptions("matmul", "64x64")), "size '64x64' for matmul", "tune: malformed size"),
@@ -477,7 +505,7 @@ def test_the_api_refuses_bad_input_with_a_tilegen_error_and_changes_nothing(plac
     ({"tile": ["8", 16]}, ("64x64x64",), [8, 16]),
 ], ids=["a string is one value", "a number is one value", "a list of mixed types"])
 def test_a_value_given_on_its_own_is_one_value_not_its_characters(params: dict, sizes: Any, tiles: list[int]) -> None:
-    plan = preview(SweepOptions("matmul", Path("unused"), params=params, sizes=sizes))
+    plan = preview(SweepOptions("matmul", params=params, sizes=sizes))  # a preview writes nothing: no out
     assert sorted({point.variant.tile for point in plan.runnable}) == tiles
     assert {str(point.shape) for point in plan.runnable} == {"64x64x64"}
 
@@ -513,8 +541,9 @@ def test_list_gives_the_default_space_as_valid_points_of_all(capsys: pytest.Capt
 
 @pytest.mark.parametrize("command", [
     ["sweep", "sgemm", "--out", "fresh", "--size", "2048x2048x2048", "--dry-run"],
+    ["sweep", "sgemm", "--size", "2048x2048x2048", "--dry-run"],
     ["tune", "sgemm", "--size", "2048x2048x2048", "--dry-run"],
-], ids=["sweep", "tune"])
+], ids=["sweep", "sweep without --out", "tune"])
 def test_a_dry_run_counts_and_samples_without_compiling_or_writing(
         place: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
     monkeypatch.setenv("TILEGEN_CACHE", str(place / "cache"))  # a compile would write here

@@ -33,7 +33,8 @@ def test_resume_drops_a_torn_last_line_and_appends_cleanly(tmp_path: Path) -> No
     path = tmp_path / "results.jsonl"
     path.write_bytes(path.read_bytes() + _row(32).to_json().encode()[:40])  # killed mid-write
     with ResultLog(tmp_path, resume=True) as log:
-        assert log.done == {"matmul_f32_t8_p0_guard_both@64x64x64", "matmul_f32_t16_p0_guard_both@64x64x64"}
+        assert [row.key for row in log.rows] == ["matmul_f32_t8_p0_guard_both@64x64x64",
+                                                 "matmul_f32_t16_p0_guard_both@64x64x64"]
         log.append(_row(32))
     rows = read_rows(path)
     assert [r.params["tile"] for r in rows] == [8, 16, 32]

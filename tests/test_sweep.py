@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gen import compiler
+from gen.cli import main
 from gen.errors import TilegenError
 from gen.jobs import Job
 from gen.results import Status
@@ -123,6 +124,48 @@ def test_a_killed_sweep_resumes_with_nothing_lost_or_duplicated(tmp_path: Path, 
     assert len(keys) == len(set(keys)) == 18 * 2
     assert len(executor.ran) == report.new_rows == 36 - len(finished)
 
+
+
+ONE_POINT = {"tile": ["8"], "padding": ["0"], "bounds": ["guard"]}
+
+
+def test_a_size_or_cache_given_twice_is_swept_once(tmp_path: Path, compile_options) -> None:
+    executor = fakes.FakeExecutor()
+    report = sweep(SweepOptions("matmul", tmp_path, params=ONE_POINT, sizes=["64x64x64", "64x64x64", " 64x64x64"],
+                                cache_configs=["none", "shared", "none"], progress=False), executor=executor)
+    assert [r.key for r in report.rows] == [r.key for r in read_rows(tmp_path / "results.jsonl")] == [
+        "matmul_f32_t8_p0_guard_both@64x64x64@none", "matmul_f32_t8_p0_guard_both@64x64x64@shared"]
+    assert len(executor.ran) == 2
+    settings = json.loads((tmp_path / "run.json").read_text())
+    assert settings["--size"] == ["64x64x64"] and settings["--cache"] == ["none", "shared"]
+
+
+def test_a_repeated_size_on_the_command_line_is_one_size(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["sweep", "matmul", "-p", "tile=8", "-p", "padding=0", "-p", "bounds=guard", "--size", "64x64x64",
+                 "--size", "64x64x64", "--cache", "none,none", "--out", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("matmul: 1 points; 1 to run, 0 not run") and out.count("  run: ") == 1
+
+
+def test_a_resume_runs_the_points_that_only_compiled(tmp_path: Path, compile_options,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    """A sweep on a machine without a GPU leaves `compiled` rows; resumed where a GPU is, those
+    points run, and from then on each point's newest row is the one that counts."""
+    options = SweepOptions("matmul", tmp_path, params={**ONE_POINT, "tile": ["8", "16"]}, sizes=["64x64x64"],
+                           progress=False, run=RunOptions(arch="sm_90"))
+    first = sweep(options, executor=fakes.NoGpuExecutor())
+    assert [r.status for r in first.rows] == [Status.COMPILED] * 2 and not first.ran_kernels
+    assert sweep(replace(options, resume=True), executor=fakes.NoGpuExecutor()).new_rows == 0  # still no GPU
+    executor = fakes.FakeExecutor()
+    resumed = sweep(replace(options, resume=True), executor=executor)
+    assert len(executor.ran) == resumed.new_rows == 2 and resumed.ran_kernels
+    assert [r.status for r in resumed.rows] == [Status.OK] * 2  # the newest row of each point
+    assert "status: ok 2" in summary(resumed) and "compiled" not in summary(resumed)
+    again = fakes.FakeExecutor()
+    assert sweep(replace(options, resume=True), executor=again).new_rows == 0 and again.ran == []
+    assert [r.status for r in read_rows(tmp_path / "results.jsonl")] == [Status.COMPILED] * 2 + [Status.OK] * 2
+    assert main(["report", str(tmp_path)]) == 0
+    assert "compiled" not in capsys.readouterr().out  # the report counts each point's newest row
 
 def _is_json(line: str) -> bool:
     try:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+import gen
+from gen.cli import main
 from gen.errors import UsageError
 from gen.families import MatmulVariant
-from gen.results import Row, Status
+from gen.results import DeviceInfo, Row, Status
 from gen.tunedb import Problem, TuningDB
 
 from .conftest import REPO
@@ -57,8 +60,28 @@ def test_a_failed_transaction_leaves_nothing_behind(tmp_path: Path, monkeypatch:
     assert db.count() == 0
 
 
+
+def test_a_model_whose_newest_row_is_a_compile_error_is_still_known(tmp_path: Path, capsys) -> None:
+    """A compile error has no GPU in its provenance, only the model it was compiled for: the GPU
+    model comes from the newest row that ran on it."""
+    device = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 80 * 2**30, 50 * 2**20, "580")
+    ran = measured_row(16, 1.0, model=str(device.model))
+    ran.provenance = {**device.provenance(), "nvcc": "13.0.88"}
+    broken = MatmulVariant(tile=32)
+    failed = Row(broken.name, "matmul", broken.params(), Status.COMPILE_ERROR, shape="256x256x256",
+                 provenance={"gpu_model": str(device.model), "arch": "sm_90", "nvcc": "13.0.88"})
+    only_failed = replace(failed, provenance={**failed.provenance, "gpu_model": "other GPU (cc 8.0, 1 SMs, 1 GiB)"})
+    db = TuningDB(tmp_path / "t.sqlite")
+    db.record([ran, failed, only_failed])
+    assert db.models() == [device.model]  # a model that never ran a kernel is not one to look up
+    assert main(["best", "matmul", "--size", "256x256x256", "--gpu", "H100", "--db", str(db.path)]) == 0
+    assert capsys.readouterr().out.strip() == ran.name
+    assert main(["export", "--t4", str(tmp_path / "t4.json"), "--db", str(db.path), "--gpu", "H100"]) == 0
+    assert gen.tuned("matmul", 256, 256, 256, db=db.path, device=device).name == ran.name
+
 WRITER = """
 import sys
+from dataclasses import replace
 from pathlib import Path
 from gen.tunedb import TuningDB
 from tests.test_tunedb import measured_row
