@@ -113,7 +113,8 @@ class Runner:
         output = problem.output.name
         for seed in job.seeds:
             report(f"check seed {seed}")
-            expected = self._problem(problem, variant.dtype, shape, seed)
+            expected = self._problem(problem, variant.dtype, shape, seed,
+                                     lambda step: report(f"check seed {seed}: {step}"))
             # Fresh copies, so that a kernel scribbling on its inputs cannot spoil the next check.
             arrays = {name: array.copy() for name, array in expected.inputs.items()}
             arrays[output] = gpuarray.empty(expected.expected.shape, dtype=NUMPY_DTYPE[variant.dtype])
@@ -133,11 +134,12 @@ class Runner:
         """Write a buffer twice the L2's size, so the next launch finds none of its data cached."""
         cuda.memset_d32_async(self._flush_buffer, salt, 2 * self.device.l2_bytes // 4, None)
 
-    def _problem(self, problem: Problem, dtype: str, shape: Any, seed: int) -> "DeviceProblem":
+    def _problem(self, problem: Problem, dtype: str, shape: Any, seed: int,
+                 report: Callable[[str], None]) -> "DeviceProblem":
         """Random inputs and the expected output on the device, kept for the next variants."""
         key = (id(problem), str(shape), dtype, seed)
         if key not in self._problems:
-            self._problems[key] = DeviceProblem.of(problem, dtype, shape, seed)
+            self._problems[key] = DeviceProblem.of(problem, dtype, shape, seed, report)
             while len(self._problems) > PROBLEMS_KEPT:
                 self._problems.popitem(last=False)
         self._problems.move_to_end(key)
@@ -214,14 +216,22 @@ class DeviceProblem:
     region_size: int
 
     @classmethod
-    def of(cls, problem: Problem, dtype: str, shape: Any, seed: int) -> "DeviceProblem":
+    def of(cls, problem: Problem, dtype: str, shape: Any, seed: int,
+           report: Callable[[str], None] = lambda step: None) -> "DeviceProblem":
+        """Each step is reported: at 4 GiB an array, the steps together outlast the hang timeout
+        (every transpose at 32768^2 was killed as hung while its reference was being made)."""
+        report("random inputs")
         inputs = problem.random_inputs(dtype, shape, seed)
+        report("float64 reference")
         reference = np.asarray(problem.reference({n: a.astype(np.float64) for n, a in inputs.items()}, shape))
+        report("expected output")
         region = problem.output_region(shape)
         expected = np.full(problem.arrays(shape)[problem.output.name], np.nan)
         expected[region] = reference
+        norm = float(np.linalg.norm(reference))
+        report("inputs and expected output to the device")
         return cls({name: gpuarray.to_gpu(host) for name, host in inputs.items()}, gpuarray.to_gpu(expected),
-                   float(np.linalg.norm(reference)), int(reference.size))
+                   norm, int(reference.size))
 
 
 class OutputChecker:
