@@ -8,6 +8,9 @@ else the nearest tuned shape, adapted to run this one). Every result is checked 
 reference first; timings are CUDA-event medians after warm-up, the L2 flushed before each sample.
 Targets (issue 5): SGEMM >= 95% of cuBLAS at 4096^3 and 8192^3, at or above cuBLAS on one
 non-square shape; transpose >= 97% of the copy at 8192^2 and 16384^2.
+
+--suite (issue 13) measures the fixed shape suite instead, with its geometric mean; --tune N first
+tunes each of its shapes at its own size on this GPU (Bayesian search, N evaluations) into --db.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ from gen.table import markdown_table, text_table  # noqa: E402
 SGEMM_SHAPES = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
                 "8192x128x8192", "128x8192x8192", "1000x1000x1000", "3000x5000x700"]
 TRANSPOSE_SHAPES = ["8192x8192", "16384x16384"]
+SUITE_SGEMM = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
+               "8192x128x8192", "128x8192x8192", "1000x1000x1000", "3000x5000x700", "1024x1024x16384",
+               "16384x16384x1024", "4095x4097x4093", "4096x4096x4096:4100,4100,4100"]
+SUITE_TRANSPOSE = ["4096x4096", "8192x8192", "16384x16384", "32768x32768", "8192x16384", "16384x8192"]
 SAMPLES = 50
 FLUSH_BYTES = 512 * 2**20
 
@@ -45,33 +52,74 @@ def main() -> None:
     parser.add_argument("--db", type=Path, help="tuning database (default: the user's)")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
     parser.add_argument("--only", choices=("sgemm", "transpose"), help="run one half of the table")
+    parser.add_argument("--suite", action="store_true", help="the fixed shape suite of issue 13")
+    parser.add_argument("--tune", type=int, metavar="N", help="with --suite: first tune each shape (N evaluations)")
     args = parser.parse_args()
+    sgemm_shapes, transpose_shapes = (SUITE_SGEMM, SUITE_TRANSPOSE) if args.suite else (SGEMM_SHAPES, TRANSPOSE_SHAPES)
+    sgemm_shapes = [] if args.only == "transpose" else sgemm_shapes
+    transpose_shapes = [] if args.only == "sgemm" else transpose_shapes
+    if args.tune:
+        tune_each(args.db, args.tune, [("sgemm", s) for s in sgemm_shapes] + [("transpose", s) for s in transpose_shapes])
     vendor, multiply = vendor_sgemm()
     flush = l2_flusher()
-    rows = [sgemm_row(size, args.db, multiply, flush) for size in SGEMM_SHAPES if args.only != "transpose"]
-    rows += [transpose_row(size, args.db, flush) for size in TRANSPOSE_SHAPES if args.only != "sgemm"]
+    rows = []
+    for name, size, measure in ([("sgemm", size, lambda s: sgemm_row(s, args.db, multiply, flush)) for size in sgemm_shapes]
+                                + [("transpose", size, lambda s: transpose_row(s, args.db, flush))
+                                   for size in transpose_shapes]):
+        try:
+            rows.append(measure(size))
+        except Exception as error:  # one shape's failure is reported in its row; the others still run
+            rows.append([f"{name} {size}", f"failed: {type(error).__name__}: {error}"[:200], "", "", "", "", ""])
+        print(" | ".join(map(str, rows[-1])), flush=True)
     headers = ["problem", "tilegen variant (how it was chosen)", "tilegen ms", "vendor", "vendor ms", "ratio",
                "error"]
     print(f"{cuda.Context.get_device().name()}, vendor SGEMM: {vendor}")
     print(text_table(headers, rows))
+    summary = geometric_means(rows)
+    print(summary)
     if args.markdown:
-        args.markdown.write_text(markdown_table(headers, rows) + "\n")
+        args.markdown.write_text(markdown_table(headers, rows) + "\n\n" + summary + "\n")
 
+
+def tune_each(db: Path | None, evaluations: int, problems: list[tuple[str, str]]) -> None:
+    """Tune each problem at its own size on this GPU (Bayesian search), in tilegen's isolated workers."""
+    from gen.tune import TuneOptions, tune
+
+    for family, size in problems:
+        print(f"tuning {family} {size} ({evaluations} evaluations)", flush=True)
+        tune(TuneOptions(family, size, strategy="bayes", budget=evaluations, db=db, progress=False))
+
+
+def geometric_means(rows: list[list[Any]]) -> str:
+    """The geometric mean of the ratios per family, and the lowest."""
+    lines = []
+    for family in ("sgemm", "transpose"):
+        ratios = {row[0]: float(row[5].rstrip("%")) / 100 for row in rows if row[0].startswith(family) and row[5]}
+        if ratios:
+            lowest = min(ratios, key=ratios.get)
+            mean = statistics.geometric_mean(ratios.values())
+            lines.append(f"- {family}: geometric mean {mean:.1%} of the vendor over {len(ratios)} shapes; lowest "
+                         f"{ratios[lowest]:.1%} ({lowest})")
+    return "\n".join(lines)
 
 def sgemm_row(size: str, db: Path | None, multiply: Callable, flush: Any) -> list[Any]:
-    m, n, k = get_family("sgemm").parse_shape(size).dims
+    """One GEMM shape; a size with leading dimensions ('MxNxK:lda,ldb,ldc') multiplies sub-matrix
+    views of larger allocations, as a caller's slices would be."""
+    shape = get_family("sgemm").parse_shape(size)
+    m, n, k = shape.dims
     rng = np.random.default_rng(7)
-    a = gpuarray.to_gpu(rng.uniform(-1, 1, (m, k)).astype(np.float32))
-    b = gpuarray.to_gpu(rng.uniform(-1, 1, (k, n)).astype(np.float32))
-    ours, theirs = gpuarray.empty((m, n), np.float32), gpuarray.empty((m, n), np.float32)
-    variant, reason = tuned_with_reason("sgemm", m, n, k, db=db)
-    reference = a.get().astype(np.float64) @ b.get().astype(np.float64)
-    run_ours = kernel(variant, f"{m}x{n}x{k}", {"A": a, "B": b, "C": ours})
+    a_whole = gpuarray.to_gpu(rng.uniform(-1, 1, (m, shape.lda)).astype(np.float32))
+    b_whole = gpuarray.to_gpu(rng.uniform(-1, 1, (k, shape.ldb)).astype(np.float32))
+    ours_whole, theirs_whole = (gpuarray.empty((m, shape.ldc), np.float32) for _ in range(2))
+    a, b, ours, theirs = a_whole[:, :k], b_whole[:, :n], ours_whole[:, :n], theirs_whole[:, :n]
+    variant, reason = tuned_with_reason("sgemm", size, db=db)
+    reference = a_whole.get()[:, :k].astype(np.float64) @ b_whole.get()[:, :n].astype(np.float64)
+    run_ours = kernel(variant, size, {"A": a_whole, "B": b_whole, "C": ours_whole})
     run_theirs = lambda: multiply(a, b, theirs)  # noqa: E731
-    for run, out in ((lambda: gen.matmul(a, b, ours), ours), (run_theirs, theirs)):  # the ready-to-call path
+    for run, out in ((lambda: gen.matmul(a, b, ours), ours_whole), (run_theirs, theirs_whole)):  # ready-to-call
         out.fill(np.nan)
         run()
-    errors = [relative_error(out.get(), reference) for out in (ours, theirs)]
+    errors = [relative_error(out.get()[:, :n], reference) for out in (ours_whole, theirs_whole)]
     ours_ms, theirs_ms = paired_medians_ms(run_ours, run_theirs, flush)
     return [f"sgemm {size}", f"{variant.name} ({reason})", round(ours_ms, 4), "cuBLAS SGEMM", round(theirs_ms, 4),
             f"{theirs_ms / ours_ms:.1%}", f"{errors[0]:.1e} / {errors[1]:.1e}"]
@@ -152,13 +200,15 @@ def relative_error(out: np.ndarray, reference: np.ndarray) -> float:
 
 
 def _cupy(cupy: Any, array: Any) -> Any:
-    memory = cupy.cuda.UnownedMemory(int(array.gpudata), array.nbytes, array)
-    return cupy.ndarray(array.shape, dtype=array.dtype, memptr=cupy.cuda.MemoryPointer(memory, 0))
+    span = (array.shape[0] - 1) * array.strides[0] + array.shape[1] * array.strides[1]  # a view's bytes
+    memory = cupy.cuda.UnownedMemory(int(array.gpudata), span, array)
+    return cupy.ndarray(array.shape, dtype=array.dtype, memptr=cupy.cuda.MemoryPointer(memory, 0),
+                        strides=array.strides)
 
 
 def _torch(torch: Any, array: Any) -> Any:
     class Shared:
-        __cuda_array_interface__ = {"shape": array.shape, "typestr": array.dtype.str,
+        __cuda_array_interface__ = {"shape": array.shape, "typestr": array.dtype.str, "strides": array.strides,
                                     "data": (int(array.gpudata), False), "version": 2}
     return torch.as_tensor(Shared(), device="cuda")
 

@@ -10,6 +10,10 @@
 #   shapes     the vendor table's other shapes, each tuned for itself (odd ones with bound checks)
 #   splitk     split-K for the shapes whose M x N tiles cannot fill the GPU, around their winners
 #   vendor     scripts/bench_vs_vendor.py on what the database now holds
+#   suite-a, suite-b, suite-t   issue 13's shape suite, each shape tuned at its own size (Bayesian,
+#              24 evaluations; bound checks where the shape needs them, split-K where M x N is
+#              small, the winning transpose neighbourhood exhaustively), in parts that fit 10 minutes
+#   suite      scripts/bench_vs_vendor.py --suite on what the database now holds
 # Writes OUT_DIR/tuning.sqlite (kept between parts and runs), live.sqlite and vs-vendor.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,8 +66,29 @@ for part in $parts; do
       done ;;
     vendor)
       timed python3 scripts/bench_vs_vendor.py --db "$db" --markdown "$out/vs-vendor.md" ;;
+    suite-a)
+      for size in 1024x1024x1024 2048x2048x2048 4096x4096x4096 8192x8192x8192 16384x16384x1024 \
+                  4096x4096x4096:4100,4100,4100; do
+        tune sgemm --size "$size" --strategy bayes --budget 24 --timing-budget 0.3
+      done ;;
+    suite-b)
+      for size in 1000x1000x1000 3000x5000x700 4095x4097x4093; do
+        tune sgemm --size "$size" --strategy bayes --budget 24 --timing-budget 0.3 -p bounds=guard,split
+      done
+      for size in 8192x128x8192 128x8192x8192 4096x4096x256 1024x1024x16384; do
+        tune sgemm --size "$size" --strategy bayes --budget 24 --timing-budget 0.3 -p bm=64,128 -p bn=64,128 \
+          -p bk=16 -p tm=4,8 -p tn=4 -p vec=4 -p padding=4 -p stages=2 -p load=registers,async \
+          -p splitk=1,2,4,8,16 -p bounds=none
+      done ;;
+    suite-t)
+      for size in 4096x4096 8192x8192 16384x16384 32768x32768 8192x16384 16384x8192; do
+        tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 --top 3 -p method=shared \
+          -p tile=64 -p rows=4,8 -p padding=1 -p group=1,2,4 -p vec=1,4 -p bounds=none
+      done ;;
+    suite)
+      timed python3 scripts/bench_vs_vendor.py --suite --db "$db" --markdown "$out/suite.md" ;;
     *)
-      echo "unknown part '$part'; parts: sgemm async transpose shapes splitk vendor" >&2
+      echo "unknown part '$part'; parts: sgemm async transpose shapes splitk vendor suite-a suite-b suite-t suite" >&2
       exit 2 ;;
   esac
 done
