@@ -49,11 +49,13 @@ _held: dict[str, IsolatedWorker] = {}  # this Dask worker's GPU subprocess, kept
 
 
 def _gpu_worker(silence_s: float, target: str) -> IsolatedWorker:
-    """This Dask worker's isolated GPU subprocess (started on first use, stopped at exit)."""
+    """This Dask worker's isolated GPU subprocess (started on first use, stopped at exit), with the
+    hang timeout of the run that calls now (runs one after another may differ)."""
     worker = _held.get(target)
     if worker is None:
         worker = _held[target] = IsolatedWorker(pinned_gpu(), silence_s, target)
         atexit.register(worker.stop)
+    worker.silence_s = silence_s
     return worker
 
 

@@ -11,17 +11,25 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("distributed", reason="the cluster extra is not installed (pip install 'tilegen[cluster]')")
 
+from gen import cluster  # noqa: E402
 from gen.cluster import DaskExecutor  # noqa: E402
+from gen.errors import TilegenError  # noqa: E402
+from gen.families import get_family  # noqa: E402
+from gen.jobs import Job  # noqa: E402
 from gen.pipeline import RunOptions  # noqa: E402
+from gen.results import DeviceInfo, Row, Status  # noqa: E402
 from gen.sweep import SweepOptions, sweep  # noqa: E402
-from gen.tune import TuneOptions, tune  # noqa: E402
+from gen.tune import TuneOptions, revalidate, tune  # noqa: E402
 from gen.tunedb import TuningDB  # noqa: E402
+
+from . import fakes  # noqa: E402
 
 FAKE = "tests.fakes:steady_worker"
 SIZES = ["64x64x64", "96x96x96", "128x128x128"]  # 54 points of the default matmul space
@@ -140,3 +148,23 @@ def test_a_scheduler_that_cannot_be_reached_is_a_one_line_error(tmp_path: Path, 
 def test_tilegen_worker_refuses_an_unreachable_scheduler(tmp_path: Path) -> None:
     done = _cli("worker", "tcp://127.0.0.1:9")
     assert done.returncode == 2 and "tcp://127.0.0.1:9" in done.stderr and "Traceback" not in done.stderr
+
+
+# ---- the GPU worker state on a Dask worker (in this process: the functions a Dask worker runs) ----
+
+def _stop_held(target: str) -> None:
+    held = cluster._held.pop(target, None)
+    if held is not None:
+        held.stop()
+
+
+def test_a_later_runs_hang_timeout_reaches_a_dask_workers_gpu_process() -> None:
+    target = "tests.fakes:hanging_worker"  # hangs on every _t8_ variant
+    try:
+        cluster.device_task(30.0, target)  # a first run, with a 30 s hang timeout, started the GPU process
+        started = time.monotonic()
+        measurement = cluster.job_task(Job("matmul_f32_t8_p0_guard", "matmul", "", "64x64x64", timing=None),
+                                       b"not a cubin", 1.0, target)  # a later run's: 1 s
+        assert measurement.status == Status.TIMEOUT and time.monotonic() - started < 10, measurement
+    finally:
+        _stop_held(target)
