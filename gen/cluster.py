@@ -53,16 +53,22 @@ def _gpu_worker(silence_s: float, target: str) -> IsolatedWorker:
     hang timeout of the run that calls now (runs one after another may differ)."""
     worker = _held.get(target)
     if worker is None:
-        worker = _held[target] = IsolatedWorker(pinned_gpu(), silence_s, target)
+        index, visible = pinned_gpu()
+        worker = _held[target] = IsolatedWorker(index, silence_s, target, visible)
         atexit.register(worker.stop)
     worker.silence_s = silence_s
     return worker
 
 
-def pinned_gpu() -> int:
-    """The physical GPU this process is pinned to by CUDA_VISIBLE_DEVICES (one index), else 0."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    return int(visible) if visible.isdigit() else 0
+def pinned_gpu() -> tuple[int, str | None]:
+    """The GPU this process is pinned to by CUDA_VISIBLE_DEVICES: its index (the first listed when
+    that is an index, else 0; for provenance and nvidia-smi) and the value itself, which its GPU
+    process gets as it is (a UUID, a MIG id, a list: CUDA runs on the first); (0, None) if unset."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return 0, None
+    first = visible.split(",")[0].strip()
+    return (int(first) if first.isdigit() else 0), visible
 
 
 def device_task(silence_s: float, target: str) -> DeviceInfo:

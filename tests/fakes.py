@@ -72,6 +72,13 @@ def slow_steady_worker(connection: Connection, index: int) -> None:
     steady_worker(connection, index, seconds_per_job=0.4)
 
 
+def visible_devices_worker(connection: Connection, index: int) -> None:
+    """A GPU named after the CUDA_VISIBLE_DEVICES its process was started with."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")
+    connection.send(("ready", replace(FAKE_DEVICE, name=visible, index=index)))
+    connection.recv()  # None: stop
+
+
 def unavailable_worker(connection: Connection, index: int) -> None:
     connection.send(("unavailable", "no usable CUDA GPU 0: fake"))
 

@@ -168,3 +168,15 @@ def test_a_later_runs_hang_timeout_reaches_a_dask_workers_gpu_process() -> None:
         assert measurement.status == Status.TIMEOUT and time.monotonic() - started < 10, measurement
     finally:
         _stop_held(target)
+
+
+@pytest.mark.parametrize("visible", ["GPU-5c3a1f2e-8d2e-4b1a-9f00-0123456789ab",
+                                     "MIG-0f7c2d9e-41aa-5b3c-8e21-abcdefabcdef", "2,3", "1"])
+def test_a_dask_worker_pinned_by_uuid_mig_or_list_keeps_that_pin_for_its_gpu_process(
+        monkeypatch: pytest.MonkeyPatch, visible: str) -> None:
+    target = "tests.fakes:visible_devices_worker"  # names its GPU after the CUDA_VISIBLE_DEVICES it got
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    try:
+        assert cluster.device_task(5.0, target).name == visible
+    finally:
+        _stop_held(target)
