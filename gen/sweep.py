@@ -126,7 +126,8 @@ class SweepReport:
 
 
 def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepReport:
-    """Run the sweep `options` describes; rows go to options.out/results.jsonl as they finish."""
+    """Run the sweep `options` describes; rows go to options.out/results.jsonl as they finish. An
+    `executor` given is closed when the sweep ends, as tune and revalidate close theirs."""
     family, space, shapes = _checked(options)
     compiling = CompileOptions.local(options.run.arch, options.run.compile_jobs)  # --arch, --jobs, the cache
     made_by = provenance(compiling, family)  # nvcc and the template are there
@@ -157,6 +158,8 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
         finally:
             progress.close()
             log.finish()
+            if executor is not None:
+                executor.close()
         ran = pipeline.unavailable is None and any(r.status not in (Status.SKIPPED, Status.COMPILE_ERROR,
                                                                     Status.COMPILED) for r in log.rows)
         return SweepReport(log.rows, len(log.rows) - log.done_before, ran, pipeline.unavailable or "",

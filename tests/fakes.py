@@ -87,7 +87,7 @@ class FakeExecutor:
     """Runs jobs in this process: every variant is ok, faster with larger tiles."""
 
     def __init__(self, delay_s: float = 0.0):
-        self.delay_s, self.ran, self.killed = delay_s, [], False
+        self.delay_s, self.ran, self.killed, self.closed = delay_s, [], False, False
 
     def devices(self) -> list[DeviceInfo]:
         return [FAKE_DEVICE]
@@ -101,7 +101,7 @@ class FakeExecutor:
             yield job, fake_measurement(job)
 
     def close(self) -> None:
-        pass
+        self.closed = True
 
     def kill(self) -> None:
         self.killed = True

@@ -180,3 +180,25 @@ def test_a_dask_worker_pinned_by_uuid_mig_or_list_keeps_that_pin_for_its_gpu_pro
         assert cluster.device_task(5.0, target).name == visible
     finally:
         _stop_held(target)
+
+
+# ---- revalidate ---------------------------------------------------------------------------------
+
+def _store_winner(db: TuningDB, family_name: str, shape: str, device: DeviceInfo) -> None:
+    """A stored winner measured on `device`: the family's safe variant, at fake speed."""
+    family = get_family(family_name)
+    variant = family.safe_variant(family.parse_shape(shape), "f32")
+    row = Row(variant.name, family_name, variant.params(), Status.OK, shape=shape,
+              provenance=dict(device.provenance(), nvcc="12.8"))
+    fakes.fake_measurement(Job(variant.name, family_name, "", shape)).apply_to(row)
+    row.provenance.update(device.provenance())
+    db.record([row])
+
+
+def test_a_cluster_revalidate_re_times_the_winners_of_every_family(tmp_path: Path) -> None:
+    db = TuningDB(tmp_path / "tuning.sqlite")
+    _store_winner(db, "matmul", "64x64x64", fakes.FAKE_DEVICE)
+    _store_winner(db, "transpose", "64x64", fakes.FAKE_DEVICE)
+    checked = revalidate(db, RunOptions(seed=1), DaskExecutor("local", gpus=[0], target=FAKE))
+    assert sorted((problem.family, new.status) for problem, _, new, _, _ in checked) == [
+        ("matmul", Status.OK), ("transpose", Status.OK)]
