@@ -188,10 +188,8 @@ def _store_winner(db: TuningDB, family_name: str, shape: str, device: DeviceInfo
     """A stored winner measured on `device`: the family's safe variant, at fake speed."""
     family = get_family(family_name)
     variant = family.safe_variant(family.parse_shape(shape), "f32")
-    row = Row(variant.name, family_name, variant.params(), Status.OK, shape=shape,
-              provenance=dict(device.provenance(), nvcc="12.8"))
-    fakes.fake_measurement(Job(variant.name, family_name, "", shape)).apply_to(row)
-    row.provenance.update(device.provenance())
+    row = Row(variant.name, family_name, variant.params(), Status.OK, shape=shape, provenance={"nvcc": "12.8"})
+    replace(fakes.fake_measurement(Job(variant.name, family_name, "", shape)), device=device).apply_to(row)
     db.record([row])
 
 
@@ -202,3 +200,15 @@ def test_a_cluster_revalidate_re_times_the_winners_of_every_family(tmp_path: Pat
     checked = revalidate(db, RunOptions(seed=1), DaskExecutor("local", gpus=[0], target=FAKE))
     assert sorted((problem.family, new.status) for problem, _, new, _, _ in checked) == [
         ("matmul", Status.OK), ("transpose", Status.OK)]
+
+
+def test_a_cluster_revalidate_times_each_models_winners_on_that_models_gpus(tmp_path: Path) -> None:
+    db = TuningDB(tmp_path / "tuning.sqlite")
+    model_b = replace(fakes.FAKE_DEVICE, name="Fake GPU B", index=2)
+    for device in (fakes.FAKE_DEVICE, model_b):
+        for shape in SIZES:
+            _store_winner(db, "matmul", shape, device)
+    checked = revalidate(db, RunOptions(seed=1), DaskExecutor("local", gpus=[0, 2], target=FAKE))
+    assert len(checked) == 6
+    for problem, _, new, _, _ in checked:
+        assert new.status == Status.OK and new.provenance["gpu_model"] == problem.gpu_model, (problem, new.provenance)
