@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import time
 import zlib
@@ -59,7 +60,10 @@ def chatty_slow_worker(connection: Connection, index: int) -> None:
 
 def steady_worker(connection: Connection, index: int, seconds_per_job: float = 0.1) -> None:
     """Every job ok after 0.1 s, on a device that names its GPU index: GPUs 0 and 1 are one model,
-    any other index another (a stand-in for the Dask cluster tests)."""
+    any other index another, but GPU 3 is not usable (a stand-in for the Dask cluster tests)."""
+    if index == 3:
+        connection.send(("unavailable", "no usable CUDA GPU 3: fake"))
+        return
     device = replace(FAKE_DEVICE, index=index, name="Fake GPU" if index < 2 else "Fake GPU B")
     connection.send(("ready", device))
     while (job := connection.recv()) is not None:
@@ -70,6 +74,11 @@ def steady_worker(connection: Connection, index: int, seconds_per_job: float = 0
 def slow_steady_worker(connection: Connection, index: int) -> None:
     """steady_worker at 0.4 s a job: a sweep long enough for a worker to join in the middle."""
     steady_worker(connection, index, seconds_per_job=0.4)
+
+
+def dask_worker_killing_worker(connection: Connection, index: int) -> None:
+    """steady_worker, but a _t8_ variant kills the Dask worker process that started this one."""
+    _serve(connection, lambda: os.kill(os.getppid(), signal.SIGKILL))
 
 
 def visible_devices_worker(connection: Connection, index: int) -> None:
