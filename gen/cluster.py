@@ -10,9 +10,14 @@ kernel never kills a Dask worker. The coordinator compiles (once per architectur
 compile cache), ships each cubin with its job, and is the only writer of results and of the
 tuning database: rows come back as futures finish.
 
-Faults: when a Dask worker or its host dies, the scheduler runs its jobs in flight elsewhere; each
-job's future finishes exactly once, so no row is lost or written twice, and the lost worker is
-named. A worker that joins mid-sweep takes jobs at once (jobs go to any worker with a GPU).
+Jobs go only to the workers whose GPU answered. A worker that joins mid-run is asked for its GPU
+first, and takes jobs if that is of a model the run started with; each one refused is named.
+
+Faults: when a Dask worker or its host dies, the scheduler runs its jobs in flight on the run's
+other workers; each job's row is written exactly once, and the lost worker is named. A restarted
+worker comes back at a new address, as a worker that joins: jobs in flight that only lost workers
+could take are sent to it. When no worker of the run's GPU models is left and none joins within
+the hang timeout, the run stops with an error that names them.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -41,6 +46,7 @@ from .worker import WORKER, GpuUnavailable, IsolatedWorker, run_job, visible_gpu
 GPU = "GPU"  # the Dask worker resource: one per GPU, so one job per GPU at a time
 CONNECT_TIMEOUT_S = 10.0
 JOBS_AHEAD_PER_GPU = 8  # submitted per GPU: the next jobs wait on its worker while results travel back
+MAX_RESENDS = 3  # a job whose workers all left is sent again this often (then it is a launch_error)
 WATCH_S = 1.0  # how often the coordinator looks for workers that left or joined
 
 # ---- on a Dask worker ------------------------------------------------------------------------
@@ -49,18 +55,26 @@ _held: dict[str, IsolatedWorker] = {}  # this Dask worker's GPU subprocess, kept
 
 
 def _gpu_worker(silence_s: float, target: str) -> IsolatedWorker:
-    """This Dask worker's isolated GPU subprocess (started on first use, stopped at exit)."""
+    """This Dask worker's isolated GPU subprocess (started on first use, stopped at exit), with the
+    hang timeout of the run that calls now (runs one after another may differ)."""
     worker = _held.get(target)
     if worker is None:
-        worker = _held[target] = IsolatedWorker(pinned_gpu(), silence_s, target)
+        index, visible = pinned_gpu()
+        worker = _held[target] = IsolatedWorker(index, silence_s, target, visible)
         atexit.register(worker.stop)
+    worker.silence_s = silence_s
     return worker
 
 
-def pinned_gpu() -> int:
-    """The physical GPU this process is pinned to by CUDA_VISIBLE_DEVICES (one index), else 0."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    return int(visible) if visible.isdigit() else 0
+def pinned_gpu() -> tuple[int, str | None]:
+    """The GPU this process is pinned to by CUDA_VISIBLE_DEVICES: its index (the first listed when
+    that is an index, else 0; for provenance and nvidia-smi) and the value itself, which its GPU
+    process gets as it is (a UUID, a MIG id, a list: CUDA runs on the first); (0, None) if unset."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return 0, None
+    first = visible.split(",")[0].strip()
+    return (int(first) if first.isdigit() else 0), visible
 
 
 def device_task(silence_s: float, target: str) -> DeviceInfo:
@@ -119,18 +133,36 @@ def check_reachable(address: str) -> None:
     connect(address).close()
 
 
+@dataclass
+class _Sent:
+    """A job in flight: the workers it may run on, the queue its future goes to when it finishes,
+    how often it was sent again (its workers all lost), and why it failed without running, if so."""
+
+    job: Job
+    workers: frozenset[str]
+    finished: queue.Queue
+    resends: int = 0
+    failure: str = ""
+
+
 class DaskExecutor:
     """The pipeline's executor on a Dask cluster: `address` is 'local' (a worker per GPU in
-    `gpus`) or a scheduler's address. `workers` limits it to those Dask workers (one GPU model's)."""
+    `gpus`) or a scheduler's address. Jobs go only to the GPU workers it accepted: those whose GPU
+    answered at the start and, later, those that join with a GPU of a model it started with."""
 
     def __init__(self, address: str, gpus: Sequence[int] = (0,), silence_s: float = 30.0, target: str = WORKER,
-                 *, _parent: "DaskExecutor | None" = None, workers: Sequence[str] = ()):
+                 *, _parent: "DaskExecutor | None" = None):
         self.address, self.silence_s, self.target = address, silence_s, target
-        self.lost: list[str] = []  # Dask workers that left while jobs were in flight
-        self._workers = list(workers)
-        self._devices: dict[str, DeviceInfo] | None = None
+        self.lost: list[str] = []  # accepted Dask workers that left during a run
+        self._devices: dict[str, DeviceInfo] | None = None  # the accepted GPU workers there are now
+        self._models: set[GpuModel] = set()  # of the GPUs it started with: a worker that joins needs one
+        self._known: set[str] = set()  # every GPU worker seen: accepted, refused, or another model's
+        self._names: dict[str, str] = {}  # address -> Dask worker name
+        self._checking: dict[str, Any] = {}  # address -> the device query of a worker that joined
+        self._sent: dict[Any, _Sent] = {}  # futures in flight
+        self._alone_since: float | None = None  # when the last accepted worker left
+        self._lock = threading.Condition()
         self._killed = threading.Event()
-        self._futures: set[Any] = set()
         if _parent is not None:
             self._cluster, self._client, self._owner = _parent._cluster, _parent._client, False
             return
@@ -149,63 +181,37 @@ class DaskExecutor:
 
     def devices(self) -> list[DeviceInfo]:
         if self._devices is None:
-            addresses = self._workers or self.gpu_workers()
-            if not addresses:
-                raise GpuUnavailable(f"no Dask worker of {self.address} offers a GPU; start them with "
-                                     f"`tilegen worker {self.address}` on each GPU host")
-            futures = {address: self._client.submit(device_task, self.silence_s, self.target, workers=[address],
-                                                    resources={GPU: 1}, allow_other_workers=False, pure=False)
-                       for address in addresses}
-            found, reasons = {}, []
-            for address, future in futures.items():
-                try:
-                    found[address] = future.result()
-                except GpuUnavailable as reason:
-                    reasons.append(f"{address}: {reason}")
-            if not found:
-                raise GpuUnavailable("; ".join(reasons))
-            self._devices = found
-        return list(self._devices.values())
+            self._devices = self._first_devices()
+        with self._lock:
+            return list(self._devices.values())
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
-        """Jobs go out as GPUs free up (a few ahead per GPU); measurements come back as they finish.
-        A GPU worker that joins mid-run raises the jobs in flight by its share; one that leaves
-        lowers it again (its jobs in flight run on the others)."""
+        """Jobs go out as GPUs free up (a few ahead per accepted GPU); measurements come back as they
+        finish. Every WATCH_S the workers are looked at: see `_watch`."""
         self.devices()
-        finished: queue.Queue[tuple[Job, Any] | None] = queue.Queue()
-        slots = threading.Semaphore(JOBS_AHEAD_PER_GPU * len(self._devices or {}))
-        counts = {"sent": 0}
-        feeder = threading.Thread(target=self._feed, args=(iter(jobs), slots, finished, counts), daemon=True)
-        feeder.start()
-        members, received, feeding, watched = self._members(), 0, True, time.monotonic()
-        withheld = 0  # slots of workers that left, not given back as their jobs finish
-        while (feeding or received < counts["sent"]) and not self._killed.is_set():
-            if time.monotonic() - watched > WATCH_S:
-                members, left, joined = self._watch(members)
-                withheld += JOBS_AHEAD_PER_GPU * left
-                repaid = min(withheld, JOBS_AHEAD_PER_GPU * joined)
-                withheld -= repaid
-                for _ in range(JOBS_AHEAD_PER_GPU * joined - repaid):
-                    slots.release()
-                watched = time.monotonic()
-            try:
-                items = [finished.get(timeout=WATCH_S)]
-            except queue.Empty:
-                continue
-            items += _drain(finished)  # all finished by now: their results come in one gather
-            if None in items:
-                feeding = False
-            done = [item for item in items if item is not None]
-            for job, future in done:
-                received += 1
-                if withheld:
-                    withheld -= 1
-                else:
-                    slots.release()
-                self._futures.discard(future)
-            live = [(job, future) for job, future in done if future.status != "cancelled"]
-            if live and not self._killed.is_set():
-                yield from zip((job for job, _ in live), self._measurements([future for _, future in live]))
+        finished: queue.Queue[Any] = queue.Queue()  # this run's futures as they finish; None: all sent
+        stop = threading.Event()
+        threading.Thread(target=self._feed, args=(iter(jobs), finished, stop), daemon=True).start()
+        feeding, watched, self._alone_since = True, time.monotonic(), None
+        try:
+            while (feeding or self._pending(finished)) and not self._killed.is_set():
+                if time.monotonic() - watched > WATCH_S:
+                    self._watch()
+                    watched = time.monotonic()
+                try:
+                    futures = [finished.get(timeout=WATCH_S)]
+                except queue.Empty:
+                    continue
+                futures += _drain(finished)  # all finished by now: their results come in one gather
+                if None in futures:
+                    feeding = False
+                received = [(future, sent) for future in futures if future is not None
+                            if (sent := self._received(future)) is not None]
+                if received and not self._killed.is_set():
+                    yield from zip((sent.job for _, sent in received), self._measurements(received))
+        finally:
+            stop.set()
+            self._cancel(finished)
 
     def close(self) -> None:
         if self._owner:
@@ -216,84 +222,220 @@ class DaskExecutor:
     def kill(self) -> None:
         """Stop at once: cancel every job not finished, and shut a local cluster down."""
         self._killed.set()
-        if self._futures:
-            self._client.cancel(list(self._futures))
+        with self._lock:
+            futures = [*self._sent, *self._checking.values()]
+            self._lock.notify_all()
+        if futures:
+            self._client.cancel(futures)
         self.close()
 
     def by_model(self) -> dict[GpuModel, "DaskExecutor"]:
         """An executor per GPU model, each on that model's workers: models tune separately."""
         self.devices()
         assert self._devices is not None
-        groups: dict[GpuModel, list[str]] = {}
+        groups: dict[GpuModel, dict[str, DeviceInfo]] = {}
         for address, device in self._devices.items():
-            groups.setdefault(device.model, []).append(address)
-        return {model: self._group(addresses) for model, addresses in groups.items()}
+            groups.setdefault(device.model, {})[address] = device
+        return {model: self._group(model, devices) for model, devices in groups.items()}
 
     # ---- inside --------------------------------------------------------------------------------
 
     def gpu_workers(self) -> list[str]:
         """The addresses of the scheduler's workers that offer a GPU."""
-        workers = self._client.scheduler_info(n_workers=-1)["workers"]
-        return sorted(address for address, info in workers.items() if info.get("resources", {}).get(GPU))
+        return sorted(self._gpu_members())
 
-    def _group(self, addresses: list[str]) -> "DaskExecutor":
-        group = DaskExecutor(self.address, silence_s=self.silence_s, target=self.target, _parent=self,
-                             workers=addresses)
-        assert self._devices is not None
-        group._devices = {address: self._devices[address] for address in addresses}
-        group.lost = self.lost
+    def _gpu_members(self) -> dict[str, str]:
+        """address -> name of the scheduler's workers that offer a GPU."""
+        workers = self._client.scheduler_info(n_workers=-1)["workers"]
+        return {address: str(info.get("name", address)) for address, info in workers.items()
+                if info.get("resources", {}).get(GPU)}
+
+    def _first_devices(self) -> dict[str, DeviceInfo]:
+        """The GPU workers whose GPU answers now; each one refused is named, with why."""
+        members = self._gpu_members()
+        if not members:
+            raise GpuUnavailable(f"no Dask worker of {self.address} offers a GPU; start them with "
+                                 f"`tilegen worker {self.address}` on each GPU host")
+        queries = {address: self._query(address) for address in sorted(members)}
+        answers = {address: _device_of(query) for address, query in queries.items()}
+        found = {address: answer for address, answer in answers.items() if isinstance(answer, DeviceInfo)}
+        refused = {address: answer for address, answer in answers.items() if isinstance(answer, str)}
+        if not found:
+            raise GpuUnavailable("; ".join(f"{address}: {reason}" for address, reason in refused.items()))
+        for address, reason in refused.items():
+            _say(f"Dask worker {_worker_name(members[address], address)}: {reason}; it takes no jobs")
+        self._known, self._names, self._models = set(members), members, {device.model for device in found.values()}
+        return found
+
+    def _group(self, model: GpuModel, devices: dict[str, DeviceInfo]) -> "DaskExecutor":
+        group = DaskExecutor(self.address, silence_s=self.silence_s, target=self.target, _parent=self)
+        group._devices, group._models = devices, {model}
+        group._known, group._names, group.lost = set(self._known), dict(self._names), self.lost
         return group
 
-    def _feed(self, jobs: Iterator[Job], slots: threading.Semaphore, finished: queue.Queue,
-              counts: dict[str, int]) -> None:
+    def _query(self, address: str) -> Any:
+        """The future of the GPU worker at `address` saying which GPU it holds."""
+        return self._client.submit(device_task, self.silence_s, self.target, workers=[address],
+                                   resources={GPU: 1}, allow_other_workers=False, pure=False)
+
+    def _feed(self, jobs: Iterator[Job], finished: queue.Queue, stop: threading.Event) -> None:
+        """Send each job once an accepted GPU has room for it, until the run stops."""
         try:
             for job in jobs:
-                while not slots.acquire(timeout=WATCH_S):
-                    if self._killed.is_set():
+                with self._lock:
+                    while not self._stopped(stop) and len(self._sent) >= JOBS_AHEAD_PER_GPU * len(self._devices or {}):
+                        self._lock.wait(WATCH_S)
+                    if self._stopped(stop):
                         return
-                if self._killed.is_set():
-                    return
-                future = self._client.submit(job_task, job, Path(job.cubin).read_bytes(), self.silence_s, self.target,
-                                             resources={GPU: 1}, workers=self._workers or None,
-                                             allow_other_workers=False, pure=False)
-                self._futures.add(future)
-                counts["sent"] += 1
-                future.add_done_callback(lambda done, job=job: finished.put((job, done)))
+                    self._submit(job, finished)
         finally:
             finished.put(None)
 
-    def _measurements(self, futures: list[Any]) -> list[Measurement]:
-        """The jobs' measurements, fetched in one gather (a round trip per future was the cluster's
-        bottleneck), or a `launch_error` row for a job that itself kept killing workers."""
-        finished = [future.status == "finished" for future in futures]
-        succeeded = [future for future, ok in zip(futures, finished) if ok]
-        results = iter(self._client.gather(succeeded) if succeeded else [])
-        return [next(results) if ok else _failure(future) for future, ok in zip(futures, finished)]
+    def _stopped(self, stop: threading.Event) -> bool:
+        return stop.is_set() or self._killed.is_set()
 
-    def _members(self) -> dict[str, str]:
-        """address -> name of the GPU workers this executor may use now."""
-        workers = self._client.scheduler_info(n_workers=-1)["workers"]
-        return {address: str(info.get("name", address)) for address, info in workers.items()
-                if info.get("resources", {}).get(GPU) and (not self._workers or address in self._workers)}
+    def _submit(self, job: Job, finished: queue.Queue, resends: int = 0) -> None:
+        """Send a job to the accepted GPU workers there are now (holding the lock)."""
+        assert self._devices is not None
+        workers = frozenset(self._devices)
+        future = self._client.submit(job_task, job, Path(job.cubin).read_bytes(), self.silence_s, self.target,
+                                     resources={GPU: 1}, workers=sorted(workers), allow_other_workers=False,
+                                     pure=False)
+        self._sent[future] = _Sent(job, workers, finished, resends)
+        future.add_done_callback(finished.put)
 
-    def _watch(self, before: dict[str, str]) -> tuple[dict[str, str], int, int]:
-        """The members now, and how many left and joined since `before`; each is named on stderr."""
-        now = self._members()
-        gone, new = sorted(set(before) - set(now)), sorted(set(now) - set(before))
-        for address in gone:
-            name = _worker_name(before[address], address)
+    def _received(self, future: Any) -> _Sent | None:
+        """What a finished future was sent for; None for one sent again or cancelled by `_cancel`."""
+        with self._lock:
+            self._lock.notify_all()  # room for the next job
+            return self._sent.pop(future, None)
+
+    def _pending(self, finished: queue.Queue) -> bool:
+        with self._lock:
+            return any(sent.finished is finished for sent in self._sent.values())
+
+    def _cancel(self, finished: queue.Queue) -> None:
+        """Cancel what a run that stopped early left in flight."""
+        with self._lock:
+            futures = [future for future, sent in self._sent.items() if sent.finished is finished]
+            for future in futures:
+                del self._sent[future]
+        if futures:
+            self._client.cancel(futures)
+
+    def _measurements(self, received: list[tuple[Any, _Sent]]) -> list[Measurement]:
+        """The jobs' measurements, those that succeeded fetched in one gather (a round trip per
+        future capped a cluster at about 95 rows/s), or a `launch_error` row for a job that itself
+        kept killing workers (or whose workers were lost too often)."""
+        succeeded = [future for future, sent in received if not sent.failure and future.status == "finished"]
+        results = dict(zip((future.key for future in succeeded), self._client.gather(succeeded))) if succeeded else {}
+        return [results[future.key] if future.key in results else _failure(future, sent) for future, sent in received]
+
+    # ---- workers that leave and join -----------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Name the accepted workers that left; ask each worker that joined for its GPU and accept it
+        if that is of one of this executor's models; send jobs again that only workers that left
+        could take (a restarted worker comes back at a new address). GpuUnavailable when no accepted
+        worker has been left for the hang timeout."""
+        members = self._gpu_members()
+        with self._lock:
+            self._names.update(members)
+            self._forget_left(members)
+            self._check_joined(members)
+            self._resend_orphans()
+            self._lock.notify_all()
+            if not self._alone_too_long():
+                return
+            waiting = len(self._sent)
+        raise GpuUnavailable(f"no Dask worker with a {self._model_names()} is left (lost: {', '.join(self.lost)}) "
+                             f"and none joined within {self.silence_s:.0f} s (the hang timeout); {waiting} job(s) in "
+                             f"flight were not run")
+
+    def _alone_too_long(self) -> bool:
+        """Whether no accepted worker has been left for longer than the hang timeout."""
+        if self._devices:
+            self._alone_since = None
+            return False
+        self._alone_since = self._alone_since or time.monotonic()
+        return time.monotonic() - self._alone_since > self.silence_s
+
+    def _forget_left(self, members: dict[str, str]) -> None:
+        """Drop the accepted workers that are gone, naming each."""
+        assert self._devices is not None
+        for address in sorted(set(self._devices) - set(members)):
+            del self._devices[address]
+            name = _worker_name(self._names.get(address, address), address)
             self.lost.append(name)
-            print(f"tilegen: lost Dask worker {name}; its jobs in flight run on the others", file=sys.stderr,
-                  flush=True)
-        for address in new:
-            print(f"tilegen: Dask worker {_worker_name(now[address], address)} joined; it takes jobs from now on",
-                  file=sys.stderr, flush=True)
-        return now, len(gone), len(new)
+            then = "run on the others" if self._devices else \
+                f"wait up to {self.silence_s:.0f} s for a worker with a {self._model_names()} to join"
+            _say(f"lost Dask worker {name}; its jobs in flight {then}")
+
+    def _check_joined(self, members: dict[str, str]) -> None:
+        """Ask each GPU worker not seen before for its GPU; admit those whose answer came."""
+        for address in sorted(set(members) - self._known):
+            self._known.add(address)
+            self._checking[address] = self._query(address)
+        for address, query in list(self._checking.items()):
+            if address not in members:
+                del self._checking[address]
+                query.cancel()
+            elif query.done():
+                del self._checking[address]
+                self._admit(address, _worker_name(members[address], address), _device_of(query))
+
+    def _admit(self, address: str, name: str, answer: DeviceInfo | str) -> None:
+        """Accept a worker that joined if its GPU answered and is of one of this executor's models."""
+        assert self._devices is not None
+        if isinstance(answer, DeviceInfo) and answer.model not in self._models:
+            answer = f"its GPU is a {answer.model}, not a {self._model_names()}"
+        if isinstance(answer, str):
+            _say(f"Dask worker {name} joined, but {answer}; it takes no jobs")
+            return
+        self._devices[address] = answer
+        _say(f"Dask worker {name} joined; it takes jobs from now on")
+
+    def _resend_orphans(self) -> None:
+        """Send again each job in flight that only workers that left could take, to the accepted
+        workers there are now; after MAX_RESENDS times, it is a launch_error."""
+        if not self._devices:
+            return
+        for future, sent in list(self._sent.items()):
+            if future.done() or sent.failure or not sent.workers.isdisjoint(self._devices):
+                continue
+            if sent.resends >= MAX_RESENDS:
+                sent.failure = f"its Dask workers were lost {sent.resends + 1} times while it was in flight"
+            else:
+                del self._sent[future]
+                self._submit(sent.job, sent.finished, sent.resends + 1)
+            future.cancel()
+
+    def _model_names(self) -> str:
+        return " or a ".join(sorted(map(str, self._models)))
 
 
-def _failure(future: Any) -> Measurement:
-    error = future.exception()
-    return Measurement(Status.LAUNCH_ERROR, f"on the Dask cluster: {type(error).__name__}: {error}", context_lost=True)
+def _device_of(query: Any) -> DeviceInfo | str:
+    """The GPU a device query found, or why there is none."""
+    try:
+        return query.result()
+    except GpuUnavailable as reason:
+        return str(reason)
+    except Exception as error:  # the worker died or failed while asked
+        return f"its GPU did not answer ({type(error).__name__}: {error})"
+
+
+def _say(message: str) -> None:
+    print(f"tilegen: {message}", file=sys.stderr, flush=True)
+
+
+def _failure(future: Any, sent: _Sent) -> Measurement:
+    """The `launch_error` row of a job that did not finish: lost too often, cancelled, or raising."""
+    if sent.failure or future.status == "cancelled":
+        reason = sent.failure or "cancelled"
+    else:
+        error = future.exception()
+        reason = f"{type(error).__name__}: {error}"
+    return Measurement(Status.LAUNCH_ERROR, f"on the Dask cluster: {reason}", context_lost=True)
 
 
 def _drain(items: queue.Queue) -> list[Any]:

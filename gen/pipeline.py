@@ -112,7 +112,8 @@ class PipelineStats:
 
 class Pipeline:
     """`executor`: the GPUs (None: local workers on `options.gpus`). With `gpus_later`, compiling
-    starts now and the GPUs come with `use_gpus` (tune learns the GPU models meanwhile)."""
+    starts now and the GPUs come with `use_gpus` (tune learns the GPU models meanwhile). The
+    pipeline closes only an executor it made: one it was given stays open for the giver's next use."""
 
     def __init__(self, family: Family, options: RunOptions, executor: Executor | None = None,
                  gpus_later: bool = False):
@@ -123,8 +124,8 @@ class Pipeline:
         self.stats = PipelineStats()
         self.unavailable: str | None = None  # why no kernel can run here, once that is known
         self._gpus_later = gpus_later and options.run_kernels
-        self._executor = executor if executor is not None or not options.run_kernels or gpus_later else make_executor(
-            options)
+        self._owns_executor = executor is None and options.run_kernels and not gpus_later
+        self._executor = make_executor(options) if self._owns_executor else executor
         self._lock = threading.Condition()
         self._urgent: deque[Variant] = deque()  # submitted points wait for these
         self._later: deque[Variant] = deque()  # prefetched: compiled when cores are free
@@ -231,12 +232,13 @@ class Pipeline:
         return found
 
     def close(self) -> None:
-        """After the last row: stop the threads and the workers, and drop speculative compiles."""
+        """After the last row: stop the threads, and the workers if the pipeline made them, and drop
+        speculative compiles."""
         self._stop.set()
         self._children.kill_all()
         with self._lock:
             self._lock.notify_all()
-        if self._executor is not None:
+        if self._executor is not None and self._owns_executor:
             self._executor.close()
 
     def abort(self) -> None:

@@ -73,8 +73,9 @@ def visible_devices_for(gpu: int) -> str:
     return inherited if inherited is not None and not inherited.strip() else str(gpu)
 
 
-def python_environment(gpu: int) -> dict[str, str]:
+def python_environment(gpu: int, visible_devices: str | None = None) -> dict[str, str]:
     """The environment of a tilegen child process on one GPU: it imports what this process
-    imports (its sys.path, plugins included) and sees only that GPU."""
-    return dict(os.environ, CUDA_VISIBLE_DEVICES=visible_devices_for(gpu),
-                PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    imports (its sys.path, plugins included) and sees only that GPU, or what `visible_devices`
+    names instead (a CUDA_VISIBLE_DEVICES value, passed on as it is: a UUID, a MIG id, a list)."""
+    visible = visible_devices_for(gpu) if visible_devices is None else visible_devices
+    return dict(os.environ, CUDA_VISIBLE_DEVICES=visible, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))

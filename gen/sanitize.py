@@ -17,7 +17,7 @@ from dataclasses import asdict
 
 from .errors import ToolMissing
 from .jobs import Job
-from .processes import ProcessGroup, python_environment
+from .processes import ProcessGroup
 
 TOOLS = ("racecheck", "synccheck", "memcheck")
 SANITIZER_TIMEOUT_S = 120.0
@@ -36,10 +36,10 @@ def sanitizer_path() -> str:
     return found
 
 
-def sanitize(job: Job, physical_index: int, children: ProcessGroup) -> tuple[dict[str, int], str]:
-    """Hazards found by each tool, and a note on anything that went wrong running them."""
+def sanitize(job: Job, environment: dict[str, str], children: ProcessGroup) -> tuple[dict[str, int], str]:
+    """Hazards found by each tool, run in `environment` (its GPU worker's), and a note on anything
+    that went wrong running them."""
     hazards, notes = {}, []
-    environment = python_environment(physical_index)
     for tool in TOOLS:
         # Only the variant's kernel: the checker's own reductions are not under test.
         command = [sanitizer_path(), "--tool", tool, "--kernel-name", f"kne={job.name}", sys.executable, "-m",

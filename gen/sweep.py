@@ -128,7 +128,8 @@ class SweepReport:
 
 
 def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepReport:
-    """Run the sweep `options` describes; rows go to options.out/results.jsonl as they finish."""
+    """Run the sweep `options` describes; rows go to options.out/results.jsonl as they finish. An
+    `executor` given is closed when the sweep ends, as tune and revalidate close theirs."""
     if options.out is None:
         raise UsageError("a sweep needs --out DIR, the folder for its results.jsonl and results.csv (a --dry-run "
                          "needs none)")
@@ -166,6 +167,8 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
         finally:
             progress.close()
             log.finish()
+            if executor is not None:
+                executor.close()
         rows = latest(log.rows)
         ran = pipeline.unavailable is None and any(r.status not in (Status.SKIPPED, Status.COMPILE_ERROR,
                                                                     Status.COMPILED) for r in rows)

@@ -301,34 +301,42 @@ def _default_row(evaluator: Evaluator, family: Family, shape: Any, valid: list[V
 
 def revalidate(db: TuningDB, run: RunOptions, executor: Executor | None = None
                ) -> list[tuple[Problem, Row, Row, float, float]]:
-    """Time every stored winner on this machine's GPU models again: (problem, stored, new, change,
-    noise) for each; a change larger than the noise means the winner moved (driver, nvcc, clocks)."""
+    """Time every stored winner on this machine's GPU models again, each model's on that model's
+    GPUs with cubins for its architecture: (problem, stored, new, change, noise) for each; a change
+    larger than the noise means the winner moved (driver, nvcc, clocks)."""
     executor = executor or make_executor(run)
     try:
-        models = {str(d.model) for d in executor.devices()}
+        groups = executor.by_model()
     except GpuUnavailable as reason:
         executor.close()
         raise UsageError(f"revalidate needs a GPU: {reason}") from None
-    checked = []
+    checked: list[tuple[Problem, Row, Row, float, float]] = []
     try:
-        for family_name in sorted({p.family for p in db.problems() if p.gpu_model in models}):
-            family = get_family(family_name)
-            with Pipeline(family, replace(run, seed=1), executor) as pipeline:
-                for problem in (p for p in db.problems(family_name) if p.gpu_model in models):
-                    stored = db.best(problem)
-                    evaluator = Evaluator(pipeline, family.parse_shape(problem.shape), problem, db)
-                    new = evaluator.evaluate([family.variant_type.from_name(stored.name)], fresh=True)[stored.name]
-                    if not is_ok(new):
-                        checked.append((problem, stored, new, float("inf"), 0.0))
-                        continue
-                    change = new.median_ms / stored.median_ms - 1
-                    noise = max(0.02, 3 * max(stored.stdev_ms / stored.median_ms, new.stdev_ms / new.median_ms))
-                    checked.append((problem, stored, new, change, noise))
+        for model, group in groups.items():
+            model_run = replace(run, seed=1, arch=run.arch or model.arch)
+            problems = [p for p in db.problems() if p.gpu_model == str(model)]
+            for family_name in sorted({p.family for p in problems}):
+                family = get_family(family_name)
+                with Pipeline(family, model_run, group) as pipeline:
+                    checked.extend(_retimed(db, pipeline, family, p) for p in problems if p.family == family_name)
     except KeyboardInterrupt:
         raise RunInterrupted(f"{len(checked)} stored winners re-timed and kept in {db.path}") from None
     finally:
         executor.close()
     return checked
+
+
+def _retimed(db: TuningDB, pipeline: Pipeline, family: Family, problem: Problem
+             ) -> tuple[Problem, Row, Row, float, float]:
+    """A problem's stored winner timed again: (problem, stored, new, change, noise)."""
+    stored = db.best(problem)
+    evaluator = Evaluator(pipeline, family.parse_shape(problem.shape), problem, db)
+    new = evaluator.evaluate([family.variant_type.from_name(stored.name)], fresh=True)[stored.name]
+    if not is_ok(new):
+        return problem, stored, new, float("inf"), 0.0
+    change = new.median_ms / stored.median_ms - 1
+    noise = max(0.02, 3 * max(stored.stdev_ms / stored.median_ms, new.stdev_ms / new.median_ms))
+    return problem, stored, new, change, noise
 
 
 def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpace, budget: int,

@@ -88,10 +88,13 @@ def worker_main(connection: Connection, physical_index: int) -> None:
 
 class IsolatedWorker:
     """One worker process for one GPU, restarted whenever a job kills or hangs it.
-    `target` names the function the process runs, as "module:function"."""
+    `target` names the function the process runs, as "module:function". The process sees GPU
+    `physical_index` alone, or what `visible_devices` names (its CUDA_VISIBLE_DEVICES, as it is)."""
 
-    def __init__(self, physical_index: int = 0, silence_s: float = 30.0, target: str = WORKER):
+    def __init__(self, physical_index: int = 0, silence_s: float = 30.0, target: str = WORKER,
+                 visible_devices: str | None = None):
         self.physical_index, self.silence_s, self.target = physical_index, silence_s, target
+        self.visible_devices = visible_devices
         self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
         self._stderr = None
@@ -102,11 +105,20 @@ class IsolatedWorker:
     def restarts(self) -> int:
         return max(0, self.starts - 1)
 
+    @property
+    def gpu(self) -> str:
+        """The GPU as its process is pinned to it: an index, or a UUID, MIG id or list."""
+        return str(self.physical_index) if self.visible_devices is None else self.visible_devices
+
+    def environment(self) -> dict[str, str]:
+        """The environment of a process on this worker's GPU (its own, compute-sanitizer's)."""
+        return python_environment(self.physical_index, self.visible_devices)
+
     def start(self) -> DeviceInfo:
         self.starts += 1
         ours, theirs = socket.socketpair()
         self._stderr = tempfile.TemporaryFile()
-        environment = python_environment(self.physical_index)
+        environment = self.environment()
         self._process = subprocess.Popen(
             [sys.executable, "-m", "gen.worker", "--serve", str(theirs.fileno()), str(self.physical_index),
              self.target], pass_fds=(theirs.fileno(),), env=environment, stdin=subprocess.DEVNULL,
@@ -115,12 +127,12 @@ class IsolatedWorker:
         self._connection = Connection(ours.detach())
         if not self._connection.poll(START_TIMEOUT_S):
             self.kill()
-            raise GpuUnavailable(f"worker for GPU {self.physical_index} did not start within {START_TIMEOUT_S:.0f} s")
+            raise GpuUnavailable(f"worker for GPU {self.gpu} did not start within {START_TIMEOUT_S:.0f} s")
         try:
             kind, payload = self._connection.recv()
         except (EOFError, OSError):
             code = self._wait_for_exit()
-            raise GpuUnavailable(f"worker for GPU {self.physical_index} died while starting ({describe_exit(code)})"
+            raise GpuUnavailable(f"worker for GPU {self.gpu} died while starting ({describe_exit(code)})"
                                  f"{self._last_words()}") from None
         if kind != "ready":
             self.stop()
@@ -272,7 +284,7 @@ def run_job(worker: IsolatedWorker, job: Job, children: ProcessGroup) -> Measure
         from .sanitize import sanitize
 
         small = replace(job, shape=job.sanitize_size, timing=None, seeds=job.seeds[:1], sanitize_size=None)
-        hazards, note = sanitize(small, worker.physical_index, children)
+        hazards, note = sanitize(small, worker.environment(), children)
     measurement = worker.run(job)
     measurement.hazards, measurement.hazard_note = hazards, note
     return measurement

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import time
 import zlib
@@ -59,7 +60,10 @@ def chatty_slow_worker(connection: Connection, index: int) -> None:
 
 def steady_worker(connection: Connection, index: int, seconds_per_job: float = 0.1) -> None:
     """Every job ok after 0.1 s, on a device that names its GPU index: GPUs 0 and 1 are one model,
-    any other index another (a stand-in for the Dask cluster tests)."""
+    any other index another, but GPU 3 is not usable (a stand-in for the Dask cluster tests)."""
+    if index == 3:
+        connection.send(("unavailable", "no usable CUDA GPU 3: fake"))
+        return
     device = replace(FAKE_DEVICE, index=index, name="Fake GPU" if index < 2 else "Fake GPU B")
     connection.send(("ready", device))
     while (job := connection.recv()) is not None:
@@ -72,6 +76,18 @@ def slow_steady_worker(connection: Connection, index: int) -> None:
     steady_worker(connection, index, seconds_per_job=0.4)
 
 
+def dask_worker_killing_worker(connection: Connection, index: int) -> None:
+    """steady_worker, but a _t8_ variant kills the Dask worker process that started this one."""
+    _serve(connection, lambda: os.kill(os.getppid(), signal.SIGKILL))
+
+
+def visible_devices_worker(connection: Connection, index: int) -> None:
+    """A GPU named after the CUDA_VISIBLE_DEVICES its process was started with."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")
+    connection.send(("ready", replace(FAKE_DEVICE, name=visible, index=index)))
+    connection.recv()  # None: stop
+
+
 def unavailable_worker(connection: Connection, index: int) -> None:
     connection.send(("unavailable", "no usable CUDA GPU 0: fake"))
 
@@ -80,7 +96,7 @@ class FakeExecutor:
     """Runs jobs in this process: every variant is ok, faster with larger tiles."""
 
     def __init__(self, delay_s: float = 0.0):
-        self.delay_s, self.ran, self.killed = delay_s, [], False
+        self.delay_s, self.ran, self.killed, self.closed = delay_s, [], False, False
 
     def devices(self) -> list[DeviceInfo]:
         return [FAKE_DEVICE]
@@ -94,7 +110,7 @@ class FakeExecutor:
             yield job, fake_measurement(job)
 
     def close(self) -> None:
-        pass
+        self.closed = True
 
     def kill(self) -> None:
         self.killed = True

@@ -65,6 +65,15 @@ def test_points_of_one_variant_compile_once_and_refusals_come_back_at_once(compi
     assert pipeline.stats.compiled + pipeline.stats.cached == 1 and len(executor.ran) == 2
 
 
+def test_a_pipeline_leaves_an_executor_it_was_given_open(compile_options) -> None:
+    family = get_family("matmul")
+    executor = fakes.FakeExecutor()  # revalidate hands one executor to a pipeline per family
+    with Pipeline(family, RunOptions(seed=3), executor) as pipeline:
+        pipeline.submit([Point(family.variant({"tile": "16"}), family.parse_shape("64x64x64"))])
+        assert [row.status for row in pipeline.rows()] == [Status.OK]
+    assert not executor.closed
+
+
 def test_bayes_proposing_batches_of_eight_keeps_its_quality() -> None:
     """The constant liar: 100 evaluations asked for eight at a time on the recorded H200 sgemm space
     land within 2% of the exhaustive best in at least 4 of 5 seeds, as one at a time does."""
