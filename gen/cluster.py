@@ -47,6 +47,7 @@ GPU = "GPU"  # the Dask worker resource: one per GPU, so one job per GPU at a ti
 CONNECT_TIMEOUT_S = 10.0
 JOBS_AHEAD_PER_GPU = 8  # submitted per GPU: the next jobs wait on its worker while results travel back
 MAX_RESENDS = 3  # a job whose workers all left is sent again this often (then it is a launch_error)
+GATHER_TIMEOUT_S = 10.0  # a gather of finished jobs' results that takes longer lost one with its worker
 WATCH_S = 1.0  # how often the coordinator looks for workers that left or joined
 
 # ---- on a Dask worker ------------------------------------------------------------------------
@@ -208,7 +209,7 @@ class DaskExecutor:
                 received = [(future, sent) for future in futures if future is not None
                             if (sent := self._received(future)) is not None]
                 if received and not self._killed.is_set():
-                    yield from zip((sent.job for _, sent in received), self._measurements(received))
+                    yield from self._measurements(received)
         finally:
             stop.set()
             self._cancel(finished)
@@ -323,13 +324,34 @@ class DaskExecutor:
         if futures:
             self._client.cancel(futures)
 
-    def _measurements(self, received: list[tuple[Any, _Sent]]) -> list[Measurement]:
+    def _measurements(self, received: list[tuple[Any, _Sent]]) -> list[tuple[Job, Measurement]]:
         """The jobs' measurements, those that succeeded fetched in one gather (a round trip per
         future capped a cluster at about 95 rows/s), or a `launch_error` row for a job that itself
-        kept killing workers (or whose workers were lost too often)."""
+        kept killing workers (or whose workers were lost too often). When the gather stalls, a result
+        was lost with its worker (its task pinned to workers that left): those jobs are sent again."""
         succeeded = [future for future, sent in received if not sent.failure and future.status == "finished"]
-        results = dict(zip((future.key for future in succeeded), self._client.gather(succeeded))) if succeeded else {}
-        return [results[future.key] if future.key in results else _failure(future, sent) for future, sent in received]
+        try:
+            results = dict(zip((f.key for f in succeeded), self._gather(succeeded))) if succeeded else {}
+        except TimeoutError:
+            self._send_again([(future, sent) for future, sent in received if future in succeeded])
+            received, results = [(future, sent) for future, sent in received if future not in succeeded], {}
+        return [(sent.job, results[future.key] if future.key in results else _failure(future, sent))
+                for future, sent in received]
+
+    def _gather(self, futures: list[Any]) -> list[Measurement]:
+        return self._client.sync(self._client._gather, futures, callback_timeout=GATHER_TIMEOUT_S)
+
+    def _send_again(self, lost: list[tuple[Any, _Sent]]) -> None:
+        """Send jobs whose results were lost again, or make them launch_errors after MAX_RESENDS."""
+        with self._lock:
+            for future, sent in lost:
+                if sent.resends >= MAX_RESENDS:
+                    sent.failure = f"its Dask workers were lost {sent.resends + 1} times while it was in flight"
+                    self._sent[future] = sent
+                    sent.finished.put(future)
+                else:
+                    self._submit(sent.job, sent.finished, sent.resends + 1)
+        self._client.cancel([future for future, sent in lost if not sent.failure])
 
     # ---- workers that leave and join -----------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -330,3 +331,32 @@ def test_a_cluster_revalidate_times_each_models_winners_on_that_models_gpus(tmp_
     assert len(checked) == 6
     for problem, _, new, _, _ in checked:
         assert new.status == Status.OK and new.provenance["gpu_model"] == problem.gpu_model, (problem, new.provenance)
+
+
+class _StalledFuture:
+    """A finished future whose result went with its worker: gathering it stalls."""
+
+    status, key = "finished", "stalled"
+
+    def done(self) -> bool:
+        return True
+
+
+def test_a_result_lost_with_its_worker_is_sent_again_not_waited_for_for_ever() -> None:
+    executor = DaskExecutor.__new__(DaskExecutor)
+    executor._lock = threading.Condition()
+    executor._sent, resent, cancelled = {}, [], []
+    executor._submit = lambda job, finished, resends: resent.append((job, resends))
+
+    def stalled_gather(futures: list) -> list:
+        raise TimeoutError
+
+    executor._gather = stalled_gather
+    executor._client = type("Client", (), {"cancel": lambda self, futures: cancelled.extend(futures)})()
+    job, future = object(), _StalledFuture()
+    sent = cluster._Sent(job, frozenset({"tcp://gone:1"}), queue.Queue(), resends=1)
+    assert executor._measurements([(future, sent)]) == []  # no row now: the job runs again
+    assert resent == [(job, 2)] and cancelled == [future]
+    worn_out = cluster._Sent(job, frozenset({"tcp://gone:1"}), queue.Queue(), resends=cluster.MAX_RESENDS)
+    assert executor._measurements([(future, worn_out)]) == []
+    assert worn_out.finished.get_nowait() is future and "lost" in worn_out.failure  # a launch_error row next
