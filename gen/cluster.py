@@ -342,16 +342,25 @@ class DaskExecutor:
         return self._client.sync(self._client._gather, futures, callback_timeout=GATHER_TIMEOUT_S)
 
     def _send_again(self, lost: list[tuple[Any, _Sent]]) -> None:
-        """Send jobs whose results were lost again, or make them launch_errors after MAX_RESENDS."""
+        """Send jobs whose results were lost again (their futures come back as launch_errors after
+        MAX_RESENDS)."""
         with self._lock:
             for future, sent in lost:
-                if sent.resends >= MAX_RESENDS:
-                    sent.failure = f"its Dask workers were lost {sent.resends + 1} times while it was in flight"
-                    self._sent[future] = sent
-                    sent.finished.put(future)
-                else:
-                    self._submit(sent.job, sent.finished, sent.resends + 1)
+                if not self._resend(future, sent):
+                    sent.finished.put(future)  # finished already: its callback will not come again
         self._client.cancel([future for future, sent in lost if not sent.failure])
+
+    def _resend(self, future: Any, sent: _Sent) -> bool:
+        """Send a job again to the accepted workers there are now (holding the lock); after
+        MAX_RESENDS, instead mark it failed and keep it in flight (False), to come back as a
+        launch_error."""
+        if sent.resends >= MAX_RESENDS:
+            sent.failure = f"its Dask workers were lost {sent.resends + 1} times while it was in flight"
+            self._sent[future] = sent
+            return False
+        self._sent.pop(future, None)
+        self._submit(sent.job, sent.finished, sent.resends + 1)
+        return True
 
     # ---- workers that leave and join -----------------------------------------------------------
 
@@ -425,12 +434,8 @@ class DaskExecutor:
         for future, sent in list(self._sent.items()):
             if future.done() or sent.failure or not sent.workers.isdisjoint(self._devices):
                 continue
-            if sent.resends >= MAX_RESENDS:
-                sent.failure = f"its Dask workers were lost {sent.resends + 1} times while it was in flight"
-            else:
-                del self._sent[future]
-                self._submit(sent.job, sent.finished, sent.resends + 1)
-            future.cancel()
+            self._resend(future, sent)
+            future.cancel()  # its callback brings a failed one back as a launch_error
 
     def _model_names(self) -> str:
         return " or a ".join(sorted(map(str, self._models)))
