@@ -30,8 +30,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from . import checks
 from .compiler import CompileOptions, Compiled, batch_size, compile_batch, compiled_row, provenance
-from .errors import Interrupted, InvalidVariant, UsageError
-from .family import Family, refused
+from .errors import Interrupted, UsageError
+from .family import Family, point_refusal
 from .processes import ProcessGroup
 from .jobs import Job, job_for
 from .results import DeviceInfo, Measurement, Row, TimingOptions, row_key, skipped_row
@@ -256,11 +256,7 @@ class Pipeline:
     # ---- compiling ---------------------------------------------------------------------------
 
     def _refusal(self, point: Point) -> str | None:
-        try:
-            point.variant.check()
-        except InvalidVariant as reason:
-            return str(reason)
-        return None if point.shape is None else refused(self.family, point.variant, point.shape)
+        return point_refusal(self.family, point.variant, point.shape)
 
     def _compile_loop(self) -> None:
         while not self._stop.is_set():

@@ -103,14 +103,10 @@ class ResultLog:
             raise UsageError(f"cannot write {self.path} ({error.strerror}); choose another --out") from None
 
 
-def read_rows(path: Path, repair: bool = False) -> list[Row]:
+def read_rows(path: Path) -> list[Row]:
     """Every complete row of a JSONL file. A last line without its newline was cut short by a
-    kill: it is dropped when it is not whole JSON, and `repair` mends the file so that the next
-    append starts on a fresh line."""
-    rows, torn = _read(Path(path))
-    if torn and repair:
-        _mend(Path(path), torn)
-    return rows
+    kill: it is dropped when it is not whole JSON (ResultLog mends the file before appending)."""
+    return _read(Path(path))[0]
 
 
 def latest(rows: Iterable[Row]) -> list[Row]:

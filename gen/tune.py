@@ -26,7 +26,7 @@ from .progress import Progress
 from .results import Row, TimingOptions, is_ok
 from .space import MAX_POINTS, Space
 from .strategies import SearchSpace, make_strategy
-from .tunedb import Problem, TuningDB, checked_db_path, default_db_path
+from .tunedb import Problem, TuningDB, checked_db_path
 from .variant import Variant
 from .worker import Executor, GpuUnavailable
 
@@ -117,7 +117,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
     if not valid:
         reason = refused(family, candidates[0], shape) if candidates else "no valid variant matches"
         raise UsageError(f"no {family.name} variant in this space can run {shape}: {reason}")
-    checked_db_path(options.db, create=True)  # a bad --db is refused now; the file is made once a GPU answers
+    db_path = checked_db_path(options.db, create=True)  # a bad --db is refused now; made once a GPU answers
     run = replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31))
     executor = executor or make_executor(run)
     started = time.monotonic()
@@ -129,7 +129,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
                 groups = executor.by_model()
             except GpuUnavailable as reason:
                 raise UsageError(f"tune needs a GPU: {reason}") from None
-            db = TuningDB(options.db)  # only now: a tune that cannot run leaves no database behind
+            db = TuningDB(db_path)  # only now: a tune that cannot run leaves no database behind
             results, first_taken = [], False
             for model, group in groups.items():
                 problem = Problem(str(model), family.name, valid[0].dtype, str(shape))
@@ -143,7 +143,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
                     results.append(_tune_model(options, family, shape, valid, problem, pipeline, db, time.monotonic()))
             return results
     except KeyboardInterrupt:
-        raise RunInterrupted(f"evaluations so far are kept in the tuning database {options.db or default_db_path()}; tune again to go on "
+        raise RunInterrupted(f"evaluations so far are kept in the tuning database {db_path}; tune again to go on "
                              f"(what is measured is not measured again)") from None
     finally:
         executor.close()
