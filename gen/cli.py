@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args) or 0
     except TilegenError as error:
         print(f"tilegen: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return error.exit_code
     except KeyboardInterrupt as stop:
         print(f"tilegen: interrupted{f': {stop}' if str(stop) else ''}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -2,7 +2,10 @@
 
 
 class TilegenError(Exception):
-    """Base of every error the command line reports as one line with exit code 2."""
+    """Base of every error the command line reports as one line: exit code 2 (bad input), or
+    `exit_code` where a subclass says otherwise."""
+
+    exit_code = 2
 
 
 class UsageError(TilegenError, ValueError):
@@ -19,6 +22,13 @@ class ToolMissing(TilegenError):
 
 class TemplateProblem(TilegenError):
     """A template failed to load or render; the message names the template file and line."""
+
+
+class RunFailed(TilegenError):
+    """A run that could not finish through no fault of its input (a tool crashed or hung, the disk
+    is full): one line, exit code 1. What was recorded before it stays."""
+
+    exit_code = 1
 
 
 class Interrupted(Exception):
