@@ -12,14 +12,14 @@ from typing import Any
 __version__ = "0.2.0"
 
 
-def tuned(family: str, *dims: int | str, dtype: str = "f32", **options: Any) -> Any:
+def tuned(family: str, *dims: int | str, dtype: str | None = None, **options: Any) -> Any:
     """The best known variant of `family` for this shape on the current GPU (see gen.lookup)."""
     from .lookup import tuned as lookup
 
     return lookup(family, *dims, dtype=dtype, **options)
 
 
-def kernel(family: str, *dims: int | str, dtype: str = "f32") -> Any:
+def kernel(family: str, *dims: int | str, dtype: str | None = None) -> Any:
     """The tuned variant of `family` for this shape, ready to call on device arrays (see gen.kernels)."""
     from .kernels import kernel as prepared
 

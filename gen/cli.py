@@ -4,8 +4,10 @@ Ctrl-C or SIGTERM stops any command within seconds, keeps what finished and says
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
@@ -20,9 +22,9 @@ from .jobs import CACHE_CONFIGS
 from .lookup import tuned_with_reason
 from .paths import writable_file
 from .pipeline import Pipeline, RunOptions
-from .plugins import FAMILY_PATH_ENV, add_family_path, registry
+from .plugins import FAMILY_PATH_ENV, add_family_path, is_plugin_code, one_line, registry
 from .progress import Progress
-from .render import render
+from .render import render, template_problems
 from .report import load_rows, report
 from .results import GpuModel, Row, Status, TimingOptions
 from .space import MAX_POINTS, Space, parse_options
@@ -31,10 +33,12 @@ from .strategies import STRATEGIES
 from .sweep import ANNOUNCE_POINTS, SweepOptions, make_plan, preview, space_line, status_counts, summary, sweep
 from .table import text_table
 from .tune import TUNE_TIMING, TuneOptions, describe, revalidate, tune
-from .tunedb import DB_ENV, TuningDB, problem_of
+from .tune import preview as tune_preview
+from .tunedb import DB_ENV, TuningDB
 from .worker import parse_gpus
 
 EXIT_USAGE = 2
+DEBUG_ENV = "TILEGEN_DEBUG"  # set: an unexpected error shows its traceback
 EXIT_INTERRUPTED = 130
 
 
@@ -45,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)} if _main_thread() \
         else {}
     try:
-        for folder in args.family_path:
+        for folder in [*args.family_path, *args.family_path_after]:
             add_family_path(folder)
         return args.handler(args) or 0
     except TilegenError as error:
@@ -57,9 +61,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `tilegen compile ... | head`: the reader has gone, and that is fine
         sys.stdout = None  # nothing more can be written there, not even at exit
         return 0
+    except Exception as error:  # noqa: BLE001 - what no part of tilegen expected still ends in one line
+        if os.environ.get(DEBUG_ENV):
+            raise
+        message, code = unexpected(error)
+        print(f"tilegen: {message}", file=sys.stderr)
+        return code
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def unexpected(error: BaseException) -> tuple[str, int]:
+    """One line and an exit code for an error no part of tilegen expected: raised in a family's own
+    code (a plugin's module or a helper beside it: exit 2, the user can fix it) or in tilegen's
+    (exit 1: a bug to report)."""
+    text = one_line(error)
+    frames = traceback.extract_tb(error.__traceback__)
+    culprit = next((frame for frame in reversed(frames) if is_plugin_code(frame.filename)), None)
+    if culprit is not None:
+        return f"error: {culprit.filename}:{culprit.lineno}: {text} (in a family's own code; fix it there)", EXIT_USAGE
+    return f"internal error: {text}; please report it (set {DEBUG_ENV}=1 to see where it happened)", 1
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -108,33 +130,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tilegen", description="Jinja templates -> CUDA kernel variants: render, "
                      "compile, check, time and tune them.")
     parser.add_argument("--version", action="version", version=f"tilegen {__version__}")
-    parser.add_argument("--family-path", action="append", default=[], metavar="DIR",
-                        help=f"also load the families (modules and templates) in DIR; repeatable (also "
-                             f"${FAMILY_PATH_ENV})")
+    _add_family_path(parser, "family_path")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    listing = commands.add_parser("list", help="families, their parameters, allowed values and defaults")
+    listing = _command(commands, "list", help="families, their parameters, allowed values and defaults")
     listing.add_argument("family", nargs="?")
     listing.set_defaults(handler=cmd_list)
 
-    rendering = commands.add_parser("render", help="print one variant's CUDA source")
+    rendering = _command(commands, "render", help="print one variant's CUDA source")
     rendering.add_argument("family")
     _add_params(rendering, "name=value; left out: the family's default")
     rendering.set_defaults(handler=cmd_render)
 
-    emitting = commands.add_parser("emit", help="write each family's golden record (variants/) from scratch")
+    emitting = _command(commands, "emit", help="write each family's golden record (variants/) from scratch")
     emitting.add_argument("families", nargs="*", metavar="FAMILY", help="only these families (default: all)")
     emitting.add_argument("--out", type=Path, default=Path("variants"), help="folder (default: variants)")
     emitting.set_defaults(handler=cmd_emit)
 
-    compiling = commands.add_parser("compile", help="compile a space with nvcc and print its resources")
+    compiling = _command(commands, "compile", help="compile a space with nvcc and print its resources")
     _add_space_arguments(compiling)
     compiling.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
     compiling.add_argument("--jobs", type=count, help="parallel nvcc runs (default: one per core)")
     compiling.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")
     compiling.set_defaults(handler=cmd_compile)
 
-    sweeping = commands.add_parser("sweep", help="compile, check and time a space on the GPU, row by row")
+    sweeping = _command(commands, "sweep", help="compile, check and time a space on the GPU, row by row")
     _add_space_arguments(sweeping)
     sweeping.add_argument("--size", dest="sizes", action="append", default=[], metavar="SIZE",
                           help="problem size, e.g. 4096x4096x4096 (repeatable; default: the family's)")
@@ -152,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_arguments(sweeping, TimingOptions().budget_s)
     sweeping.set_defaults(handler=cmd_sweep)
 
-    tuning = commands.add_parser("tune", help="search a space for the fastest variant on this GPU, into the DB")
+    tuning = _command(commands, "tune", help="search a space for the fastest variant on this GPU, into the DB")
     tuning.add_argument("family", nargs="?")
     _add_params(tuning, "name=v1,v2,... (repeatable); a parameter left out takes the default space")
     tuning.add_argument("--size", help="problem size, e.g. 2048x2048x2048")
@@ -160,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_max_points(tuning)
     tuning.add_argument("--strategy", default="bayes", choices=STRATEGIES, help="search strategy (default: bayes)")
     limit = tuning.add_mutually_exclusive_group()
-    limit.add_argument("--budget", type=count, help="evaluations, at most (default: 100)")
+    limit.add_argument("--budget", type=count,
+                       help="evaluations, at most (default: the whole space for brute, else 100)")
     limit.add_argument("--time", type=seconds, metavar="SECONDS", help="stop proposing after this long")
     tuning.add_argument("--db", type=Path, help=f"tuning database (default: ${DB_ENV}, else tilegen's cache folder)")
     tuning.add_argument("--seed", type=whole, default=0, help="seed of the strategy (default: 0)")
@@ -171,15 +192,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_arguments(tuning, TUNE_TIMING.budget_s)
     tuning.set_defaults(handler=cmd_tune)
 
-    finding = commands.add_parser("best", help="the stored winner for a shape and GPU")
+    finding = _command(commands, "best", help="the stored winner for a shape and GPU")
     finding.add_argument("family")
     finding.add_argument("--size", required=True, help="problem size, e.g. 2048x2048x2048")
-    finding.add_argument("--dtype", default="f32", help="element type (default: f32)")
+    finding.add_argument("--dtype", help="element type (default: the family's default variant's)")
     finding.add_argument("--gpu", help="a GPU model, or part of its name (default: this machine's GPU)")
     finding.add_argument("--db", type=Path, help="tuning database")
     finding.set_defaults(handler=cmd_best)
 
-    exporting = commands.add_parser("export", help="the tuning database in another format")
+    exporting = _command(commands, "export", help="the tuning database in another format")
     exporting.add_argument("--t4", type=Path, required=True, metavar="FILE",
                            help="write T4 JSON (the Open Autotuning Results Schema)")
     exporting.add_argument("--db", type=Path, help="tuning database")
@@ -187,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     exporting.add_argument("--gpu", help="only GPU models whose name contains this")
     exporting.set_defaults(handler=cmd_export)
 
-    reporting = commands.add_parser("report", help="tables (and PNG plots) from sweep results or the tuning DB")
+    reporting = _command(commands, "report", help="tables (and PNG plots) from sweep results or the tuning DB")
     reporting.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="folders holding results.jsonl")
     reporting.add_argument("--db", type=Path, help="report on a tuning database instead")
     reporting.add_argument("--family", help="only this family")
@@ -197,17 +218,30 @@ def build_parser() -> argparse.ArgumentParser:
                            help="also draw throughput heatmaps and strategy convergence (needs matplotlib)")
     reporting.set_defaults(handler=cmd_report)
 
-    serving = commands.add_parser("worker", help="serve this host's GPUs to a Dask scheduler (for --cluster)")
+    serving = _command(commands, "worker", help="serve this host's GPUs to a Dask scheduler (for --cluster)")
     serving.add_argument("address", help="the scheduler, e.g. tcp://HOST:8786")
     serving.add_argument("--gpus", default="all", help="GPU indices, e.g. 0,1, or 'all' (default: all)")
     serving.set_defaults(handler=cmd_worker)
 
-    caching = commands.add_parser("cache", help="the compile cache: what it holds; clear it or purge failures")
+    caching = _command(commands, "cache", help="the compile cache: what it holds; clear it or purge failures")
     action = caching.add_mutually_exclusive_group()
     action.add_argument("--clear", action="store_true", help="remove every cached compile")
     action.add_argument("--purge-failed", action="store_true",
                         help="remove the cached compile errors, so those variants compile again")
     caching.set_defaults(handler=cmd_cache)
+    return parser
+
+
+def _command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """A subcommand's parser. The global options are taken after the command too, into their own
+    field: argparse would let the command's default replace what was given before it."""
+    return _add_family_path(commands.add_parser(name, help=help), "family_path_after")
+
+
+def _add_family_path(parser: argparse.ArgumentParser, dest: str) -> argparse.ArgumentParser:
+    parser.add_argument("--family-path", dest=dest, action="append", default=[], metavar="DIR",
+                        help=f"also load the families (modules and templates) in DIR; repeatable (also "
+                             f"${FAMILY_PATH_ENV})")
     return parser
 
 
@@ -269,6 +303,9 @@ def cmd_list(args: argparse.Namespace) -> None:
     for conflict in found.conflicts.values():
         print(f"tilegen: warning: {conflict}; neither is listed until one is renamed (its name attribute)",
               file=sys.stderr)
+    for family in found.families.values():
+        for problem in template_problems(family):
+            print(f"tilegen: warning: {problem}", file=sys.stderr)
     if args.family is None:
         print(text_table(["family", "size", "what"],
                          [[f.name, f.shape_format, f.summary] for f in all_families().values()]))
@@ -369,18 +406,18 @@ def cmd_tune(args: argparse.Namespace) -> None:
         return cmd_revalidate(args)
     if not args.family or not args.size:
         raise UsageError("tune needs FAMILY and --size (or --revalidate)")
+    family = get_family(args.family)
+    options = TuneOptions(
+        family=args.family, size=args.size, params=parse_options(family, args.params), filter=args.filter,
+        strategy=args.strategy, budget=args.budget, time_s=args.time, db=args.db, seed=args.seed, top=args.top,
+        max_points=args.max_points, run=RunOptions(timing=TUNE_TIMING) if args.dry_run else _run_options(args))
     if args.dry_run:
-        family = get_family(args.family)
         space = Space.from_options(family, args.params)
         space.check_size(args.max_points)
         print(make_plan(family, space, [family.parse_shape(args.size)], [""], args.filter).preview())
+        print(tune_preview(options))
         return None
     CompileOptions.local(args.arch, args.jobs)  # --arch, --jobs and the compile cache, before the database is made
-    options = TuneOptions(
-        family=args.family, size=args.size, params=parse_options(get_family(args.family), args.params),
-        filter=args.filter, strategy=args.strategy, budget=args.budget if args.budget or args.time else 100,
-        time_s=args.time, db=args.db, seed=args.seed, top=args.top, max_points=args.max_points,
-        run=_run_options(args))
     for result in tune(options):
         print(describe(result))
     print(f"stored in {TuningDB(args.db).path}")
@@ -428,7 +465,7 @@ def cmd_report(args: argparse.Namespace) -> None:
     if args.plot:
         from .plots import plot
 
-        traces = _traces(db, rows) if db else {}
+        traces = _traces(db, args.family) if db else {}
         print(f"plot written to {plot(rows, traces, args.plot, f'tilegen report: {args.db or args.dirs[0]}')}")
 
 
@@ -468,10 +505,9 @@ def _pick_model(db: TuningDB, name: str) -> GpuModel:
     return found[0]
 
 
-def _traces(db: TuningDB, rows: list[Row]) -> dict[str, list[list[float | None]]]:
-    """Strategy -> traces of the problem with the most tuning sessions among `rows`' problems."""
-    problems = {problem_of(r) for r in rows if r.provenance.get("gpu_model")}
-    sessions = max((db.traces(p) for p in problems), key=len, default={})
+def _traces(db: TuningDB, family: str | None) -> dict[str, list[list[float | None]]]:
+    """Strategy -> traces of the problem (of `family`, or any) with the most tuning sessions."""
+    sessions = max((db.traces(p) for p in db.problems(family)), key=len, default={})
     grouped: dict[str, list[list[float | None]]] = {}
     for strategy, trace in sessions.values():
         grouped.setdefault(strategy, []).append(trace)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
@@ -305,10 +305,12 @@ class Family(ABC):
     @property
     def dtypes(self) -> tuple[str, ...]:
         """The element types this family's variants come in."""
-        declared = [p.choices for p in self.variant_type.parameters() if p.name == "dtype"]
-        return tuple(declared[0]) if declared and declared[0] else (self.variant_type.dtype,)
+        return self.variant_type.element_types()
 
-    def check_dtype(self, dtype: str) -> str:
+    def check_dtype(self, dtype: str | None) -> str:
+        """`dtype` if this family has it; None means the default variant's."""
+        if dtype is None:
+            return self.default_variant().dtype
         if dtype not in self.dtypes:
             raise UsageError(f"{self.name} has no element type {dtype!r}; its element types are: "
                              f"{', '.join(self.dtypes)}")
@@ -328,11 +330,9 @@ class Family(ABC):
                 return candidate
         return None
 
-    def safe_variant(self, shape: Any, dtype: str = "f32") -> Variant:
+    def safe_variant(self, shape: Any, dtype: str | None = None) -> Variant:
         """The default variant of this element type, adapted to run the shape if it must be."""
-        default = self.default_variant()
-        if "dtype" in default.params():
-            default = replace(default, dtype=dtype)
+        default = self.default_variant().with_element_type(self.check_dtype(dtype))
         return self.runnable(default, shape) or default
 
 

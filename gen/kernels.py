@@ -26,15 +26,46 @@ LAUNCHES_KEPT = 8
 
 
 class Kernel:
-    """One variant prepared for one shape: call it with the family's arrays (GPUArrays or views)."""
+    """One variant prepared for one shape: call it with the family's arrays, pycuda GPUArrays (or
+    views) in the caller's CUDA context, or NumPy arrays (copied to the device and back)."""
 
     def __init__(self, family: Family, variant: Variant, shape: Any):
         self.family, self.variant, self.shape = family, variant, shape
         self.arrays = [a.name for a in family.problem.arguments if not isinstance(a, Scalar)]
+        self.output = family.problem.output.name
         self._launches: dict[tuple[int, ...], Any] = {}  # prepared launches, by the arrays' addresses
 
     def __call__(self, *positional: Any, **named: Any) -> Any:
-        """Launch on these arrays (in argument order, or by name); returns the output array."""
+        """Launch on these arrays (in argument order, or by name); returns the output array. NumPy
+        arrays are copied to the device first, and a NumPy output is filled in place."""
+        given = self._named(positional, named)
+        self._check(given)
+        on_host = {name: array for name, array in given.items() if isinstance(array, np.ndarray)}
+        if not on_host:
+            self.prepared(given)()
+            return given[self.output]
+        device = {name: _gpu().to_device(array) if name in on_host else array for name, array in given.items()}
+        self._launcher(device)()
+        if self.output not in on_host:
+            return device[self.output]
+        return _gpu().to_host(device[self.output], on_host[self.output])
+
+    def prepared(self, arrays: dict[str, Any]) -> Any:
+        """A launch on these device arrays with its arguments packed once: call it to run the kernel."""
+        addresses = tuple(int(arrays[name].gpudata) for name in self.arrays)
+        if addresses not in self._launches:
+            if len(self._launches) >= LAUNCHES_KEPT:  # each holds its arrays: keep the latest few
+                del self._launches[next(iter(self._launches))]
+            self._check(arrays)
+            self._launches[addresses] = self._launcher(arrays)
+        return self._launches[addresses]
+
+    def _launcher(self, arrays: dict[str, Any]) -> Any:
+        launch = self.family.launch(self.variant, self.shape)
+        return _gpu().launcher(loaded(self.variant), launch, self.family.problem, self.shape, arrays)
+
+    def _named(self, positional: tuple[Any, ...], named: dict[str, Any]) -> dict[str, Any]:
+        """The arrays by argument name, each given once."""
         if len(positional) > len(self.arrays):
             raise UsageError(f"{self.family.name} takes {len(self.arrays)} arrays ({', '.join(self.arrays)}), "
                              f"got {len(positional)}")
@@ -47,41 +78,31 @@ class Kernel:
         missing = [n for n in self.arrays if n not in given]
         if missing:
             raise UsageError(f"{self.family.name} needs the arrays {', '.join(missing)} too")
-        self.prepared(given)()
-        return given[self.family.problem.output.name]
-
-    def prepared(self, arrays: dict[str, Any]) -> Any:
-        """A launch on these arrays with its arguments packed once: call it to run the kernel."""
-        addresses = tuple(int(arrays[name].gpudata) for name in self.arrays)
-        if addresses not in self._launches:
-            if len(self._launches) >= LAUNCHES_KEPT:  # each holds its arrays: keep the latest few
-                del self._launches[next(iter(self._launches))]
-            self._check(arrays)
-            launch = self.family.launch(self.variant, self.shape)
-            self._launches[addresses] = _gpu().launcher(loaded(self.variant), launch, self.family.problem, self.shape,
-                                                        arrays)
-        return self._launches[addresses]
+        return given
 
     def _check(self, given: dict[str, Any]) -> None:
         """Each array must be dense, with the dimensions and element type the family expects."""
         expected = self.family.problem.arrays(self.shape)
         dtype = np.dtype(NUMPY_DTYPE[self.variant.dtype])
         for name, array in given.items():
-            if not hasattr(array, "gpudata") or np.dtype(getattr(array, "dtype", None)) != dtype:
-                raise UsageError(f"{name} must be a {dtype} device array (a pycuda GPUArray), got "
-                                 f"{type(array).__name__}")
+            is_array = isinstance(array, np.ndarray) or hasattr(array, "gpudata")
+            if not is_array or np.dtype(getattr(array, "dtype", None)) != dtype:
+                raise UsageError(f"{name} must be a {dtype} array, a NumPy array or a pycuda GPUArray; got "
+                                 f"{type(array).__name__}{f' of {array.dtype}' if is_array else ''}")
             if tuple(array.shape) != expected[name]:
                 raise UsageError(f"{name} of {self.family.name} at {self.shape} must be {expected[name]}, got "
                                  f"{tuple(array.shape)}")
             if tuple(array.strides) != _dense_strides(expected[name], dtype.itemsize):
                 raise UsageError(f"{name} must be contiguous and row-major (strides {array.strides})")
+        if isinstance(given[self.output], np.ndarray) and not given[self.output].flags.writeable:
+            raise UsageError(f"{self.output} is a read-only NumPy array; give one the result can be written into")
 
 
-def kernel(family: str, *dims: int | str, dtype: str = "f32") -> Kernel:
+def kernel(family: str, *dims: int | str, dtype: str | None = None) -> Kernel:
     """The tuned variant of `family` for this shape on the current GPU, ready to call."""
     chosen = get_family(family)
     shape = chosen.parse_shape(shape_text(dims))
-    return Kernel(chosen, _choice(chosen.name, str(shape), dtype), shape)
+    return Kernel(chosen, _choice(chosen.name, str(shape), chosen.check_dtype(dtype)), shape)
 
 
 def matmul(a: Any, b: Any, out: Any = None) -> Any:

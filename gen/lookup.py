@@ -26,18 +26,19 @@ from .variant import Variant
 RANKS_TRIED = 20  # how far down a stored ranking to look for a variant that can run the shape
 
 
-def tuned(family: str, *dims: int | str, dtype: str = "f32", db: Path | None = None,
+def tuned(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
           device: DeviceInfo | None = None) -> Variant:
     """The best known variant of `family` for this shape on the current GPU (see the module doc).
-    The shape is its dimensions (`tuned("sgemm", 4096, 4096, 4096)`) or its written form."""
+    The shape is its dimensions (`tuned("sgemm", 4096, 4096, 4096)`) or its written form; `dtype`
+    is an element type of the family (default: its default variant's)."""
     return tuned_with_reason(family, *dims, dtype=dtype, db=db, device=device)[0]
 
 
-def tuned_with_reason(family: str, *dims: int | str, dtype: str = "f32", db: Path | None = None,
+def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
                       device: DeviceInfo | None = None, gpu_model: GpuModel | None = None) -> tuple[Variant, str]:
     chosen_family = get_family(family)
     shape = chosen_family.parse_shape(shape_text(dims))
-    chosen_family.check_dtype(dtype)
+    dtype = chosen_family.check_dtype(dtype)
     model = gpu_model or (device or current_device()).model
     if db is None and not default_db_path().exists():  # nothing tuned on this machine yet
         return chosen_family.safe_variant(shape, dtype), "the family's safe default (no tuning database yet)"

@@ -259,30 +259,37 @@ class Pipeline:
         return point_refusal(self.family, point.variant, point.shape)
 
     def _compile_loop(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                source = self._urgent or self._later
-                if not source:
-                    self._lock.wait(POLL_S)
-                    continue
-                first_wave = self._nvcc_runs < self.compile_options.jobs
-                count = 1 if first_wave else batch_size(len(source), self.compile_options.jobs)
-                self._nvcc_runs += 1
-                batch = [source.popleft() for _ in range(min(count, len(source)))]
-            try:
-                results = compile_batch(batch, self.compile_options, self._children)
-            except Interrupted:
-                return
-            except BaseException as error:  # a template that does not render, a cache that cannot be written
-                self._fail(error)
-                return
-            with self._lock:
-                for compiled in results:
-                    self._compiled[compiled.variant] = compiled
-                    self.stats.cached += compiled.cached
-                    self.stats.compiled += not compiled.cached
-                    self.stats.compile_seconds += 0.0 if compiled.cached else compiled.seconds
-                    self._after_compile(compiled, self._waiting.pop(compiled.variant, []))
+        """Compile what waits, urgent first, until the pipeline stops; any error ends the run."""
+        try:
+            while not self._stop.is_set():
+                batch = self._next_batch()
+                if batch:
+                    self._compiled_batch(compile_batch(batch, self.compile_options, self._children))
+        except Interrupted:
+            return
+        except BaseException as error:  # a template that does not render, a plugin's property that raises, ...
+            self._fail(error)
+
+    def _next_batch(self) -> list[Variant]:
+        """The next variants to compile together (none after a short wait when nothing waits)."""
+        with self._lock:
+            source = self._urgent or self._later
+            if not source:
+                self._lock.wait(POLL_S)
+                return []
+            first_wave = self._nvcc_runs < self.compile_options.jobs
+            count = 1 if first_wave else batch_size(len(source), self.compile_options.jobs)
+            self._nvcc_runs += 1
+            return [source.popleft() for _ in range(min(count, len(source)))]
+
+    def _compiled_batch(self, results: list[Compiled]) -> None:
+        with self._lock:
+            for compiled in results:
+                self._compiled[compiled.variant] = compiled
+                self.stats.cached += compiled.cached
+                self.stats.compiled += not compiled.cached
+                self.stats.compile_seconds += 0.0 if compiled.cached else compiled.seconds
+                self._after_compile(compiled, self._waiting.pop(compiled.variant, []))
 
     def _after_compile(self, compiled: Compiled, points: list[Point]) -> None:
         """Rows for what needs no GPU, jobs for the rest (called holding the lock)."""

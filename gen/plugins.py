@@ -12,25 +12,31 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import inspect
+import itertools
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .errors import TilegenError, UsageError
-from .family import SCALAR_TYPES, Family, Input, Output, Problem, Scalar, launch_refusal
+from .errors import InvalidVariant, TilegenError, UsageError
+from .family import SCALAR_TYPES, Family, Input, Launch, Output, Problem, Scalar, launch_refusal
+from .limits import DTYPE_CTYPE
 from .paths import builtin_templates_dir
+from .space import Space
 from .variant import Variant
 
 FAMILY_PATH_ENV = "TILEGEN_FAMILY_PATH"
 ENTRY_POINT_GROUP = "tilegen.families"
+MAX_CHECKED = 20_000  # points of a plugin's default space checked when it loads (about 1 s)
 # Attributes of every variant: a parameter of the same name would hide them.
 RESERVED_PARAMETERS = {name for name in dir(Variant) if not name.startswith("__")} - {"dtype"}
 
@@ -81,7 +87,7 @@ def registry() -> Registry:
         try:
             loaded = entry.load()
         except Exception as error:
-            found.problems.append(f"{source}: cannot be imported ({_one_line(error)}); fix the package or uninstall it")
+            found.problems.append(f"{source}: cannot be imported ({one_line(error)}); fix the package or uninstall it")
             continue
         classes = _families_in(loaded) if isinstance(loaded, ModuleType) else [loaded]
         for cls in classes:
@@ -90,9 +96,14 @@ def registry() -> Registry:
         if not folder.is_dir():
             found.problems.append(f"{FAMILY_PATH_ENV} names {folder}, which is not a folder; fix the path")
             continue
+        try:
+            package = _folder_package(folder)
+        except Exception as error:
+            found.problems.append(f"{folder / '__init__.py'}: cannot be imported ({one_line(error)}); fix it")
+            continue
         for path in sorted(folder.glob("*.py")):
             if not path.name.startswith("_"):
-                _load_module_file(found, path)
+                _load_module_file(found, package, path)
     return found
 
 
@@ -124,20 +135,35 @@ def check_family(family: Family) -> None:
 
 # ---- loading -------------------------------------------------------------------------------------
 
-def _load_module_file(found: Registry, path: Path) -> None:
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:10]
-    module_name = f"tilegen_plugin_{digest}_{path.stem}"
+def _folder_package(folder: Path) -> str:
+    """A family-path folder as a package of its own (its __init__.py, if it has one, is run), so
+    that its modules can import the helpers beside them: `from . import helpers`. The package's
+    name is made from the folder's path: the same in every process, distinct for every folder."""
+    name = f"tilegen_families_{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:10]}"
+    if name not in sys.modules:
+        init = folder / "__init__.py"
+        spec = (importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)])
+                if init.is_file() else importlib.machinery.ModuleSpec(name, None, is_package=True))
+        assert spec is not None
+        package = importlib.util.module_from_spec(spec)
+        package.__path__ = [str(folder)]
+        sys.modules[name] = package
+        if spec.loader is not None:
+            try:
+                spec.loader.exec_module(package)
+            except BaseException:
+                del sys.modules[name]
+                raise
+    return name
+
+
+def _load_module_file(found: Registry, package: str, path: Path) -> None:
+    module_name = f"{package}.{path.stem}"
     try:
-        module = sys.modules.get(module_name)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(module_name, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[module_name] = module
-            spec.loader.exec_module(module)
+        module = importlib.import_module(module_name)
     except Exception as error:
         sys.modules.pop(module_name, None)
-        found.problems.append(f"{path}: cannot be imported ({_one_line(error)}); fix the module or move it out of "
+        found.problems.append(f"{path}: cannot be imported ({one_line(error)}); fix the module or move it out of "
                               f"the family path")
         return
     for cls in _families_in(module):
@@ -171,7 +197,7 @@ def _register(found: Registry, cls: type, source: str, template_dirs: Iterable[P
         return
     except Exception as error:
         found.problems.append(f"{source}: family {getattr(cls, '__name__', cls)} cannot be set up "
-                              f"({_one_line(error)})")
+                              f"({one_line(error)})")
         return
     name = family.name
     if name in found.conflicts:
@@ -223,13 +249,68 @@ def _check_arguments(family: Family) -> None:
 
 
 def _check_contract(family: Family) -> None:
-    """The default variant on its small problem: arrays for every argument, a launch inside CUDA's
-    limits, and a reference of the output region's shape."""
+    """Every point of the default space (up to MAX_CHECKED): its rules apply without an error, and a
+    valid variant's launch on its small problem stays inside CUDA's limits; the default variant's
+    problem has arrays for every argument, and a reference of the output region's shape for each
+    element type in the space."""
+    _check_arrays(family, family.default_variant())
+    checked_types: set[str] = set()
+    for variant in itertools.islice(Space.default(family), MAX_CHECKED):
+        if not _valid(family, variant):
+            continue
+        shape = _attempt(family, variant, "sanitize_size() or parse_shape()",
+                         lambda: family.parse_shape(family.sanitize_size(variant)))
+        _check_launch(family, variant, shape)
+        if variant.dtype not in checked_types:
+            checked_types.add(variant.dtype)
+            _check_reference(family, variant, shape)
+
+
+def _valid(family: Family, variant: Variant) -> bool:
+    """Whether a point of the space is valid; PluginProblem when its rules raise anything but
+    InvalidVariant."""
+    try:
+        variant.check()
+        return True
+    except InvalidVariant:
+        return False
+    except Exception as error:
+        raise PluginProblem(f"{family.source}: {variant.name}: check_combination() raised {one_line(error)}; a rule "
+                            f"a variant breaks is require(condition, reason), any other error is a bug to fix") \
+            from None
+
+
+def _attempt(family: Family, variant: Variant, what: str, call: Callable[[], Any]) -> Any:
+    """`call()`, or PluginProblem naming the file, the variant and the method that failed."""
+    try:
+        return call()
+    except TilegenError as error:
+        raise PluginProblem(f"{family.source}: {variant.name}: {what}: {error}") from None
+    except Exception as error:
+        raise PluginProblem(f"{family.source}: {variant.name}: {what} raised {one_line(error)}; fix {what} for "
+                            f"this variant, or make such variants invalid in check_combination()") from None
+
+
+def _check_launch(family: Family, variant: Variant, shape: Any) -> None:
+    if _attempt(family, variant, "refusal()", lambda: family.refusal(variant, shape)) is not None:
+        return
+    launch = _attempt(family, variant, "launch()", lambda: family.launch(variant, shape))
+    if not isinstance(launch, Launch):
+        raise PluginProblem(f"{family.source}: {variant.name}: launch() returned {launch!r}; return "
+                            f"gen.api.Launch(grid=..., block=...)")
+    if reason := launch_refusal(launch):
+        raise PluginProblem(f"{family.source}: {family.name}'s launch() of {variant.name} at {shape}: {reason}; "
+                            f"keep launch() inside the limits or add a constraint that makes such variants invalid")
+    _attempt(family, variant, "dynamic_shared_bytes", lambda: int(variant.dynamic_shared_bytes))
+    _attempt(family, variant, "deliberately_racy", lambda: bool(variant.deliberately_racy))
+
+
+def _check_arrays(family: Family, variant: Variant) -> None:
+    """Arrays for every Input and Output, and each Scalar's source on the shapes."""
     problem, where = family.problem, family.source
-    default = family.default_variant()
-    size = family.sanitize_size(default)
-    shape = problem.parse_shape(size)
-    arrays = problem.arrays(shape)
+    shape = _attempt(family, variant, "sanitize_size() or parse_shape()",
+                     lambda: problem.parse_shape(family.sanitize_size(variant)))
+    arrays = _attempt(family, variant, "arrays()", lambda: problem.arrays(shape))
     missing = [a.name for a in problem.arguments if not isinstance(a, Scalar) and a.name not in arrays]
     if missing:
         raise PluginProblem(f"{where}: {family.name}'s arrays() gives no dimensions for {', '.join(missing)}")
@@ -238,19 +319,37 @@ def _check_contract(family: Family) -> None:
             raise PluginProblem(f"{where}: scalar {scalar.name} of {family.name} takes the shape's "
                                 f"{scalar.attribute!r}, which its shapes do not have (set Scalar(..., source=...) or "
                                 f"override scalars())")
-    if reason := launch_refusal(family.launch(default, shape)):
-        raise PluginProblem(f"{where}: {family.name}'s launch() of its default variant at {size}: {reason}; keep "
-                            f"launch() inside the limits or add a constraint that makes such variants invalid")
-    inputs = {name: array.astype(np.float64)
-              for name, array in problem.random_inputs(default.dtype, shape, seed=1).items()}
-    expected = np.asarray(problem.reference(inputs, shape))
+
+
+def _check_reference(family: Family, variant: Variant, shape: Any) -> None:
+    """A reference of the output region's shape, from inputs of the variant's element type."""
+    problem = family.problem
+    if variant.dtype not in DTYPE_CTYPE:
+        raise PluginProblem(f"{family.source}: {variant.name}: element type (dtype) {variant.dtype!r} is not one of "
+                            f"{', '.join(DTYPE_CTYPE)}; the parameter named dtype is the arrays' element type")
+
+    def expected() -> np.ndarray:
+        inputs = {name: array.astype(np.float64) for name, array in problem.random_inputs(variant.dtype, shape, 1).items()}
+        return np.asarray(problem.reference(inputs, shape))
+
+    result = _attempt(family, variant, "reference()", expected)
     region = tuple(s.stop - s.start for s in problem.output_region(shape))
-    if expected.shape != region:
-        raise PluginProblem(f"{where}: {family.name}'s reference() returns an array of shape {expected.shape} at "
-                            f"{size}, but the output region of {problem.output.name} is {region}; return the "
+    if result.shape != region:
+        raise PluginProblem(f"{family.source}: {family.name}'s reference() returns an array of shape {result.shape} at "
+                            f"{shape}, but the output region of {problem.output.name} is {region}; return the "
                             f"expected values of exactly that region")
 
 
-def _one_line(error: BaseException) -> str:
+def is_plugin_code(filename: str) -> bool:
+    """Whether a source file is a family's own code: a module in a family-path folder (a helper
+    beside a family too) or an installed plugin family's module."""
+    path = Path(filename).resolve()
+    if any(folder.resolve() in path.parents for folder in family_paths()):
+        return True
+    return any(path == Path(inspect.getfile(type(family))).resolve() for family in registry().families.values()
+               if not type(family).__module__.startswith(f"{__package__}."))
+
+
+def one_line(error: BaseException) -> str:
     text = f"{type(error).__name__}: {error}".strip().splitlines()
     return text[0] if text else type(error).__name__

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from .errors import UsageError
+from .families import element_type
 from .results import Row, Status
 from .store import RESULTS_JSONL, latest, read_rows
 from .table import markdown_table, text_table
@@ -42,7 +43,7 @@ def best_table(rows: Sequence[Row], table: Table = text_table) -> str:
     """The fastest correct variant for each family, dtype, problem and GPU."""
     best: dict[tuple, Row] = {}
     for row in measured(rows):
-        best.setdefault((row.family, row.params.get("dtype"), row.shape, row.provenance.get("gpu")), row)
+        best.setdefault((row.family, element_type(row.name), row.shape, row.provenance.get("gpu")), row)
     return table(["gpu", "problem", "best variant", "median ms", "throughput", "of ceiling"],
                  [[r.provenance.get("gpu", ""), r.shape, r.name, round(r.median_ms, 4), _rate(r), _share(r)]
                   for r in best.values()])

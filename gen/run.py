@@ -23,6 +23,7 @@ import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
 from pycuda.reduction import ReductionKernel
 
+from .errors import UsageError
 from .families import get_family
 from .family import COPY_BANDWIDTH, GEMM_F32, GEMM_F64, NUMPY_DTYPE, Family, Launch, Problem
 from .jobs import CACHE_CONFIGS, Job
@@ -399,10 +400,7 @@ def vendor_gemm() -> tuple[Callable[[int, str], Any], Callable[[Any, Any], Any]]
 
 def load_function(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
     """A kernel loaded into the current context, configured for its dynamic shared memory."""
-    if cuda.Context.get_current() is None:
-        from .errors import UsageError
-
-        raise UsageError("running a tilegen kernel needs a current CUDA context: import pycuda.autoprimaryctx first")
+    _require_context()
     function = cuda.module_from_buffer(cubin).get_function(name)
     configure(function, "none", dynamic_shared_bytes)
     return function
@@ -410,3 +408,19 @@ def load_function(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
 
 def empty(dims: tuple[int, ...], dtype: Any) -> Any:
     return gpuarray.empty(dims, dtype=dtype)
+
+
+def to_device(array: np.ndarray) -> Any:
+    """A NumPy array copied into a new device array (in the current context)."""
+    _require_context()
+    return gpuarray.to_gpu(array)
+
+
+def _require_context() -> None:
+    if cuda.Context.get_current() is None:
+        raise UsageError("running a tilegen kernel needs a current CUDA context: import pycuda.autoprimaryctx first")
+
+
+def to_host(array: Any, into: np.ndarray) -> np.ndarray:
+    """A device array copied into the NumPy array `into`, which is returned."""
+    return array.get(ary=into)

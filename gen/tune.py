@@ -35,6 +35,7 @@ WARM_START = 10  # the nearest tuned shape's top variants, evaluated before the 
 SPECULATE = 4000  # spaces up to this many valid points are compiled ahead of the strategy
 QUEUED_PER_GPU = 2  # compiled points kept waiting per GPU, so it never idles between jobs
 TUNE_TIMING = TimingOptions(budget_s=0.5)
+DEFAULT_BUDGET = 100  # evaluations of a search strategy given neither a budget nor a time
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,8 @@ class TuneOptions:
     params: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     filter: str | None = None
     strategy: str = "bayes"
-    budget: int | None = 100  # evaluations; None: until `time_s` runs out or the space is exhausted
+    budget: int | None = None  # evaluations; None: brute force takes the whole space, another strategy
+    # DEFAULT_BUDGET, or with `time_s` as many as fit in that time
     time_s: float | None = None
     db: Path | None = None
     seed: int = 0  # of the strategy (the inputs' seed derives from it)
@@ -89,6 +91,12 @@ class TuneResult:
     trace: list[float | None]
     trace_seconds: list[float]  # when each evaluation finished, from the start of the tune
     gpu_seconds: float  # the GPUs' busy time (checking and timing), summed
+    space: int  # variants the strategy searched among
+
+    @property
+    def covered_space(self) -> bool:
+        """Whether every variant of the space was evaluated: the winner is the space's best."""
+        return self.evaluations >= self.space
 
     @property
     def lead(self) -> float | None:
@@ -108,15 +116,78 @@ class TuneResult:
         return self.default.median_ms / self.standings[0].median_ms
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """What a tune searches: the space's variants that can run the shape, those that cannot as they
+    are replaced by their family's adaptations (bounds checks on, say), each once."""
+
+    variants: list[Variant]
+    points: int  # points of the space (valid ones, after the filter)
+    adapted: int  # variants replaced by an adaptation
+    changes: list[str]  # the parameter values the adaptations set, e.g. ['bounds=guard']
+    budget: int  # evaluations the tune will make, at most
+
+    def describe(self, family: Family, shape: Any, strategy: str) -> str:
+        """What the tune will evaluate, in one or two lines."""
+        lines = [f"{family.name} at {shape}: {len(self.variants):,} variants to search by {strategy}; the budget "
+                 f"evaluates {min(self.budget, len(self.variants)):,} of them"]
+        if self.adapted:
+            lines.append(f"{self.adapted:,} of the space's {self.points:,} points cannot run {shape} as they are: "
+                         f"their family's adaptations ({', '.join(self.changes)}) are tuned in their place")
+        return "\n".join(lines)
+
+
+def candidates(family: Family, shape: Any, options: TuneOptions) -> Candidates:
+    """The variants a tune of `shape` searches (see Candidates); UsageError when none can run it."""
+    valid = Space.default(family, options.params).select(options.filter, options.max_points).valid
+    chosen: dict[Variant, None] = {}
+    adapted, changes = 0, {}
+    for variant in valid:
+        runnable = family.runnable(variant, shape)
+        if runnable is None:
+            continue
+        if runnable != variant:
+            adapted += 1
+            changes.update(dict.fromkeys(_changed(variant, runnable)))
+        chosen[runnable] = None
+    if not chosen:
+        reason = refused(family, valid[0], shape) if valid else "no valid variant matches"
+        raise UsageError(f"no {family.name} variant in this space can run {shape}, adapted or not: {reason}")
+    element_types = sorted({v.dtype for v in chosen})
+    if len(element_types) > 1:
+        raise UsageError(f"a tune is for one element type; this space has {', '.join(element_types)}: choose one "
+                         f"with -p dtype=...")
+    variants = list(chosen)
+    return Candidates(variants, len(valid), adapted, list(changes), _budget(options, len(variants)))
+
+
+def _budget(options: TuneOptions, size: int) -> int:
+    """Evaluations at most: the given budget; brute force's whole space; with a time limit, all
+    that fit; else DEFAULT_BUDGET."""
+    if options.budget is not None:
+        return min(options.budget, size)
+    if options.strategy == "brute" or options.time_s is not None:
+        return size
+    return min(DEFAULT_BUDGET, size)
+
+
+def _changed(variant: Variant, adapted: Variant) -> list[str]:
+    return [f"{name}={value}" for name, value in adapted.params().items() if variant.params()[name] != value]
+
+
+def preview(options: TuneOptions) -> str:
+    """What `tune(options)` would evaluate, without compiling or writing anything."""
+    family = get_family(options.family)
+    shape = family.parse_shape(options.size)
+    return candidates(family, shape, options).describe(family, shape, options.strategy)
+
+
 def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneResult]:
     """Tune on every GPU model among the executor's GPUs; one result per model."""
     family = get_family(options.family)
     shape = family.parse_shape(options.size)
-    candidates = Space.default(family, options.params).select(options.filter, options.max_points).valid
-    valid = [v for v in candidates if refused(family, v, shape) is None]
-    if not valid:
-        reason = refused(family, candidates[0], shape) if candidates else "no valid variant matches"
-        raise UsageError(f"no {family.name} variant in this space can run {shape}: {reason}")
+    chosen = candidates(family, shape, options)
+    valid = chosen.variants
     db_path = checked_db_path(options.db, create=True)  # a bad --db is refused now; made once a GPU answers
     run = replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31))
     executor = executor or make_executor(run)
@@ -132,15 +203,16 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
             db = TuningDB(db_path)  # only now: a tune that cannot run leaves no database behind
             results, first_taken = [], False
             for model, group in groups.items():
-                problem = Problem(str(model), family.name, valid[0].dtype, str(shape))
+                problem = Problem(str(model), family.name, chosen.variants[0].dtype, str(shape))
                 model_run = run if run.arch else replace(run, arch=model.arch)  # each model its own cubins
                 if not first_taken and first.compile_options.arch == model_run.arch:
                     first_taken = True
                     first.use_gpus(group)
-                    results.append(_tune_model(options, family, shape, valid, problem, first, db, started))
+                    results.append(_tune_model(options, family, shape, chosen, problem, first, db, started))
                     continue
                 with Pipeline(family, model_run, group) as pipeline:
-                    results.append(_tune_model(options, family, shape, valid, problem, pipeline, db, time.monotonic()))
+                    results.append(_tune_model(options, family, shape, chosen, problem, pipeline, db,
+                                                   time.monotonic()))
             return results
     except KeyboardInterrupt:
         raise RunInterrupted(f"evaluations so far are kept in the tuning database {db_path}; tune again to go on "
@@ -187,12 +259,12 @@ class Evaluator:
         return rows
 
 
-def _tune_model(options: TuneOptions, family: Family, shape: Any, valid: list[Variant], problem: Problem,
+def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candidates, problem: Problem,
                 pipeline: Pipeline, db: TuningDB, started: float) -> TuneResult:
     """Tune one GPU model through a running pipeline that holds that model's GPUs; times count from
     `started`, when the tune began (compiling starts before the GPUs are known)."""
+    valid, limit = chosen.variants, chosen.budget
     strategy = make_strategy(options.strategy, SearchSpace(valid), options.seed)
-    limit = min(options.budget or len(valid), len(valid))
     progress = Progress(limit, f"tune {family.name} {shape}", enabled=options.progress)
     trace: list[float | None] = []
     trace_seconds: list[float] = []
@@ -236,7 +308,7 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, valid: list[Va
         progress.close()
     return TuneResult(problem, options.strategy, rows[standings[0].name], standings, default, len(trace),
                       evaluator.gpu_evaluations, time.monotonic() - started, trace, trace_seconds,
-                      pipeline.stats.gpu_seconds)
+                      pipeline.stats.gpu_seconds, len(valid))
 
 
 def _proposals_wanted(pipeline: Pipeline, gpus: int, strategy: str, limit: int) -> int:
@@ -382,7 +454,8 @@ def describe(result: TuneResult) -> str:
     lines = [f"{result.problem.gpu_model}, {result.problem.family} {result.problem.dtype} {result.problem.shape}: "
              f"{result.evaluations} evaluations ({result.gpu_evaluations} on the GPU) by {result.strategy} "
              f"in {result.seconds:.1f} s (GPU busy {busy:.0%})",
-             f"winner: {first.name}  {first.median_ms:.4g} ms, {winner.throughput:.2f} {winner.unit}"]
+             f"winner: {first.name}  {first.median_ms:.4g} ms, {winner.throughput:.2f} {winner.unit}",
+             f"  {_coverage(result)}"]
     for standing in result.standings:
         lines.append(f"  {standing.name:<70} median {standing.median_ms:.4g} ms over {len(standing.medians_ms)} "
                      f"interleaved rounds, spread {standing.spread:.1%}")
@@ -393,3 +466,11 @@ def describe(result: TuneResult) -> str:
     if speedup is not None:
         lines.append(f"against the family's default variant {result.default.name}: {speedup:.2f}x faster")
     return "\n".join(lines)
+
+
+def _coverage(result: TuneResult) -> str:
+    """Whether the winner is the best of the whole space or of the part evaluated."""
+    if result.covered_space:
+        return f"the best of the whole space: all {result.space:,} variants evaluated"
+    hint = " (brute force without --budget covers the whole space)" if result.strategy == "brute" else ""
+    return f"the best of the {result.evaluations:,} evaluated, a subset of the {result.space:,} variants{hint}"

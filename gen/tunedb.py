@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .errors import UsageError
+from .families import element_type
 from .paths import as_path, cache_dir, existing_file, writable_folder
 from .results import GpuModel, Row
 
@@ -252,13 +253,9 @@ class TuningDB:
     @staticmethod
     def _values(row: Row) -> tuple:
         p = row.provenance
-        return (p["gpu_model"], row.family, row.params.get("dtype", ""), row.shape, row.name, row.cache_config or "none",
+        return (p["gpu_model"], row.family, element_type(row.name), row.shape, row.name, row.cache_config or "none",
                 str(row.status), row.median_ms, row.throughput, p.get("cc"), p.get("driver"), p.get("nvcc"),
                 time.time(), row.to_json())
-
-
-def problem_of(row: Row) -> Problem:
-    return Problem(row.provenance["gpu_model"], row.family, row.params.get("dtype", ""), row.shape)
 
 
 def _newest_model(connection: sqlite3.Connection, name: str) -> GpuModel | None:

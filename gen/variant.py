@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Self
 from .errors import InvalidVariant, UsageError
 
 _PARAMETER = "tilegen.parameter"
+ELEMENT_TYPE = "dtype"  # the parameter that gives a variant's element type (see Variant)
 _INTEGER = re.compile(r"-?[0-9]+")  # as written in names: no '+', '_' or other digits that int() takes
 
 
@@ -115,10 +116,14 @@ def _field(default: Any, *, space: Iterable[Any] | None, emitted: Iterable[Any] 
 
 
 class Variant:
-    """Base of every family's variant dataclass (which must be frozen and ordered)."""
+    """Base of every family's variant dataclass (which must be frozen and ordered).
+
+    `dtype` is the element type of the kernel's arrays (f32 or f64): a class without a `dtype`
+    parameter has one element type, this class attribute; a `dtype` parameter makes it a choice
+    per variant. It is the one parameter name with a meaning to tilegen."""
 
     family: ClassVar[str]
-    dtype: ClassVar[str] = "f32"  # the element type of variants without a dtype parameter
+    dtype: ClassVar[str] = "f32"
 
     @classmethod
     def parameters(cls) -> tuple[Parameter, ...]:
@@ -190,19 +195,22 @@ class Variant:
             parameter.check(getattr(self, parameter.name))
         self.check_combination()
 
-    @property
-    def shared_bytes(self) -> int:
-        """Shared memory one block uses: each family's formula, the one source for it."""
-        raise NotImplementedError
+    @classmethod
+    def element_types(cls) -> tuple[str, ...]:
+        """The element types this variant type comes in: its `dtype` parameter's choices, or the
+        class's one `dtype` (f32 unless the class says otherwise) when it has no such parameter."""
+        declared = [p.choices for p in cls.parameters() if p.name == ELEMENT_TYPE]
+        return tuple(declared[0]) if declared and declared[0] else (cls.dtype,)
 
-    @property
-    def static_shared_bytes(self) -> int:
-        return self.shared_bytes if getattr(self, "smem", "static") == "static" else 0
+    def with_element_type(self, dtype: str) -> Self:
+        """This variant in element type `dtype` (itself when it has no `dtype` parameter)."""
+        has_parameter = any(p.name == ELEMENT_TYPE for p in self.parameters())
+        return dataclasses.replace(self, **{ELEMENT_TYPE: dtype}) if has_parameter else self
 
     @property
     def dynamic_shared_bytes(self) -> int:
-        """Shared memory to ask for at launch (extern __shared__)."""
-        return self.shared_bytes - self.static_shared_bytes
+        """Shared memory to ask for at launch (extern __shared__): none unless the family says so."""
+        return 0
 
     @property
     def deliberately_racy(self) -> bool:

@@ -162,7 +162,7 @@ BAD_PLUGINS = {
                                      ["reduce.py: reduce's reference() returns an array of shape (1001,)",
                                       "output region of sums is (37,)"]),
     "launch over the limits": ("reduce.py", "block=(variant.block,)", "block=(variant.block * 8,)",
-                               ["reduce.py: reduce's launch() of its default variant", "a block of 2048 threads "
+                               ["reduce.py: reduce's launch() of reduce_f32_b256_i1_shuffle_v1 at 37x1001", "a block of 2048 threads "
                                 "exceeds the CUDA limit of 1024", "add a constraint"]),
 }
 

@@ -113,5 +113,5 @@ def test_a_template_syntax_error_names_file_and_line(broken_templates) -> None:
 
 def test_an_undefined_name_names_file_and_line(broken_templates) -> None:
     broken_templates("// line 1\n{{ no_such_value }}\n")
-    with pytest.raises(TemplateProblem, match=r"matmul\.cu\.j2:2: 'no_such_value' is undefined"):
+    with pytest.raises(TemplateProblem, match=r"matmul\.cu\.j2:2: \{\{ no_such_value \}\} is not defined"):
         render(MatmulVariant())

@@ -52,6 +52,15 @@ def variant_from_name(name: str) -> Variant:
     return get_family(name.split("_", 1)[0]).variant_type.from_name(name)
 
 
+def element_type(name: str) -> str:
+    """The element type of the variant a row or database entry names; '' when its family is not
+    loaded here (a plugin's row read without its --family-path)."""
+    try:
+        return variant_from_name(name).dtype
+    except UsageError:
+        return ""
+
+
 __all__ = ["BUILTIN_FAMILIES", "CopyFamily", "CopyVariant", "GEMM", "MatmulFamily", "MatmulShape", "MatmulVariant",
            "SgemmFamily", "SgemmVariant", "TransposeFamily", "TransposeVariant", "all_families", "builtin_families",
-           "get_family", "variant_from_name"]
+           "element_type", "get_family", "variant_from_name"]

@@ -12,12 +12,13 @@ from typing import ClassVar
 from ..errors import InvalidVariant
 from ..family import Dims, Family, Launch, check_shared_bytes, element_bytes
 from ..limits import MAX_THREADS_PER_BLOCK
+from .tiles import SMEM, SharedTiles
 from ..variant import Variant, choice, integer
 from .matrix import COPY, VECS, bounds_refusal, check_vector_dtype, tile_launch, tile_sanitize_size, vector_refusal
 
 
 @dataclass(frozen=True, order=True)
-class CopyVariant(Variant):
+class CopyVariant(SharedTiles, Variant):
     family: ClassVar[str] = "copy"
 
     dtype: str = choice("f32", ("f32", "f64"), help="element type: f32 float, f64 double")
@@ -27,7 +28,7 @@ class CopyVariant(Variant):
     rows: int = integer(8, tag="r", minimum=1, space=(8,), help="threads per tile column: a block is tile x rows threads")
     vec: int = choice(1, VECS, tag="v", omit=1, space=VECS, help="elements per load and store: 4 = 16-byte float4 (f32)")
     bounds: str = choice("guard", ("none", "guard"), help="none: shapes must be tile multiples; guard: checked")
-    smem: str = choice("static", ("static", "dynamic"), omit="static",
+    smem: str = choice("static", SMEM, omit="static",
                        help="shared tile declared static, or extern and sized at launch")
 
     @property

@@ -12,11 +12,11 @@ from typing import ClassVar
 
 from ..family import Family, Launch, blocks, check_neutral_settings, check_shared_bytes, element_bytes
 from ..limits import MAX_THREADS_PER_BLOCK
+from .tiles import SMEM, SharedTiles
 from ..variant import Variant, choice, integer, require
 from .gemm import GEMM, MatmulShape
 
 DTYPES = ("f32", "f64")
-SMEM = ("static", "dynamic")
 BOUNDS = ("none", "guard", "split")
 SYNCS = ("both", "after-load", "after-compute", "none", "divergent")
 METHODS = ("tiled", "naive")
@@ -26,7 +26,7 @@ COMPUTE_BARRIER_SYNCS = ("both", "after-compute", "divergent")
 
 
 @dataclass(frozen=True, order=True)
-class MatmulVariant(Variant):
+class MatmulVariant(SharedTiles, Variant):
     family: ClassVar[str] = "matmul"
 
     dtype: str = choice("f32", DTYPES, help="element type: f32 float, f64 double")

@@ -19,6 +19,7 @@ from typing import ClassVar
 from ..errors import InvalidVariant
 from ..family import Family, Launch, blocks, check_shared_bytes, element_bytes
 from ..limits import MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_BLOCK, WARP_SIZE
+from .tiles import SMEM, SharedTiles
 from ..variant import Variant, choice, integer
 from .gemm import GEMM, MatmulShape
 
@@ -30,7 +31,7 @@ SYNCS = ("both", "none")
 
 
 @dataclass(frozen=True, order=True)
-class SgemmVariant(Variant):
+class SgemmVariant(SharedTiles, Variant):
     family: ClassVar[str] = "sgemm"
 
     dtype: str = choice("f32", ("f32",), help="element type (float32 only: the CUDA-core SGEMM)")
@@ -56,7 +57,7 @@ class SgemmVariant(Variant):
     bounds: str = choice("guard", BOUNDS, space=("none",), emitted=BOUNDS,
                          help="none: shapes must be tile multiples; guard: checked; split: interior blocks unchecked")
     sync: str = choice("both", SYNCS, emitted=SYNCS, help="both: the barriers; none: races, for teaching")
-    smem: str = choice("static", ("static", "dynamic"), omit="static",
+    smem: str = choice("static", SMEM, omit="static",
                        help="shared tiles declared static, or extern and sized at launch (needed past 48 KiB)")
 
     @property

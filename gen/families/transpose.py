@@ -14,12 +14,12 @@ from typing import ClassVar
 from ..errors import InvalidVariant
 from ..family import Dims, Family, Launch, blocks, check_neutral_settings, check_shared_bytes, element_bytes
 from ..limits import MAX_THREADS_PER_BLOCK, WARP_SIZE
+from .tiles import SMEM, SharedTiles
 from ..variant import Variant, choice, integer
 from .matrix import (TRANSPOSE, VECS, bounds_refusal, check_vector_dtype, tile_launch, tile_sanitize_size,
                      vector_refusal)
 
 DTYPES = ("f32", "f64")
-SMEM = ("static", "dynamic")
 METHODS = ("naive", "shared", "diagonal")
 BOUNDS = ("none", "guard")
 SYNCS = ("both", "none")
@@ -30,7 +30,7 @@ WARP_ROWS = WARP_SIZE // WARP_CHUNKS  # ... and so 4 tile rows
 
 
 @dataclass(frozen=True, order=True)
-class TransposeVariant(Variant):
+class TransposeVariant(SharedTiles, Variant):
     family: ClassVar[str] = "transpose"
     warp_chunks: ClassVar[int] = WARP_CHUNKS  # for the template
     warp_rows: ClassVar[int] = WARP_ROWS
