@@ -29,7 +29,7 @@ class ProcessGroup:
     def run(self, command: Sequence[str], timeout: float | None = None, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess:
         """subprocess.run with output captured; Interrupted if the group was killed before or
-        during it, subprocess.TimeoutExpired after `timeout` seconds (the child killed)."""
+        during it, subprocess.TimeoutExpired after `timeout` seconds (the child's session killed)."""
         with self._lock:
             if self._stopped.is_set():
                 raise Interrupted("stopping")
@@ -42,6 +42,10 @@ class ProcessGroup:
             except subprocess.TimeoutExpired:
                 kill_session(process.pid)
                 process.communicate()
+                raise
+            except BaseException:  # an interrupt in this thread: the child's session goes with it
+                kill_session(process.pid)
+                process.wait()
                 raise
         finally:
             with self._lock:
