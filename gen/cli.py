@@ -1,4 +1,5 @@
-"""The `tilegen` command. Bad input ends with one line on stderr and exit code 2, no traceback;
+"""The `tilegen` command. Bad input ends with one line on stderr and exit code 2, no traceback; a
+run that cannot finish (a tool that fails twice, a full disk) with one line and exit code 1;
 Ctrl-C or SIGTERM stops any command within seconds, keeps what finished and says so (exit 130)."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from . import __version__, checks
-from .compiler import CompileOptions, cache_summary, clear_cache, purge_failed
+from .compiler import CompileOptions, cache_summary, clear_cache, cubin_cache, purge_failed, usable_cores
 from .emit import emit
-from .errors import TilegenError, UsageError
+from .errors import RunFailed, TilegenError, UsageError
 from .export import write_t4
 from .families import all_families, get_family
 from .jobs import CACHE_CONFIGS
@@ -95,6 +96,16 @@ def count(text: str) -> int:
     return int(text)
 
 
+def jobs(text: str) -> int:
+    """Parallel nvcc runs: a whole number, at least 1. More than the cores are capped (by
+    CompileOptions), and that is said."""
+    wanted = count(text)
+    if wanted > (cores := usable_cores()):
+        print(f"tilegen: note: --jobs {wanted} is more than the {cores} cores tilegen can use here: {cores} nvcc "
+              f"runs at a time", file=sys.stderr)
+    return wanted
+
+
 def whole(text: str) -> int:
     """A whole number, at least 0."""
     if problem := checks.whole_problem(text):
@@ -130,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     compiling = commands.add_parser("compile", help="compile a space with nvcc and print its resources")
     _add_space_arguments(compiling)
     compiling.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
-    compiling.add_argument("--jobs", type=count, help="parallel nvcc runs (default: one per core)")
+    compiling.add_argument("--jobs", type=jobs, help="parallel nvcc runs, at most one per core (default: one per core)")
     compiling.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")
     compiling.set_defaults(handler=cmd_compile)
 
@@ -204,9 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     caching = commands.add_parser("cache", help="the compile cache: what it holds; clear it or purge failures")
     action = caching.add_mutually_exclusive_group()
-    action.add_argument("--clear", action="store_true", help="remove every cached compile")
+    action.add_argument("--clear", action="store_true", help="remove every cached compile (tilegen's files only)")
     action.add_argument("--purge-failed", action="store_true",
-                        help="remove the cached compile errors, so those variants compile again")
+                        help="remove the cached compile errors and damaged entries, so those variants compile again")
     caching.set_defaults(handler=cmd_cache)
     return parser
 
@@ -234,7 +245,7 @@ def _add_max_points(parser: argparse.ArgumentParser) -> None:
 def _add_run_arguments(parser: argparse.ArgumentParser, timing_budget: float) -> None:
     """How evaluations run: the same options, with the same meaning, on sweep and tune."""
     parser.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
-    parser.add_argument("--jobs", type=count, help="parallel nvcc runs (default: one per core)")
+    parser.add_argument("--jobs", type=jobs, help="parallel nvcc runs, at most one per core (default: one per core)")
     parser.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
     parser.add_argument("--timing-budget", type=seconds, default=timing_budget, metavar="SECONDS",
                         help=f"time spent timing each variant at each size, at most (default: {timing_budget})")
@@ -330,6 +341,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         kept = f"; {len(rows)} rows kept in {log.path}" if log else ""
         raise KeyboardInterrupt(f"{progress.done} of {len(plan.runnable)} variants compiled{kept}") from None
+    except RunFailed as failed:
+        kept = f"; {len(rows)} rows kept in {log.path}" if log else ""
+        raise RunFailed(f"{failed}{kept}") from None
     finally:
         progress.close()
         if log:
@@ -439,15 +453,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> None:
-    folder = CompileOptions().cache
+    folder = cubin_cache()
     if args.clear:
-        print(f"removed {clear_cache(folder)} cached compiles from {folder}")
+        entries, others = clear_cache(folder)
+        kept = f"; kept the {others} files there that tilegen did not write" if others else ""
+        print(f"removed {entries} cached compiles from {folder}{kept}")
     elif args.purge_failed:
-        print(f"removed {purge_failed(folder)} cached compile errors from {folder}")
+        errors, damaged = purge_failed(folder)
+        print(f"removed {errors} cached compile errors and {damaged} damaged entries or stray files from {folder}")
     else:
         found = cache_summary(folder)
-        print(f"{found.folder}: {found.entries} compiled variants ({found.failed} compile errors), "
-              f"{found.bytes / 2**20:.1f} MiB")
+        print(f"{found.folder}: {found.entries} compiled variants ({found.failed} compile errors), {found.damaged} "
+              f"damaged entries or stray files, {found.bytes / 2**20:.1f} MiB")
+        if found.failed or found.damaged:
+            print("tilegen cache --purge-failed removes the compile errors and the damaged entries")
 
 
 # ---- helpers shared by the commands ---------------------------------------------------------------
