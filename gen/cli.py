@@ -1,6 +1,7 @@
 """The `tilegen` command. Bad input ends with one line on stderr and exit code 2, no traceback; a
 run that cannot finish (a tool that fails twice, a full disk) with one line and exit code 1;
-Ctrl-C or SIGTERM stops any command within seconds, keeps what finished and says so (exit 130)."""
+Ctrl-C, SIGTERM or a closed terminal (SIGHUP) stops any command within seconds, keeps what finished
+and says so (exit 130). The entry point, gen.entry, handles those signals before this module loads."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, NoReturn, Sequence
 from . import __version__, checks
 from .compiler import CompileOptions, cache_summary, clear_cache, cubin_cache, purge_failed, usable_cores
 from .emit import emit
+from .entry import EXIT_INTERRUPTED, install_stop_handlers
 from .errors import RunFailed, TilegenError, UsageError
 from .export import write_t4
 from .families import all_families, get_family
@@ -36,35 +38,37 @@ from .tunedb import DB_ENV, TuningDB, problem_of
 from .worker import parse_gpus
 
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    # Both stop a command, even where SIGINT came in ignored (a background job of a script).
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)} if _main_thread() \
-        else {}
+    previous: dict[int, Any] = {}
     try:
+        if _main_thread():
+            previous = install_stop_handlers()
+        args = build_parser().parse_args(argv)
         for folder in args.family_path:
             add_family_path(folder)
         return args.handler(args) or 0
     except TilegenError as error:
-        print(f"tilegen: error: {error}", file=sys.stderr)
+        _say(f"tilegen: error: {error}")
         return error.exit_code
     except KeyboardInterrupt as stop:
-        print(f"tilegen: interrupted{f': {stop}' if str(stop) else ''}", file=sys.stderr)
+        _say(f"tilegen: interrupted{f': {stop}' if str(stop) else ''}")
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `tilegen compile ... | head`: the reader has gone, and that is fine
         sys.stdout = None  # nothing more can be written there, not even at exit
         return 0
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt()
+def _say(line: str) -> None:
+    """The command's last word, on stderr; after a closed terminal (SIGHUP) there may be none to say it on."""
+    try:
+        print(line, file=sys.stderr)
+    except OSError:
+        pass
 
 
 def _main_thread() -> bool:
