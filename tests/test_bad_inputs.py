@@ -266,6 +266,11 @@ CLI_CASES = [
     case("compile matmul -p tile=8", "$TILEGEN_CACHE afile/cache cannot be made",
          env={"TILEGEN_CACHE": "afile/cache"}),
     case("compile matmul -p tile=8 --out fresh", "cannot write in", READ_ONLY, env={"TILEGEN_CACHE": "readonly"}),
+    # $TILEGEN_COMPILE_TIMEOUT that is not a deadline
+    case("compile matmul -p tile=8 --out fresh", "$TILEGEN_COMPILE_TIMEOUT must be a positive, finite number of "
+                                                 "seconds, got 'soon'", env={"TILEGEN_COMPILE_TIMEOUT": "soon"}),
+    case("sweep matmul -p tile=8 --out fresh", "$TILEGEN_COMPILE_TIMEOUT must be a positive, finite number of "
+                                               "seconds, got '0'", env={"TILEGEN_COMPILE_TIMEOUT": "0"}),
     # databases: mistyped, a folder, not a database, another program's
     case("report --db tunde.sqlite", "--db tunde.sqlite does not exist; give the tuning database"),
     case("export --t4 t4.json --db tunde.sqlite", "--db tunde.sqlite does not exist"),
