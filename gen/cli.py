@@ -15,7 +15,7 @@ from typing import Any, NoReturn, Sequence
 from . import __version__, checks
 from .compiler import CompileOptions, cache_summary, clear_cache, cubin_cache, purge_failed, usable_cores
 from .emit import emit
-from .entry import EXIT_INTERRUPTED, install_stop_handlers
+from .entry import EXIT_INTERRUPTED
 from .errors import RunFailed, TilegenError, UsageError
 from .export import write_t4
 from .families import all_families, get_family
@@ -23,6 +23,7 @@ from .jobs import CACHE_CONFIGS
 from .lookup import tuned_with_reason
 from .paths import writable_file
 from .pipeline import Pipeline, RunOptions
+from .processes import install_stop_handlers
 from .plugins import FAMILY_PATH_ENV, add_family_path, registry
 from .progress import Progress
 from .render import render

@@ -120,6 +120,16 @@ def test_a_closed_terminal_stops_a_compile_kills_its_nvcc_and_leaves_no_temporar
     assert cache_summary(cache).failed == 0
 
 
+def test_ctrl_c_while_nvcc_is_asked_its_version_stops_that_nvcc_too(tmp_path: Path, cache: Path, fake_nvcc) -> None:
+    fake = fake_nvcc(answer='case "$*" in *--version*) sleep 3600 & echo "started 0 $$ $!" > "$ANNOUNCE"; wait;; '
+                            'esac; exec "$REAL" "$@"')
+    process, said = start(["compile", *SPACE], tmp_path, PATH=fake.path)
+    _, _, nvcc, child = fake.announcements.until("started").split()
+    assert stop(process, signal.SIGINT, group=False) < STOP_WITHIN_S
+    assert process.returncode == 130 and said.until("tilegen: interrupted")
+    assert not running(int(nvcc)) and not running(int(child))
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_a_signal_while_tilegen_starts_is_an_interrupt_not_a_traceback(tmp_path: Path, signum: int) -> None:
     """The command line's imports take half a second; a signal then is handled as later on."""
