@@ -1,5 +1,7 @@
-"""The `tilegen` command. Bad input ends with one line on stderr and exit code 2, no traceback;
-Ctrl-C or SIGTERM stops any command within seconds, keeps what finished and says so (exit 130)."""
+"""The `tilegen` command. Bad input ends with one line on stderr and exit code 2, no traceback; a
+run that cannot finish (a tool that fails twice, a full disk) with one line and exit code 1;
+Ctrl-C, SIGTERM or a closed terminal (SIGHUP) stops any command within seconds, keeps what finished
+and says so (exit 130). The entry point, gen.entry, handles those signals before this module loads."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from . import __version__, checks
-from .compiler import CompileOptions, cache_summary, clear_cache, purge_failed
+from .compiler import CompileOptions, cache_summary, clear_cache, cubin_cache, purge_failed, usable_cores
 from .emit import emit
-from .errors import TilegenError, UsageError
+from .entry import EXIT_INTERRUPTED
+from .errors import RunFailed, TilegenError, UsageError
 from .export import write_t4
 from .families import all_families, get_family
 from .jobs import CACHE_CONFIGS
@@ -23,6 +26,7 @@ from .lookup import tuned_with_reason
 from .paths import writable_file
 from .pipeline import Pipeline, RunOptions
 from .plugins import FAMILY_PATH_ENV, add_family_path, is_plugin_code, one_line, registry
+from .processes import install_stop_handlers
 from .progress import Progress
 from .render import render, template_problems
 from .report import load_rows, report
@@ -39,24 +43,22 @@ from .worker import parse_gpus
 
 EXIT_USAGE = 2
 DEBUG_ENV = "TILEGEN_DEBUG"  # set: an unexpected error shows its traceback
-EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    # Both stop a command, even where SIGINT came in ignored (a background job of a script).
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)} if _main_thread() \
-        else {}
+    previous: dict[int, Any] = {}
     try:
+        if _main_thread():
+            previous = install_stop_handlers()
+        args = build_parser().parse_args(argv)
         for folder in [*args.family_path, *args.family_path_after]:
             add_family_path(folder)
         return args.handler(args) or 0
     except TilegenError as error:
-        print(f"tilegen: error: {error}", file=sys.stderr)
+        _say(f"tilegen: error: {error}")
         return error.exit_code
     except KeyboardInterrupt as stop:
-        print(f"tilegen: interrupted{f': {stop}' if str(stop) else ''}", file=sys.stderr)
+        _say(f"tilegen: interrupted{f': {stop}' if str(stop) else ''}")
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `tilegen compile ... | head`: the reader has gone, and that is fine
         sys.stdout = None  # nothing more can be written there, not even at exit
@@ -65,11 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get(DEBUG_ENV):
             raise
         message, code = unexpected(error)
-        print(f"tilegen: {message}", file=sys.stderr)
+        _say(f"tilegen: {message}")
         return code
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def unexpected(error: BaseException) -> tuple[str, int]:
@@ -83,9 +85,12 @@ def unexpected(error: BaseException) -> tuple[str, int]:
         return f"error: {culprit.filename}:{culprit.lineno}: {text} (in a family's own code; fix it there)", EXIT_USAGE
     return f"internal error: {text}; please report it (set {DEBUG_ENV}=1 to see where it happened)", 1
 
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt()
+def _say(line: str) -> None:
+    """The command's last word, on stderr; after a closed terminal (SIGHUP) there may be none to say it on."""
+    try:
+        print(line, file=sys.stderr)
+    except OSError:
+        pass
 
 
 def _main_thread() -> bool:
@@ -115,6 +120,16 @@ def count(text: str) -> int:
     if problem := checks.whole_problem(text, 1):
         raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
     return int(text)
+
+
+def jobs(text: str) -> int:
+    """Parallel nvcc runs: a whole number, at least 1. More than the cores are capped (by
+    CompileOptions), and that is said."""
+    wanted = count(text)
+    if wanted > (cores := usable_cores()):
+        print(f"tilegen: note: --jobs {wanted} is more than the {cores} cores tilegen can use here: {cores} nvcc "
+              f"runs at a time", file=sys.stderr)
+    return wanted
 
 
 def whole(text: str) -> int:
@@ -150,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     compiling = _command(commands, "compile", help="compile a space with nvcc and print its resources")
     _add_space_arguments(compiling)
     compiling.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
-    compiling.add_argument("--jobs", type=count, help="parallel nvcc runs (default: one per core)")
+    compiling.add_argument("--jobs", type=jobs, help="parallel nvcc runs, at most one per core (default: one per core)")
     compiling.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")
     compiling.set_defaults(handler=cmd_compile)
 
@@ -225,9 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     caching = _command(commands, "cache", help="the compile cache: what it holds; clear it or purge failures")
     action = caching.add_mutually_exclusive_group()
-    action.add_argument("--clear", action="store_true", help="remove every cached compile")
+    action.add_argument("--clear", action="store_true", help="remove every cached compile (tilegen's files only)")
     action.add_argument("--purge-failed", action="store_true",
-                        help="remove the cached compile errors, so those variants compile again")
+                        help="remove the cached compile errors and damaged entries, so those variants compile again")
     caching.set_defaults(handler=cmd_cache)
     return parser
 
@@ -268,7 +283,7 @@ def _add_max_points(parser: argparse.ArgumentParser) -> None:
 def _add_run_arguments(parser: argparse.ArgumentParser, timing_budget: float) -> None:
     """How evaluations run: the same options, with the same meaning, on sweep and tune."""
     parser.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
-    parser.add_argument("--jobs", type=count, help="parallel nvcc runs (default: one per core)")
+    parser.add_argument("--jobs", type=jobs, help="parallel nvcc runs, at most one per core (default: one per core)")
     parser.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
     parser.add_argument("--timing-budget", type=seconds, default=timing_budget, metavar="SECONDS",
                         help=f"time spent timing each variant at each size, at most (default: {timing_budget})")
@@ -367,6 +382,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         kept = f"; {len(rows)} rows kept in {log.path}" if log else ""
         raise KeyboardInterrupt(f"{progress.done} of {len(plan.runnable)} variants compiled{kept}") from None
+    except RunFailed as failed:
+        kept = f"; {len(rows)} rows kept in {log.path}" if log else ""
+        raise RunFailed(f"{failed}{kept}") from None
     finally:
         progress.close()
         if log:
@@ -476,15 +494,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> None:
-    folder = CompileOptions().cache
+    folder = cubin_cache()
     if args.clear:
-        print(f"removed {clear_cache(folder)} cached compiles from {folder}")
+        entries, others = clear_cache(folder)
+        kept = f"; kept the {others} files there that tilegen did not write" if others else ""
+        print(f"removed {entries} cached compiles from {folder}{kept}")
     elif args.purge_failed:
-        print(f"removed {purge_failed(folder)} cached compile errors from {folder}")
+        errors, damaged = purge_failed(folder)
+        print(f"removed {errors} cached compile errors and {damaged} damaged entries or stray files from {folder}")
     else:
         found = cache_summary(folder)
-        print(f"{found.folder}: {found.entries} compiled variants ({found.failed} compile errors), "
-              f"{found.bytes / 2**20:.1f} MiB")
+        print(f"{found.folder}: {found.entries} compiled variants ({found.failed} compile errors), {found.damaged} "
+              f"damaged entries or stray files, {found.bytes / 2**20:.1f} MiB")
+        if found.failed or found.damaged:
+            print("tilegen cache --purge-failed removes the compile errors and the damaged entries")
 
 
 # ---- helpers shared by the commands ---------------------------------------------------------------

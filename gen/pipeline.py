@@ -217,15 +217,17 @@ class Pipeline:
             yield from self.take(timeout=POLL_S)
 
     def take(self, timeout: float = POLL_S) -> list[Row]:
-        """Rows finished since the last call, waiting up to `timeout` seconds for the first."""
+        """Rows finished since the last call, waiting up to `timeout` seconds for the first. After a
+        failure (a compile that cannot be done, the GPUs gone), the rows finished before it come
+        first, so they are recorded; then it is raised."""
         found = []
         try:
-            found.append(self._rows.get(timeout=timeout))
+            found.append(self._rows.get(timeout=0 if self._failure is not None else timeout))
             while True:
                 found.append(self._rows.get_nowait())
         except queue.Empty:
             pass
-        if self._failure is not None:
+        if self._failure is not None and not found:
             raise self._failure
         with self._lock:
             self._outstanding -= len(found)

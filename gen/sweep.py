@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from . import checks
 from .compiler import CompileOptions, provenance
-from .errors import RunInterrupted, UsageError
+from .errors import RunFailed, RunInterrupted, UsageError
 from .families import get_family
 from .family import Family, point_refusal, refused
 from .jobs import CACHE_CONFIGS
@@ -164,6 +164,9 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
         except KeyboardInterrupt:
             raise RunInterrupted(f"{len(log.rows)} rows kept in {log.path} (and results.csv); run the same sweep "
                                  f"with --resume to continue") from None
+        except RunFailed as failed:
+            raise RunFailed(f"{failed}; {len(log.rows)} rows kept in {log.path}: run the same sweep with --resume "
+                            f"to continue") from None
         finally:
             progress.close()
             log.finish()

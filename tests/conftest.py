@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
 from gen.compiler import CompileOptions, nvcc_path
+
+from .fakes import ANSWER, COMPILE, FakeNvcc
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,6 +28,20 @@ def compile_options(private_cache: Path) -> CompileOptions:
     if nvcc_path() is None:
         pytest.skip("nvcc is not installed")
     return CompileOptions(arch="sm_90", cache=private_cache / "cubins")
+
+
+@pytest.fixture
+def fake_nvcc(tmp_path: Path, compile_options: CompileOptions) -> Iterator[Callable[..., FakeNvcc]]:
+    """Makes a fake nvcc (tests.fakes.FakeNvcc) in this test's folder; nothing puts it on PATH but the test."""
+    made: list[FakeNvcc] = []
+
+    def make(compile: str = COMPILE, answer: str = ANSWER) -> FakeNvcc:
+        made.append(FakeNvcc(tmp_path / f"nvcc-{len(made)}", compile, answer))
+        return made[-1]
+
+    yield make
+    for fake in made:
+        fake.announcements.close()
 
 
 def _gpu_missing() -> str | None:

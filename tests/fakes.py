@@ -1,4 +1,5 @@
-"""Stand-ins for the GPU: worker processes that hang or crash, and an in-process executor.
+"""Stand-ins for the GPU: worker processes that hang or crash, and an in-process executor; and for
+nvcc: a script put first on PATH that can announce it started, hang, fail or call the real one.
 
 Worker targets live at module level so that spawned processes can import them.
 """
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import select
+import shutil
 import signal
 import sys
 import time
@@ -139,3 +142,97 @@ def slow_sweep(out: str) -> None:
 
 if __name__ == "__main__":
     slow_sweep(sys.argv[1])
+
+
+# ---- tools on PATH -----------------------------------------------------------------------------------
+
+REAL_NVCC = shutil.which("nvcc")  # tests that use it ask for the compile_options fixture, which skips without nvcc
+
+# What a fake nvcc does with a compile (shell). $RUN numbers the compiles (1 for the first), $OUT is
+# the cubin it should write, $ANNOUNCE the FIFO the test reads, $REAL the real nvcc.
+COMPILE = 'exec "$REAL" "$@"'
+HANG = "exec sleep 3600"
+ANNOUNCE = 'echo "started $RUN $$" > "$ANNOUNCE"'
+ANNOUNCE_AND_HANG = f"{ANNOUNCE}; {HANG}"
+ANSWER = 'exec "$REAL" "$@"'  # what it does with --version, --list-gpu-code and --list-gpu-arch
+
+
+class FakeNvcc:
+    """A shell script named nvcc in a folder of its own, for a test to put first on PATH (`path`).
+    Queries go to the real nvcc unless `answer` says otherwise; each compile claims a run number,
+    then does what `compile` says."""
+
+    def __init__(self, folder: Path, compile: str = COMPILE, answer: str = ANSWER):
+        self.folder = folder
+        (folder / "bin").mkdir(parents=True)
+        (folder / "runs").mkdir()
+        self.announcements = Announcements(folder / "announce")
+        script = folder / "bin" / "nvcc"
+        script.write_text(f"""#!/bin/sh
+REAL={REAL_NVCC}
+ANNOUNCE={folder / "announce"}
+case " $* " in *" --version "*|*" --list-gpu-code "*|*" --list-gpu-arch "*) {answer};; esac
+RUN=1
+while ! mkdir "{folder / "runs"}/$RUN" 2>/dev/null; do RUN=$((RUN + 1)); done
+OUT=; previous=
+for argument in "$@"; do [ "$previous" = -o ] && OUT=$argument; previous=$argument; done
+{compile}
+""")
+        script.chmod(0o755)
+
+    @property
+    def path(self) -> str:
+        """$PATH with this nvcc first."""
+        return f"{self.folder / 'bin'}{os.pathsep}{os.environ['PATH']}"
+
+    @property
+    def compiles(self) -> int:
+        """How many compiles it was asked for."""
+        return len(list((self.folder / "runs").iterdir()))
+
+
+class LineReader:
+    """Lines from a pipe or FIFO, read as they come: a test blocks on the next one (select, with a
+    deadline that only turns a hang into a failure)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buffer, self.seen = fd, b"", []
+        os.set_blocking(fd, False)
+
+    def next(self, timeout: float = 120.0) -> str:
+        """The next whole line; AssertionError when none comes (the writer ended, or the deadline passed)."""
+        while b"\n" not in self.buffer:
+            ready, _, _ = select.select([self.fd], [], [], timeout)
+            assert ready, f"no line within {timeout} s; so far: {self.seen}"
+            chunk = os.read(self.fd, 65536)
+            assert chunk, f"the writer ended; its lines: {self.seen}"
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        self.seen.append(line.decode())
+        return self.seen[-1]
+
+    def until(self, wanted: str, timeout: float = 120.0) -> str:
+        """The first line holding `wanted`."""
+        while wanted not in (line := self.next(timeout)):
+            pass
+        return line
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def running(pid: int) -> bool:
+    """Whether a process is alive (a zombie, dead but not yet reaped by its parent, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Announcements(LineReader):
+    """A FIFO that fake tools write a line to when they start. The test holds it open for reading
+    and writing, so a writer never waits and the test never sees its end."""
+
+    def __init__(self, path: Path):
+        os.mkfifo(path)
+        super().__init__(os.open(path, os.O_RDWR))

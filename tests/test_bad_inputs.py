@@ -22,6 +22,7 @@ import pytest
 
 import gen
 from gen.cli import main
+from gen.compiler import CompileOptions, compile_variants
 from gen.errors import TilegenError
 from gen.export import write_t4
 from gen.families import get_family, variant_from_name
@@ -213,6 +214,9 @@ CLI_CASES = [
     case("compile matmul --arch volta", "--arch 'volta' is not a GPU architecture like sm_90"),
     case("compile matmul --arch 90", "--arch '90' is not a GPU architecture"),
     case("sweep matmul --out x --arch sm9", "--arch 'sm9' is not a GPU architecture"),
+    case("compile matmul -p tile=8 --arch sm_999", "--arch sm_999: nvcc "),
+    case("sweep matmul -p tile=8 --out fresh --arch sm_999", "does not compile for it; it compiles for sm_"),
+    case("tune matmul --size 64x64x64 --arch sm_999", "--arch sm_999: nvcc "),
     case("compile matmul --filter nothing-like-this", "no matmul variant matches --filter 'nothing-like-this'"),
     case("sweep matmul --out x --filter nothing-like-this", "no matmul variant matches --filter"),
     case("sweep matmul --out x --cache huge", "cache 'huge' is not one of: none, shared, l1, equal"),
@@ -262,6 +266,11 @@ CLI_CASES = [
     case("compile matmul -p tile=8", "$TILEGEN_CACHE afile/cache cannot be made",
          env={"TILEGEN_CACHE": "afile/cache"}),
     case("compile matmul -p tile=8 --out fresh", "cannot write in", READ_ONLY, env={"TILEGEN_CACHE": "readonly"}),
+    # $TILEGEN_COMPILE_TIMEOUT that is not a deadline
+    case("compile matmul -p tile=8 --out fresh", "$TILEGEN_COMPILE_TIMEOUT must be a positive, finite number of "
+                                                 "seconds, got 'soon'", env={"TILEGEN_COMPILE_TIMEOUT": "soon"}),
+    case("sweep matmul -p tile=8 --out fresh", "$TILEGEN_COMPILE_TIMEOUT must be a positive, finite number of "
+                                               "seconds, got '0'", env={"TILEGEN_COMPILE_TIMEOUT": "0"}),
     # databases: mistyped, a folder, not a database, another program's
     case("report --db tunde.sqlite", "--db tunde.sqlite does not exist; give the tuning database"),
     case("export --t4 t4.json --db tunde.sqlite", "--db tunde.sqlite does not exist"),
@@ -483,6 +492,8 @@ API_CASES = [
     api(lambda: emit(Path("afile"), [get_family("matmul")]), "--out afile is a file", "emit: into a file"),
     api(lambda: emit(Path("variants"), [get_family("matmul")]), "was not written by tilegen",
         "emit: over the user's file"),
+    api(lambda: compile_variants([MatmulVariant(tile=8)], CompileOptions(arch="sm_999")),
+        "--arch sm_999: nvcc ", "compile_variants: an architecture nvcc does not compile for"),
 ]
 
 

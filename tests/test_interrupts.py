@@ -1,9 +1,13 @@
-"""Ctrl-C and SIGTERM stop any command within seconds, keep what finished, and never leave a
-false result: a compile killed by the interrupt is not a compile error, in rows or in the cache."""
+"""Ctrl-C, SIGTERM and a closed terminal (SIGHUP) stop any command within seconds, keep what
+finished, and never leave a false result: a compile killed by the interrupt is not a compile error,
+in rows or in the cache.
+
+Every test waits for events, never for time: a line tilegen prints, or a fake nvcc on PATH that
+announces through a FIFO that it has started (and then hangs, as a long compile would).
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from gen.cli import main
 from gen.compiler import CompileOptions, cache_summary, compile_batch
 from gen.errors import Interrupted
 from gen.families import SgemmVariant
@@ -21,28 +26,34 @@ from gen.processes import ProcessGroup
 from gen.store import read_rows
 
 from .conftest import REPO
+from .fakes import ANNOUNCE_AND_HANG, Announcements, LineReader, running
 
-SGEMM_SLICE = ["-p", "bm=64,128", "-p", "bn=64,128", "-p", "bk=8,16", "-p", "wm=32", "-p", "wn=32,64", "-p", "tm=4",
-               "-p", "tn=4", "-p", "padding=4", "-p", "vec=4", "-p", "stages=2", "-p", "bounds=none"]
+# Two variants to compile, one after the other, and one skipped as invalid (tile 64).
+SPACE = ["matmul", "-p", "tile=8,16,64", "-p", "padding=0", "-p", "bounds=guard", "--arch", "sm_90", "--jobs", "1"]
+# The real nvcc for the first compile, then one that announces it started and hangs.
+FIRST_THEN_HANG = f'[ "$RUN" -gt 1 ] && {{ {ANNOUNCE_AND_HANG}; }}; exec "$REAL" "$@"'
 STOP_WITHIN_S = 2.0
+KEPT = "tilegen: interrupted: 1 of 2 variants compiled; 2 rows kept in"  # SPACE's skipped row and first variant
 
 
-def start(args: list[str], cache: Path, log: Path) -> subprocess.Popen:
-    """tilegen in a process group of its own, as a shell runs a job: a signal to the group reaches
-    every process in it, as Ctrl-C at a terminal does."""
-    environment = dict(os.environ, TILEGEN_CACHE=str(cache), CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO))
-    return subprocess.Popen([sys.executable, "-m", "gen", *args], stdout=subprocess.DEVNULL, stderr=open(log, "w"),
-                            env=environment, cwd=REPO, start_new_session=True)
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compile_options: CompileOptions) -> Path:
+    """This test's own compile cache ($TILEGEN_CACHE, passed on to the tilegen it starts)."""
+    monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "cubins"
 
 
-def wait_for(condition, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
+def start(args: list[str], cwd: Path, **env: str) -> tuple[subprocess.Popen, LineReader]:
+    """tilegen in a process group of its own, as a shell runs a job (a signal to the group reaches
+    every process in it, as Ctrl-C at a terminal does), and the lines it writes on stderr."""
+    environment = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO), **env)
+    process = subprocess.Popen([sys.executable, "-m", "gen", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               env=environment, cwd=cwd, start_new_session=True)
+    return process, LineReader(process.stderr.fileno())
 
 
 def stop(process: subprocess.Popen, signum: int, group: bool) -> float:
+    """Send the signal; seconds until tilegen has exited."""
     started = time.monotonic()
     if group:
         os.killpg(process.pid, signum)
@@ -52,60 +63,116 @@ def stop(process: subprocess.Popen, signum: int, group: bool) -> float:
     return time.monotonic() - started
 
 
-def test_ctrl_c_stops_a_cold_compile_at_once_and_caches_no_failure(tmp_path: Path, compile_options) -> None:
-    cache, out, log = tmp_path / "cache", tmp_path / "out", tmp_path / "log"
-    process = start(["compile", "sgemm", *SGEMM_SLICE, "--arch", "sm_90", "--jobs", "2", "--out", str(out)],
-                    cache, log)
-    wait_for(lambda: "compile 1/" in log.read_text())  # nvcc is busy with the next ones
+def test_ctrl_c_stops_a_cold_compile_at_once_and_caches_no_failure(tmp_path: Path, cache: Path, fake_nvcc,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "out"
+    fake = fake_nvcc(FIRST_THEN_HANG)
+    process, said = start(["compile", *SPACE, "--out", str(out)], tmp_path, PATH=fake.path)
+    said.until("compile 1/2")
+    fake.announcements.until("started")  # nvcc is busy with the second
     assert stop(process, signal.SIGINT, group=True) < STOP_WITHIN_S
     assert process.returncode == 130
-    said = log.read_text().strip().splitlines()[-1]
-    assert said.startswith("tilegen: interrupted: ") and "rows kept in" in said
+    assert said.until("tilegen: interrupted").startswith(KEPT)
     rows = read_rows(out / "results.jsonl")  # every line whole
-    assert rows and all(r.status in ("compiled", "skipped") for r in rows)
+    assert sorted(r.status for r in rows) == ["compiled", "skipped"]
     assert (out / "results.csv").read_text().count("\n") == len(rows) + 1
-    assert cache_summary(cache / "cubins").failed == 0
-    again = subprocess.run([sys.executable, "-m", "gen", "compile", "sgemm", *SGEMM_SLICE, "--arch", "sm_90"],
-                           capture_output=True, text=True, cwd=REPO,
-                           env=dict(os.environ, TILEGEN_CACHE=str(cache), PYTHONPATH=str(REPO)))
-    assert again.returncode == 0 and ", 0 failed," in again.stdout
+    assert cache_summary(cache).failed == 0
+    assert main(["compile", *SPACE]) == 0 and ", 0 failed," in capsys.readouterr().out
 
 
-def test_sigterm_stops_a_sweep_whose_resume_then_finishes_it(tmp_path: Path, compile_options) -> None:
-    cache, out, log = tmp_path / "cache", tmp_path / "out", tmp_path / "log"
-    sweep = ["sweep", "matmul", "-p", "tile=8,16,32", "-p", "padding=0,1,2", "--size", "96x96x96", "--arch", "sm_90",
-             "--jobs", "1", "--out", str(out)]
-    process = start(sweep, cache, log)
-    results = out / "results.jsonl"
-    wait_for(lambda: results.exists() and '"compiled"' in results.read_text())
+def test_sigterm_stops_a_sweep_whose_resume_then_finishes_it(tmp_path: Path, cache: Path, fake_nvcc,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    sweep = ["sweep", "matmul", "-p", "tile=8,16,32", "-p", "padding=0,1,2", "-p", "bounds=guard", "--size",
+             "96x96x96", "--arch", "sm_90", "--jobs", "1", "--out", str(out)]
+    fake = fake_nvcc(FIRST_THEN_HANG)
+    process, said = start(sweep, tmp_path, PATH=fake.path)
+    said.until("sweep 1/9")
+    fake.announcements.until("started")
     assert stop(process, signal.SIGTERM, group=False) < STOP_WITHIN_S
-    assert process.returncode == 130 and "--resume to continue" in log.read_text()
+    assert process.returncode == 130 and "--resume to continue" in said.until("tilegen: interrupted")
+    results = out / "results.jsonl"
     kept = read_rows(results)
-    assert 0 < len(kept) < 27 and (out / "results.csv").exists()
-    finished = subprocess.run([sys.executable, "-m", "gen", *sweep, "--resume"], capture_output=True, text=True,
-                              cwd=REPO, env=dict(os.environ, TILEGEN_CACHE=str(cache), CUDA_VISIBLE_DEVICES="",
-                                                 PYTHONPATH=str(REPO)))
-    assert finished.returncode == 0, finished.stderr
+    assert len(kept) == 1 and (out / "results.csv").exists()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert main([*sweep, "--resume"]) == 0  # the real nvcc
     rows = read_rows(results)
     assert [r.key for r in rows[: len(kept)]] == [r.key for r in kept]  # nothing rewritten
-    assert len({r.key for r in rows}) == len(rows) == 27  # nothing lost, nothing twice
+    assert len({r.key for r in rows}) == len(rows) == 9  # nothing lost, nothing twice
     assert not [r for r in rows if r.status == "compile_error"]
 
 
-def test_a_killed_compile_raises_and_leaves_nothing_in_the_cache(tmp_path: Path, compile_options) -> None:
+def test_a_closed_terminal_stops_a_compile_kills_its_nvcc_and_leaves_no_temporary_files(
+        tmp_path: Path, cache: Path, fake_nvcc) -> None:
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    fake = fake_nvcc('[ "$RUN" -gt 1 ] && { touch "$TMPDIR/tmpxft_00001_k.cpp1.ii"; sleep 3600 & '
+                     'echo "started $RUN $$ $!" > "$ANNOUNCE"; wait; }; exec "$REAL" "$@"')
+    process, said = start(["compile", *SPACE, "--out", str(out)], tmp_path, PATH=fake.path, TMPDIR=str(scratch))
+    said.until("compile 1/2")
+    _, _, nvcc, stage = fake.announcements.until("started").split()
+    assert stop(process, signal.SIGHUP, group=True) < STOP_WITHIN_S
+    assert process.returncode == 130
+    assert said.until("tilegen: interrupted").startswith(KEPT)
+    assert not running(int(nvcc)) and not running(int(stage))
+    assert not list(scratch.iterdir())  # tilegen's folders and nvcc's files alike
+    assert sorted(r.status for r in read_rows(out / "results.jsonl")) == ["compiled", "skipped"]
+    assert cache_summary(cache).failed == 0
+
+
+def test_ctrl_c_while_nvcc_is_asked_its_version_stops_that_nvcc_too(tmp_path: Path, cache: Path, fake_nvcc) -> None:
+    fake = fake_nvcc(answer='case "$*" in *--version*) sleep 3600 & echo "started 0 $$ $!" > "$ANNOUNCE"; wait;; '
+                            'esac; exec "$REAL" "$@"')
+    process, said = start(["compile", *SPACE], tmp_path, PATH=fake.path)
+    _, _, nvcc, child = fake.announcements.until("started").split()
+    assert stop(process, signal.SIGINT, group=False) < STOP_WITHIN_S
+    assert process.returncode == 130 and said.until("tilegen: interrupted")
+    assert not running(int(nvcc)) and not running(int(child))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_while_tilegen_starts_is_an_interrupt_not_a_traceback(tmp_path: Path, signum: int) -> None:
+    """The command line's imports take half a second; a signal then is handled as later on."""
+    announcements = Announcements(tmp_path / "importing")
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "numpy.py").write_text(  # the command line imports numpy: this one says so, then waits
+        f"import os\nos.write(os.open({str(tmp_path / 'importing')!r}, os.O_WRONLY), b'importing\\n')\n"
+        f"os.read(os.pipe()[0], 1)\n")
+    process = subprocess.Popen([sys.executable, "-m", "gen", "list"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, cwd=tmp_path, start_new_session=True,
+                               env=dict(os.environ, PYTHONPATH=f"{shadow}{os.pathsep}{REPO}"))
+    try:
+        announcements.until("importing")
+        assert stop(process, signum, group=True) < STOP_WITHIN_S
+        assert process.returncode == 130
+        assert process.stderr.read() == b"tilegen: interrupted\n"
+    finally:
+        announcements.close()
+
+
+def test_a_killed_compile_raises_and_leaves_nothing_in_the_cache(tmp_path: Path, fake_nvcc,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = fake_nvcc(ANNOUNCE_AND_HANG)
+    monkeypatch.setenv("PATH", fake.path)
     options = CompileOptions(arch="sm_90", cache=tmp_path / "cubins", jobs=1)
     children = ProcessGroup()
-    threading.Timer(0.5, children.kill_all).start()  # while nvcc works on it
+
+    def kill_once_nvcc_started() -> None:
+        fake.announcements.until("started")
+        children.kill_all()
+
+    threading.Thread(target=kill_once_nvcc_started, daemon=True).start()
     with pytest.raises(Interrupted):
         compile_batch([SgemmVariant(bm=64, bn=64, wm=32, wn=32)], options, children)
     assert not list(options.cache.glob("*.json"))
     with pytest.raises(Interrupted):  # and the group starts nothing more
         compile_batch([SgemmVariant(bm=64, bn=64, wm=32, wn=64)], options, children)
+    assert fake.compiles == 1
 
 
 def test_the_cache_command_shows_purges_failures_and_clears(tmp_path: Path, compile_options, monkeypatch) -> None:
     from gen import compiler
-    from gen.cli import main
     from gen.families import MatmulVariant
 
     monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path))
