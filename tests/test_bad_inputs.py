@@ -98,7 +98,7 @@ def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared_run: Path) -
 
 
 def _measured(variant: Any, shape: str) -> Row:
-    return Row(variant.name, variant.family, variant.params(), Status.OK, shape=shape, median_ms=1.0,
+    return Row(variant.name, variant.family, variant.params(), Status.OK, shape=shape, median_ms=1.0, error=1e-7,
                provenance=H100.provenance())
 
 
