@@ -69,8 +69,27 @@ def prepared_run(tmp_path_factory: pytest.TempPathFactory, compile_options) -> P
     return out
 
 
+@pytest.fixture(scope="module")
+def prepared_databases(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Databases made once and copied into each case's folder: tuned.sqlite's damaged copies, and
+    another program's file with a table named measurements."""
+    folder = tmp_path_factory.mktemp("databases")
+    tuned = tmp_path_factory.mktemp("tuned") / "tuned.sqlite"
+    TuningDB(tuned).record([_measured(MatmulVariant(tile=32), "1024x1024x1024")])
+    for name, damage in DAMAGED_DATABASES.items():
+        shutil.copy(tuned, folder / name)
+        with sqlite3.connect(folder / name) as connection:
+            connection.execute("UPDATE measurements SET row = ?", (damage(connection.execute(
+                "SELECT row FROM measurements").fetchone()[0]),))
+        connection.close()
+    with sqlite3.connect(folder / "measures.sqlite") as connection:
+        connection.execute("CREATE TABLE measurements (taken TEXT, value REAL)")
+    connection.close()
+    return folder
+
+
 @pytest.fixture
-def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared_run: Path) -> Path:
+def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared_run: Path, prepared_databases: Path) -> Path:
     """The folder every case runs in, holding what the cases point at."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TILEGEN_DB", str(tmp_path / "default.sqlite"))  # no database unless a case names one
@@ -86,6 +105,8 @@ def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared_run: Path) -
         connection.execute("INSERT INTO notes VALUES ('mine')")
     connection.close()
     TuningDB(tmp_path / "tuned.sqlite").record([_measured(MatmulVariant(tile=32), "1024x1024x1024")])
+    for database in prepared_databases.iterdir():
+        shutil.copy(database, tmp_path / database.name)
     for name, line in ROW_LINES.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.jsonl").write_text(line + "\n")
@@ -111,6 +132,22 @@ ROW_LINES = {  # folders whose results.jsonl holds one line that is not a result
     "rows-bad-status": json.dumps({"name": "matmul_f32_t8_p0_guard_both", "family": "matmul", "params": {},
                                    "status": "fine"}),
     "rows-not-json": "name=matmul status=ok",
+}
+
+
+def _with(**fields: Any) -> Callable[[str], str]:
+    """A damage: the row's JSON with these fields set."""
+    return lambda text: json.dumps({**json.loads(text), **fields})
+
+
+def _status_twice(text: str) -> str:
+    return text[:-1] + ', "status": "ok"}'
+
+
+DAMAGED_DATABASES = {  # copies of tuned.sqlite whose one measurement has a row that is not a result row
+    "bad-json.sqlite": lambda text: text[:40],
+    "bad-status.sqlite": _with(status="fine"),
+    "bad-twice.sqlite": _status_twice,
 }
 
 
@@ -269,6 +306,11 @@ CLI_CASES = [
     case("report --db run", "--db run is a folder"),
     case("report --db notes.txt", "notes.txt is not a tilegen tuning database"),
     case("report --db foreign.sqlite", "foreign.sqlite is an SQLite database but not tilegen's (its tables: notes)"),
+    case("report --db measures.sqlite", "measures.sqlite is an SQLite database but not tilegen's (its tables: "
+                                        "measurements)"),
+    case("best matmul --size 64x64x64 --gpu H100 --db measures.sqlite", "measures.sqlite is an SQLite database but "
+                                                                        "not tilegen's"),
+    case("tune matmul --size 64x64x64 --db measures.sqlite", "measures.sqlite is an SQLite database but not tilegen's"),
     case("export --t4 t4.json --db foreign.sqlite", "is an SQLite database but not tilegen's"),
     case("tune matmul --size 64x64x64 --db foreign.sqlite", "is an SQLite database but not tilegen's"),
     case("tune matmul --size 64x64x64 --db run", "--db run is a folder"),
@@ -283,6 +325,13 @@ CLI_CASES = [
     case("sweep matmul -p tile=8 --size 64x64x64 --out rows-list --resume", "rows-list/results.jsonl:1 is not a "
                                                                            "result row (a result row is a JSON "
                                                                            "object, not list)"),
+    # measurements whose row has a field of the wrong kind: one line naming file, measurement and field
+    *[case(command, f"{name}: the row of measurement 1 is not a result row ({problem}") for name, problem in [
+        ("bad-json.sqlite", "Expecting property name enclosed in double quotes"),
+        ("bad-status.sqlite", "its field 'status' must be one of: ok, wrong,"),
+        ("bad-twice.sqlite", "the key 'status' is given twice"),
+    ] for command in (f"report --db {name}", f"best matmul --size 1024x1024x1024 --gpu H100 --db {name}",
+                      f"export --t4 t4.json --db {name}")],
     # --resume with settings other than the run's, each difference named
     case(_resume_with("-p", "tile=16", drop=("-p",)), "-p tile 16 (the run has 8)",
          id="resume: other parameter values"),
@@ -478,6 +527,12 @@ API_CASES = [
     api(lambda: TuningDB(Path("tunde.sqlite"), create=False), "--db tunde.sqlite does not exist",
         "TuningDB: a reader's mistyped path"),
     api(lambda: write_t4([], Path("run")), "--t4 run is a folder", "write_t4: onto a folder"),
+    api(lambda: TuningDB(Path("measures.sqlite")), "is an SQLite database but not tilegen's",
+        "TuningDB: another program's measurements"),
+    api(lambda: TuningDB(Path("bad-status.sqlite"), create=False).rows(), "bad-status.sqlite: the row of "
+        "measurement 1 is not a result row (its field 'status'", "TuningDB.rows: a bad row"),
+    api(lambda: gen.tuned("matmul", 1024, 1024, 1024, db=Path("bad-json.sqlite"), device=H100),
+        "the row of measurement 1 is not a result row", "tuned: a bad row"),
     api(lambda: read_rows(Path("rows-list/results.jsonl")), "is not a result row (a result row is a JSON object",
         "read_rows: a list"),
     api(lambda: emit(Path("afile"), [get_family("matmul")]), "--out afile is a file", "emit: into a file"),
