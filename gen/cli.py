@@ -4,6 +4,7 @@ Ctrl-C or SIGTERM stops any command within seconds, keeps what finished and says
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 from collections import Counter
@@ -28,7 +29,7 @@ from .results import GpuModel, Row, Status, TimingOptions
 from .space import MAX_POINTS, Space, parse_options
 from .store import ResultLog
 from .strategies import STRATEGIES
-from .sweep import ANNOUNCE_POINTS, SweepOptions, make_plan, preview, space_line, status_counts, summary, sweep
+from .sweep import ANNOUNCE_POINTS, Plan, SweepOptions, make_plan, preview, space_line, status_counts, summary, sweep
 from .table import text_table
 from .tune import TUNE_TIMING, TuneOptions, describe, revalidate, tune
 from .tunedb import DB_ENV, TuningDB, problem_of
@@ -309,12 +310,26 @@ def cmd_compile(args: argparse.Namespace) -> int:
     space = Space.from_options(family, args.params)
     space.check_size(args.max_points)
     pipeline = Pipeline(family, RunOptions(arch=args.arch, compile_jobs=args.jobs, run_kernels=False))
-    log = ResultLog(args.out, advice="choose another --out, or remove its results.jsonl") if args.out else None
-    if len(space) >= ANNOUNCE_POINTS:
-        print(f"compile: {space_line(space, 1)}; checking them", file=sys.stderr)
-    plan = make_plan(family, space, [None], [""], args.filter, args.keep_skipped)
-    print(f"compile: {plan.describe()}", file=sys.stderr)
-    rows: list[Row] = plan.skipped_rows(pipeline.provenance, args.keep_skipped)
+    with (ResultLog(args.out, advice="choose another --out, or remove its results.jsonl",
+                    again="compile again into another --out") if args.out else contextlib.nullcontext()) as log:
+        if len(space) >= ANNOUNCE_POINTS:
+            print(f"compile: {space_line(space, 1)}; checking them", file=sys.stderr)
+        plan = make_plan(family, space, [None], [""], args.filter, args.keep_skipped)
+        print(f"compile: {plan.describe()}", file=sys.stderr)
+        rows = _compiled_rows(pipeline, plan, log, args.keep_skipped)
+    print(resource_table(rows))
+    counts = status_counts(rows)
+    cached = pipeline.stats.cached
+    print(f"{counts[Status.COMPILED]} compiled ({cached} from cache), {counts[Status.COMPILE_ERROR]} failed, "
+          f"{counts[Status.SKIPPED]} skipped as invalid")
+    if log:
+        print(f"rows written to {log.path} and {args.out / 'results.csv'}")
+    return 1 if counts[Status.COMPILE_ERROR] and not counts[Status.COMPILED] else 0
+
+
+def _compiled_rows(pipeline: Pipeline, plan: Plan, log: ResultLog | None, keep_skipped: bool) -> list[Row]:
+    """Every row of the plan, each kept in `log` (if any) the moment it is known."""
+    rows: list[Row] = plan.skipped_rows(pipeline.provenance, keep_skipped)
     progress = Progress(len(plan.runnable), "compile")
     try:
         for row in rows:
@@ -334,15 +349,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         progress.close()
         if log:
             log.finish()
-            log.close()
-    print(resource_table(rows))
-    counts = status_counts(rows)
-    cached = pipeline.stats.cached
-    print(f"{counts[Status.COMPILED]} compiled ({cached} from cache), {counts[Status.COMPILE_ERROR]} failed, "
-          f"{counts[Status.SKIPPED]} skipped as invalid")
-    if log:
-        print(f"rows written to {log.path} and {args.out / 'results.csv'}")
-    return 1 if counts[Status.COMPILE_ERROR] and not counts[Status.COMPILED] else 0
+    return rows
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -110,6 +110,14 @@ def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared_run: Path, p
     for name, line in ROW_LINES.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.jsonl").write_text(line + "\n")
+    for name, damage in DAMAGED_RUNS.items():
+        shutil.copytree(prepared_run, tmp_path / name)
+        first, *rest = (tmp_path / name / "results.jsonl").read_text().splitlines(keepends=True)
+        (tmp_path / name / "results.jsonl").write_text("".join([damage(first.rstrip("\n")) + "\n", *rest]))
+    for name, files in USERS_FOLDERS.items():
+        (tmp_path / name).mkdir()
+        for file in files:
+            (tmp_path / name / file).write_text("the user's own\n")
     (tmp_path / "noresults").mkdir()
     (tmp_path / "variants" / "matmul").mkdir(parents=True)
     (tmp_path / "variants" / "matmul" / "matmul_f32_t16_p1_guard_both.cu").write_text("// my own kernel\n")
@@ -144,11 +152,20 @@ def _status_twice(text: str) -> str:
     return text[:-1] + ', "status": "ok"}'
 
 
+DAMAGED_RUNS = {  # copies of the prepared run whose first row has a field of the wrong kind
+    "row-shape": _with(shape=5),
+    "row-params": _with(params="tile=8"),
+    "row-median": _with(median_ms="fast"),
+    "row-count": _with(skipped_count="3"),
+    "row-ok-unchecked": _with(error=None),
+    "row-twice": _status_twice,
+}
 DAMAGED_DATABASES = {  # copies of tuned.sqlite whose one measurement has a row that is not a result row
     "bad-json.sqlite": lambda text: text[:40],
     "bad-status.sqlite": _with(status="fine"),
     "bad-twice.sqlite": _status_twice,
 }
+USERS_FOLDERS = {"mine-csv": ["results.csv"], "mine-settings": ["run.json", "notes.txt"]}  # not tilegen's
 
 
 def snapshot(root: Path) -> dict[str, bytes | None]:
@@ -287,6 +304,15 @@ CLI_CASES = [
     case("export --t4 afile/t4.json --db tuned.sqlite", "the folder afile is a file"),
     case("export --t4 run --db tuned.sqlite", "--t4 run is a folder; give a file name"),
     case("export --t4 readonly/t4.json --db tuned.sqlite", "permission denied", READ_ONLY),
+    # what tilegen did not write
+    case(_resume_with(drop=("--out",)) + ["--out", "mine-csv"], "--out mine-csv holds results.csv that tilegen did "
+         "not write (the folders it writes carry a .tilegen-run file); choose another --out, or move them away",
+         id="sweep --resume into the user's results.csv"),
+    case("sweep matmul -p tile=8 --size 64x64x64 --out mine-csv", "--out mine-csv holds results.csv that tilegen "
+                                                                  "did not write"),
+    case("compile matmul -p tile=8 --out mine-csv", "--out mine-csv holds results.csv that tilegen did not write"),
+    case("sweep matmul -p tile=8 --size 64x64x64 --out mine-settings", "--out mine-settings holds run.json that "
+                                                                       "tilegen did not write"),
     case("report run --plot missing/plot.png", "--plot missing/plot.png: the folder missing does not exist"),
     case("report run --plot run", "--plot run is a folder"),
     # $TILEGEN_CACHE that tilegen cannot use
@@ -325,6 +351,17 @@ CLI_CASES = [
     case("sweep matmul -p tile=8 --size 64x64x64 --out rows-list --resume", "rows-list/results.jsonl:1 is not a "
                                                                            "result row (a result row is a JSON "
                                                                            "object, not list)"),
+    # result rows with a field of the wrong kind: one line naming file, line and field; a resume reads them
+    # before it compiles anything (a compile would fill the empty cache folder given here)
+    *[case(command, f"{name}/results.jsonl:1 is not a result row ({problem}); fix or remove that line",
+           env={"TILEGEN_CACHE": "cache"}) for name, problem in [
+        ("row-shape", "its field 'shape' must be text, got 5"),
+        ("row-params", "its field 'params' must be an object, got \"tile=8\""),
+        ("row-median", "its field 'median_ms' must be a number, or null, got \"fast\""),
+        ("row-count", "its field 'skipped_count' must be a whole number, or null, got \"3\""),
+        ("row-ok-unchecked", "an ok row needs a number in its field 'error', got null"),
+        ("row-twice", "the key 'status' is given twice"),
+    ] for command in (f"report {name}", _resume_with(drop=("--out",)) + ["--out", name])],
     # measurements whose row has a field of the wrong kind: one line naming file, measurement and field
     *[case(command, f"{name}: the row of measurement 1 is not a result row ({problem}") for name, problem in [
         ("bad-json.sqlite", "Expecting property name enclosed in double quotes"),
@@ -533,6 +570,9 @@ API_CASES = [
         "measurement 1 is not a result row (its field 'status'", "TuningDB.rows: a bad row"),
     api(lambda: gen.tuned("matmul", 1024, 1024, 1024, db=Path("bad-json.sqlite"), device=H100),
         "the row of measurement 1 is not a result row", "tuned: a bad row"),
+    api(lambda: read_rows(Path("row-params/results.jsonl")), "its field 'params' must be an object",
+        "read_rows: params as text"),
+    api(_sweep(out=Path("mine-csv")), "holds results.csv that tilegen did not write", "out: the user's folder"),
     api(lambda: read_rows(Path("rows-list/results.jsonl")), "is not a result row (a result row is a JSON object",
         "read_rows: a list"),
     api(lambda: emit(Path("afile"), [get_family("matmul")]), "--out afile is a file", "emit: into a file"),

@@ -1,28 +1,47 @@
-"""What tilegen leaves on disk: readers never change the tuning database they read, and a locked
-or read-only database ends in one line with nothing changed (issue 19)."""
+"""What tilegen leaves on disk: it writes only in run folders it made, one run writes a folder at a
+time, readers never change the tuning database, and a full disk or a locked or read-only database
+ends in one line with nothing recorded lost (issue 19).
+
+Runs that must be live while the test acts on them block in a fake nvcc (first on PATH), which
+announces through a FIFO that it has started and waits on another FIFO until the test lets it go.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
 import os
+import resource
+import select
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import gen
 from gen.cli import main
+from gen.compiler import nvcc_path
 from gen.errors import RunFailed
 from gen.families.matmul import MatmulVariant
 from gen.results import DeviceInfo, Row, Status
+from gen.store import RUN_LOCK, RUN_MARKER, read_rows
 from gen.tunedb import TuningDB
 
 from .conftest import REPO
 
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 80 * 2**30, 50 * 2**20, "580")
+# A sweep of one point to compile and one not to run (tile 64 is too large): its first row, the
+# skipped one, is written before nvcc starts.
+TWO_POINTS = ["-p", "tile=8,64", "-p", "padding=0", "-p", "bounds=guard", "--size", "64x64x64", "--arch", "sm_90",
+              "--jobs", "1"]
+SIX_POINTS = ["-p", "tile=8,16,32", "-p", "padding=0,1", "-p", "bounds=guard", "--size", "64x64x64", "--arch",
+              "sm_90"]
+WAIT_S = 120.0  # how long a test waits for an event before it fails, never a pause
 
 
 def run_main(capsys: pytest.CaptureFixture, args: list[str]) -> tuple[int, str, str]:
@@ -45,6 +64,158 @@ def measured(tile: int, shape: str = "1024x1024x1024") -> Row:
     variant = MatmulVariant(tile=tile)
     return Row(variant.name, variant.family, variant.params(), Status.OK, shape=shape, median_ms=1.0 / tile,
                error=1e-7, throughput=float(tile), unit="TFLOP/s", provenance=H100.provenance())
+
+
+# ---- a live run, held in a fake nvcc ------------------------------------------------------------------
+
+class HeldRun:
+    """`tilegen sweep` in a process of its own, whose first compile waits until `release`."""
+
+    def __init__(self, tmp_path: Path, args: list[str]):
+        self.started, self.go = tmp_path / "nvcc-started", tmp_path / "nvcc-go"
+        os.mkfifo(self.started)
+        os.mkfifo(self.go)
+        fake = tmp_path / "bin" / "nvcc"
+        fake.parent.mkdir()
+        fake.write_text(f"""#!/bin/sh
+case " $* " in
+  *" -cubin "*)
+    if mkdir "{tmp_path}/nvcc-held" 2>/dev/null; then
+      echo $$ > "{self.started}"
+      read answer < "{self.go}"
+    fi;;
+esac
+exec "{nvcc_path()}" "$@"
+""")
+        fake.chmod(0o755)
+        environment = dict(os.environ, PATH=f"{fake.parent}{os.pathsep}{os.environ['PATH']}",
+                           TILEGEN_CACHE=str(tmp_path / "cache"), CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO),
+                           TMPDIR=str(tmp_path))
+        self.log = tmp_path / "held.log"
+        self.process = subprocess.Popen([sys.executable, "-m", "gen", "sweep", "matmul", *args],
+                                        stdout=subprocess.DEVNULL, stderr=open(self.log, "w"), env=environment,
+                                        cwd=tmp_path, start_new_session=True)
+
+    def wait_until_compiling(self) -> None:
+        """Block until the fake nvcc says it has started (the run's first row is written by then)."""
+        fd = os.open(self.started, os.O_RDONLY | os.O_NONBLOCK)
+        deadline = time.monotonic() + WAIT_S
+        said = b""
+        try:
+            while not said.endswith(b"\n"):
+                assert self.process.poll() is None, self.log.read_text()
+                assert time.monotonic() < deadline, "the held run never started nvcc"
+                if select.select([fd], [], [], 1.0)[0]:
+                    said += os.read(fd, 64)
+        finally:
+            os.close(fd)
+        self.nvcc = int(said)
+
+    def release(self) -> None:
+        with open(self.go, "w") as fifo:
+            fifo.write("go\n")
+
+    def kill(self) -> None:
+        """SIGKILL to the run (and the workers of its process group), and to its nvcc (a session of its own)."""
+        for group in (self.process.pid, self.nvcc):
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sweeps here compile and run no kernel, on a GPU machine too."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+@pytest.fixture
+def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_gpu: None, compile_options) -> HeldRun:
+    monkeypatch.chdir(tmp_path)
+    run = HeldRun(tmp_path, [*TWO_POINTS, "--out", "out"])
+    run.wait_until_compiling()
+    yield run
+    if run.process.poll() is None:
+        run.kill()
+
+
+def test_a_second_writer_or_a_resume_of_a_live_run_is_refused_naming_the_holder(
+        held: HeldRun, capsys: pytest.CaptureFixture) -> None:
+    out = Path("out")
+    before = (out / "results.jsonl").read_bytes()
+    holder = f"(pid {held.process.pid} on {socket.gethostname()})"
+    for command in (["sweep", "matmul", *TWO_POINTS, "--out", "out"],
+                    ["sweep", "matmul", *TWO_POINTS, "--out", "out", "--resume"],
+                    ["compile", "matmul", "-p", "tile=8", "-p", "padding=0", "-p", "bounds=guard", "--out", "out"]):
+        code, _, err = run_main(capsys, command)
+        assert code == 2 and "--out out is being written by another tilegen run " + holder in one_line_error(err)
+    assert (out / "results.jsonl").read_bytes() == before  # the skipped row, and nothing of theirs
+    held.release()
+    assert held.process.wait(timeout=WAIT_S) == 0, held.log.read_text()
+    keys = [row.key for row in read_rows(out / "results.jsonl")]
+    assert len(keys) == len(set(keys)) == 2
+    assert (out / RUN_MARKER).is_file() and not (out / RUN_LOCK).exists()
+    code, _, err = run_main(capsys, ["sweep", "matmul", *TWO_POINTS, "--out", "out", "--resume"])
+    assert code == 0, err  # the run has ended: its folder is free
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over(held: HeldRun, capsys: pytest.CaptureFixture) -> None:
+    held.kill()
+    lock = Path("out") / RUN_LOCK
+    assert lock.read_text().split()[0] == str(held.process.pid)  # left behind by the dead run
+    code, _, err = run_main(capsys, ["sweep", "matmul", *TWO_POINTS, "--out", "out", "--resume"])
+    assert code == 0, err
+    keys = [row.key for row in read_rows(Path("out") / "results.jsonl")]
+    assert len(keys) == len(set(keys)) == 2 and not lock.exists()
+
+
+# ---- files that are not tilegen's -------------------------------------------------------------------------
+
+def test_a_run_of_tilegen_0_2_without_a_marker_resumes_and_is_marked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, no_gpu: None,
+        compile_options) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(capsys, ["sweep", "matmul", *TWO_POINTS, "--out", "old"])
+    assert code == 0, err
+    (tmp_path / "old" / RUN_MARKER).unlink()  # as tilegen 0.2 left its runs
+    kept = (tmp_path / "old" / "results.jsonl").read_bytes()
+    code, _, err = run_main(capsys, ["sweep", "matmul", *TWO_POINTS, "--out", "old", "--resume"])
+    assert code == 0, err
+    assert (tmp_path / "old" / RUN_MARKER).is_file()
+    assert (tmp_path / "old" / "results.jsonl").read_bytes().startswith(kept)
+
+
+# ---- a full disk --------------------------------------------------------------------------------------
+
+def test_a_full_disk_stops_a_sweep_in_one_line_with_no_torn_row_and_resume_finishes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture, no_gpu: None, compile_options) -> None:
+    warm = tmp_path / "warm"  # the same sweep once: every compile cached, the size of its rows known
+    assert main(["sweep", "matmul", *SIX_POINTS, "--out", str(warm)]) == 0
+    capsys.readouterr()
+    limit = (warm / "results.jsonl").stat().st_size // 2
+
+    def small_files() -> None:  # writes past `limit` bytes fail with EFBIG, as on a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    out = tmp_path / "out"
+    stopped = subprocess.run([sys.executable, "-m", "gen", "sweep", "matmul", *SIX_POINTS, "--out", str(out)],
+                             capture_output=True, text=True, cwd=REPO, preexec_fn=small_files,
+                             env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert stopped.returncode == 1, stopped.stderr
+    said = stopped.stderr.strip().splitlines()[-1]
+    assert said.startswith(f"tilegen: error: cannot write {out / 'results.jsonl'} (File too large); the ")
+    assert "rows before it are kept; make room, then run the same sweep with --resume" in said
+    assert "Traceback" not in stopped.stderr
+    kept = (out / "results.jsonl").read_bytes()
+    assert kept.endswith(b"\n") and 1 <= len(read_rows(out / "results.jsonl")) < 6  # whole rows only
+    assert not (out / "results.csv").exists() and not (out / RUN_LOCK).exists()
+    assert main(["sweep", "matmul", *SIX_POINTS, "--out", str(out), "--resume"]) == 0
+    assert (out / "results.jsonl").read_bytes().startswith(kept)
+    keys = [row.key for row in read_rows(out / "results.jsonl")]
+    assert len(keys) == len(set(keys)) == 6
 
 
 # ---- the tuning database ------------------------------------------------------------------------------
