@@ -15,7 +15,7 @@ from . import __version__, checks
 from .compiler import CompileOptions, cache_summary, clear_cache, purge_failed
 from .emit import emit
 from .errors import TilegenError, UsageError
-from .export import write_t4
+from .export import checked_t4_path, write_t4
 from .families import all_families, get_family
 from .jobs import CACHE_CONFIGS
 from .lookup import tuned_with_reason
@@ -186,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     exporting.add_argument("--db", type=Path, help="tuning database")
     exporting.add_argument("--family", help="only this family")
     exporting.add_argument("--gpu", help="only GPU models whose name contains this")
+    exporting.add_argument("--force", action="store_true",
+                           help="replace FILE even if it is not a T4 file tilegen wrote (never a database or a "
+                                "run's results)")
     exporting.set_defaults(handler=cmd_export)
 
     reporting = commands.add_parser("report", help="tables (and PNG plots) from sweep results or the tuning DB")
@@ -415,12 +418,12 @@ def cmd_best(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     db = TuningDB(args.db, create=False)
-    writable_file(args.t4, "--t4")
+    checked_t4_path(args.t4, args.force)
     model = _pick_model(db, args.gpu) if args.gpu else None
     rows = db.rows(args.family, str(model) if model else None)
     if not rows:
         raise UsageError(f"{db.path} holds no measurements for that family and GPU")
-    print(f"wrote {write_t4(rows, args.t4)} results to {args.t4}")
+    print(f"wrote {write_t4(rows, args.t4, args.force)} results to {args.t4}")
 
 
 def cmd_report(args: argparse.Namespace) -> None:

@@ -304,7 +304,15 @@ CLI_CASES = [
     case("export --t4 afile/t4.json --db tuned.sqlite", "the folder afile is a file"),
     case("export --t4 run --db tuned.sqlite", "--t4 run is a folder; give a file name"),
     case("export --t4 readonly/t4.json --db tuned.sqlite", "permission denied", READ_ONLY),
-    # what tilegen did not write
+    # what tilegen did not write, or must never write over
+    case("export --t4 tuned.sqlite --db tuned.sqlite", "--t4 tuned.sqlite is an SQLite database; tilegen never "
+                                                       "writes over it, even with --force: give another file"),
+    case("export --t4 foreign.sqlite --db tuned.sqlite --force", "--t4 foreign.sqlite is an SQLite database"),
+    case("export --t4 run/results.jsonl --db tuned.sqlite", "--t4 run/results.jsonl is a file of a tilegen run; "
+                                                            "tilegen never writes over it"),
+    case("export --t4 run/results.csv --db tuned.sqlite --force", "--t4 run/results.csv is a file of a tilegen run"),
+    case("export --t4 notes.txt --db tuned.sqlite", "--t4 notes.txt exists and is not a T4 file tilegen wrote; give "
+                                                    "another file, or pass --force to replace it"),
     case(_resume_with(drop=("--out",)) + ["--out", "mine-csv"], "--out mine-csv holds results.csv that tilegen did "
          "not write (the folders it writes carry a .tilegen-run file); choose another --out, or move them away",
          id="sweep --resume into the user's results.csv"),
@@ -564,6 +572,9 @@ API_CASES = [
     api(lambda: TuningDB(Path("tunde.sqlite"), create=False), "--db tunde.sqlite does not exist",
         "TuningDB: a reader's mistyped path"),
     api(lambda: write_t4([], Path("run")), "--t4 run is a folder", "write_t4: onto a folder"),
+    api(lambda: write_t4([], Path("tuned.sqlite"), force=True), "--t4 tuned.sqlite is an SQLite database",
+        "write_t4: onto a database"),
+    api(lambda: write_t4([], Path("notes.txt")), "is not a T4 file tilegen wrote", "write_t4: onto the user's file"),
     api(lambda: TuningDB(Path("measures.sqlite")), "is an SQLite database but not tilegen's",
         "TuningDB: another program's measurements"),
     api(lambda: TuningDB(Path("bad-status.sqlite"), create=False).rows(), "bad-status.sqlite: the row of "

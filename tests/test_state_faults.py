@@ -1,6 +1,6 @@
-"""What tilegen leaves on disk: it writes only in run folders it made, one run writes a folder at a
-time, readers never change the tuning database, and a full disk or a locked or read-only database
-ends in one line with nothing recorded lost (issue 19).
+"""What tilegen leaves on disk: it writes only files it made, one run writes a folder at a time,
+readers never change what they read, and a full disk or a locked or read-only database ends in one
+line with nothing recorded lost (issue 19).
 
 Runs that must be live while the test acts on them block in a fake nvcc (first on PATH), which
 announces through a FIFO that it has started and waits on another FIFO until the test lets it go.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import resource
 import select
@@ -27,6 +28,7 @@ import gen
 from gen.cli import main
 from gen.compiler import nvcc_path
 from gen.errors import RunFailed
+from gen.export import write_t4
 from gen.families.matmul import MatmulVariant
 from gen.results import DeviceInfo, Row, Status
 from gen.store import RUN_LOCK, RUN_MARKER, read_rows
@@ -185,6 +187,22 @@ def test_a_run_of_tilegen_0_2_without_a_marker_resumes_and_is_marked(
     assert code == 0, err
     assert (tmp_path / "old" / RUN_MARKER).is_file()
     assert (tmp_path / "old" / "results.jsonl").read_bytes().startswith(kept)
+
+
+def test_export_writes_over_its_own_t4_file_and_another_file_only_with_force(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    db = tmp_path / "tuned.sqlite"
+    TuningDB(db).record([measured(16), measured(32)])
+    t4, mine = tmp_path / "t4.json", tmp_path / "mine.json"
+    for _ in range(2):  # the second export writes over the first one's file
+        assert main(["export", "--t4", str(t4), "--db", str(db)]) == 0
+    mine.write_text('{"my": "own results"}\n')
+    code, _, err = run_main(capsys, ["export", "--t4", str(mine), "--db", str(db)])
+    assert code == 2 and "is not a T4 file tilegen wrote; give another file, or pass --force" in one_line_error(err)
+    assert mine.read_text() == '{"my": "own results"}\n'
+    assert main(["export", "--t4", str(mine), "--db", str(db), "--force"]) == 0
+    assert json.loads(mine.read_text())["metadata"]["tool"] == f"tilegen {gen.__version__}"
+    assert write_t4(TuningDB(db, create=False).rows(), mine) == 2  # tilegen's now
 
 
 # ---- a full disk --------------------------------------------------------------------------------------
