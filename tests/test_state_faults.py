@@ -8,11 +8,9 @@ announces through a FIFO that it has started and waits on another FIFO until the
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
-import resource
 import select
 import signal
 import socket
@@ -56,6 +54,13 @@ def one_line_error(err: str) -> str:
     assert err.startswith("tilegen: error: ") and len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
     return err
+
+
+def after(setup: str, *arguments: str) -> list[str]:
+    """A command running Python with `arguments` once `setup` (Python, with os, sys, signal and
+    resource imported) has changed the process: limits and capabilities outlast the exec."""
+    return [sys.executable, "-c", f"import os, resource, signal, sys; {setup}; os.execv(sys.executable, sys.argv[1:])",
+            sys.executable, *arguments]
 
 
 def digest(path: Path) -> str:
@@ -214,14 +219,11 @@ def test_a_full_disk_stops_a_sweep_in_one_line_with_no_torn_row_and_resume_finis
     capsys.readouterr()
     limit = (warm / "results.jsonl").stat().st_size // 2
 
-    def small_files() -> None:  # writes past `limit` bytes fail with EFBIG, as on a full disk
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
     out = tmp_path / "out"
-    stopped = subprocess.run([sys.executable, "-m", "gen", "sweep", "matmul", *SIX_POINTS, "--out", str(out)],
-                             capture_output=True, text=True, cwd=REPO, preexec_fn=small_files,
-                             env=dict(os.environ, PYTHONPATH=str(REPO)))
+    small_files = (f"signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "  # a write past `limit` fails with EFBIG,
+                   f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))")  # as on a full disk
+    stopped = subprocess.run(after(small_files, "-m", "gen", "sweep", "matmul", *SIX_POINTS, "--out", str(out)),
+                             capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert stopped.returncode == 1, stopped.stderr
     said = stopped.stderr.strip().splitlines()[-1]
     assert said.startswith(f"tilegen: error: cannot write {out / 'results.jsonl'} (File too large); the ")
@@ -286,16 +288,11 @@ except TilegenError as error:
 """
 
 
-def _without_root_powers() -> None:
-    """In a child about to exec: root without CAP_DAC_OVERRIDE (and reading past permissions),
-    so that a file's permission bits bind it as they bind anyone."""
-    if os.geteuid() != 0:
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_capbset_drop, cap_dac_override, cap_dac_read_search = 24, 1, 2
-    for capability in (cap_dac_override, cap_dac_read_search):
-        if libc.prctl(pr_capbset_drop, capability, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+# Root without CAP_DAC_OVERRIDE (nor reading past permissions), so that a file's permission bits
+# bind it as they bind anyone: the capabilities leave the bounding set, and so every program it runs.
+WITHOUT_ROOT_POWERS = ("import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+                       "os.geteuid() == 0 and [libc.prctl(24, cap, 0, 0, 0) == 0 or sys.exit(f'prctl: errno "
+                       "{ctypes.get_errno()}') for cap in (1, 2)]")  # PR_CAPBSET_DROP; DAC_OVERRIDE, DAC_READ_SEARCH
 
 
 def test_a_tune_into_a_database_it_cannot_write_is_refused_before_any_work(tmp_path: Path) -> None:
@@ -303,9 +300,8 @@ def test_a_tune_into_a_database_it_cannot_write_is_refused_before_any_work(tmp_p
     TuningDB(db).record([measured(32, "64x64x64")])
     db.chmod(0o444)
     before, files = digest(db), sorted(os.listdir(tmp_path))
-    done = subprocess.run([sys.executable, "-c", TUNE_INTO, str(db)], capture_output=True, text=True, cwd=REPO,
-                          preexec_fn=_without_root_powers,
-                          env=dict(os.environ, TILEGEN_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(REPO)))
+    done = subprocess.run(after(WITHOUT_ROOT_POWERS, "-c", TUNE_INTO, str(db)), capture_output=True, text=True,
+                          cwd=REPO, env=dict(os.environ, TILEGEN_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(REPO)))
     assert done.stdout.startswith(f"refused: cannot write --db {db} (a read-only file); give a tuning database "
                                   f"you can write"), done.stdout + done.stderr
     assert "Traceback" not in done.stderr
