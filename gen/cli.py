@@ -6,6 +6,7 @@ and says so (exit 130). The entry point, gen.entry, handles those signals before
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -19,7 +20,7 @@ from .compiler import CompileOptions, cache_summary, clear_cache, cubin_cache, p
 from .emit import emit
 from .entry import EXIT_INTERRUPTED
 from .errors import RunFailed, TilegenError, UsageError
-from .export import write_t4
+from .export import checked_t4_path, write_t4
 from .families import all_families, get_family
 from .jobs import CACHE_CONFIGS
 from .lookup import tuned_with_reason
@@ -34,7 +35,7 @@ from .results import GpuModel, Row, Status, TimingOptions
 from .space import MAX_POINTS, Space, parse_options
 from .store import ResultLog
 from .strategies import STRATEGIES
-from .sweep import ANNOUNCE_POINTS, SweepOptions, make_plan, preview, space_line, status_counts, summary, sweep
+from .sweep import ANNOUNCE_POINTS, Plan, SweepOptions, make_plan, preview, space_line, status_counts, summary, sweep
 from .table import text_table
 from .tune import TUNE_TIMING, TuneOptions, describe, revalidate, tune
 from .tune import preview as tune_preview
@@ -221,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     exporting.add_argument("--db", type=Path, help="tuning database")
     exporting.add_argument("--family", help="only this family")
     exporting.add_argument("--gpu", help="only GPU models whose name contains this")
+    exporting.add_argument("--force", action="store_true",
+                           help="replace FILE even if it is not a T4 file tilegen wrote (never a database or a "
+                                "run's results)")
     exporting.set_defaults(handler=cmd_export)
 
     reporting = _command(commands, "report", help="tables (and PNG plots) from sweep results or the tuning DB")
@@ -361,12 +365,26 @@ def cmd_compile(args: argparse.Namespace) -> int:
     space = Space.from_options(family, args.params)
     space.check_size(args.max_points)
     pipeline = Pipeline(family, RunOptions(arch=args.arch, compile_jobs=args.jobs, run_kernels=False))
-    log = ResultLog(args.out, advice="choose another --out, or remove its results.jsonl") if args.out else None
-    if len(space) >= ANNOUNCE_POINTS:
-        print(f"compile: {space_line(space, 1)}; checking them", file=sys.stderr)
-    plan = make_plan(family, space, [None], [""], args.filter, args.keep_skipped)
-    print(f"compile: {plan.describe()}", file=sys.stderr)
-    rows: list[Row] = plan.skipped_rows(pipeline.provenance, args.keep_skipped)
+    with (ResultLog(args.out, advice="choose another --out, or remove its results.jsonl",
+                    again="compile again into another --out") if args.out else contextlib.nullcontext()) as log:
+        if len(space) >= ANNOUNCE_POINTS:
+            print(f"compile: {space_line(space, 1)}; checking them", file=sys.stderr)
+        plan = make_plan(family, space, [None], [""], args.filter, args.keep_skipped)
+        print(f"compile: {plan.describe()}", file=sys.stderr)
+        rows = _compiled_rows(pipeline, plan, log, args.keep_skipped)
+    print(resource_table(rows))
+    counts = status_counts(rows)
+    cached = pipeline.stats.cached
+    print(f"{counts[Status.COMPILED]} compiled ({cached} from cache), {counts[Status.COMPILE_ERROR]} failed, "
+          f"{counts[Status.SKIPPED]} skipped as invalid")
+    if log:
+        print(f"rows written to {log.path} and {args.out / 'results.csv'}")
+    return 1 if counts[Status.COMPILE_ERROR] and not counts[Status.COMPILED] else 0
+
+
+def _compiled_rows(pipeline: Pipeline, plan: Plan, log: ResultLog | None, keep_skipped: bool) -> list[Row]:
+    """Every row of the plan, each kept in `log` (if any) the moment it is known."""
+    rows: list[Row] = plan.skipped_rows(pipeline.provenance, keep_skipped)
     progress = Progress(len(plan.runnable), "compile")
     try:
         for row in rows:
@@ -389,15 +407,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         progress.close()
         if log:
             log.finish()
-            log.close()
-    print(resource_table(rows))
-    counts = status_counts(rows)
-    cached = pipeline.stats.cached
-    print(f"{counts[Status.COMPILED]} compiled ({cached} from cache), {counts[Status.COMPILE_ERROR]} failed, "
-          f"{counts[Status.SKIPPED]} skipped as invalid")
-    if log:
-        print(f"rows written to {log.path} and {args.out / 'results.csv'}")
-    return 1 if counts[Status.COMPILE_ERROR] and not counts[Status.COMPILED] else 0
+    return rows
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -463,12 +473,12 @@ def cmd_best(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     db = TuningDB(args.db, create=False)
-    writable_file(args.t4, "--t4")
+    checked_t4_path(args.t4, args.force)
     model = _pick_model(db, args.gpu) if args.gpu else None
     rows = db.rows(args.family, str(model) if model else None)
     if not rows:
         raise UsageError(f"{db.path} holds no measurements for that family and GPU")
-    print(f"wrote {write_t4(rows, args.t4)} results to {args.t4}")
+    print(f"wrote {write_t4(rows, args.t4, args.force)} results to {args.t4}")
 
 
 def cmd_report(args: argparse.Namespace) -> None:

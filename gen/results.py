@@ -7,10 +7,13 @@ store, reports, strategies and the tuning database never pull in rendering or th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import statistics
+import types
+import typing
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any
 
 
@@ -44,8 +47,10 @@ class GpuModel:
 
     @classmethod
     def from_provenance(cls, provenance: dict[str, Any]) -> "GpuModel | None":
-        """The model a row ran on; None for a row that ran on no GPU (a compile error)."""
-        if any(key not in provenance for key in ("gpu", "cc", "sm_count", "gpu_memory_bytes")):
+        """The model a row ran on; None for a row that ran on no GPU (a compile error), or whose
+        record of it is not whole."""
+        recorded = {"gpu": str, "cc": str, "sm_count": int, "gpu_memory_bytes": int}
+        if not all(_fits(provenance.get(key), kind) for key, kind in recorded.items()):
             return None
         return cls(provenance["gpu"], provenance["cc"], provenance["sm_count"],
                    provenance["gpu_memory_bytes"] // 2**30)
@@ -165,10 +170,22 @@ class Row:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Row":
+        """The row `data` describes, every field checked against its type (keys tilegen does not
+        know are left out); ValueError naming the field otherwise."""
         if not isinstance(data, dict):
-            raise TypeError(f"a result row is a JSON object, not {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        row = cls(**{k: v for k, v in data.items() if k in known})
+            raise ValueError(f"a result row is a JSON object, not {_json_kind(data)}")
+        for name in _required_fields():
+            if name not in data:
+                raise ValueError(f"its field {name!r} is missing")
+        kinds = _row_types()
+        for name, value in data.items():
+            if name in kinds and not _fits(value, kinds[name]):
+                raise ValueError(f"its field {name!r} must be {_expected(kinds[name])}, got {_shown(value)}")
+        if data["status"] == Status.OK:
+            for name in OK_NUMBERS:
+                if not _fits(data.get(name), float):
+                    raise ValueError(f"an ok row needs a number in its field {name!r}, got {_shown(data.get(name))}")
+        row = cls(**{k: v for k, v in data.items() if k in kinds})
         row.status = Status(row.status)
         return row
 
@@ -180,6 +197,91 @@ class Row:
         data.update({f"hazards_{k}": v for k, v in (hazards or {}).items()})
         data.update(provenance)
         return data
+
+
+OK_NUMBERS = ("error", "median_ms")  # what makes a row ok: it was checked, and timed
+
+
+def row_from_json(text: str | bytes) -> Row:
+    """A row from one line of JSON, checked field by field (Row.from_dict); a key given twice is
+    refused, not settled silently by the last one. ValueError naming what is wrong."""
+    return Row.from_dict(strict_json(text))
+
+
+def strict_json(text: str | bytes) -> Any:
+    """JSON whose objects name each key once; ValueError otherwise."""
+    return json.loads(text, object_pairs_hook=_distinct_keys)
+
+
+def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {key!r} is given twice")
+        found[key] = value
+    return found
+
+
+@functools.cache
+def _required_fields() -> tuple[str, ...]:
+    """The fields every row names: those without a default."""
+    return tuple(f.name for f in dataclasses.fields(Row)
+                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+
+
+@functools.cache
+def _row_types() -> dict[str, Any]:
+    """Row's fields and their types, as annotated: the one statement of what a row holds."""
+    return typing.get_type_hints(Row)
+
+
+def _fits(value: Any, kind: Any) -> bool:
+    """Whether a value read from JSON is of the annotated type `kind` (an int counts as a float)."""
+    if kind is Any:
+        return True
+    if kind is type(None):
+        return value is None
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return any(_fits(value, option) for option in typing.get_args(kind))
+    if typing.get_origin(kind) is dict:
+        keys, values = typing.get_args(kind)
+        return isinstance(value, dict) and all(_fits(k, keys) and _fits(v, values) for k, v in value.items())
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return isinstance(value, str) and value in {member.value for member in kind}
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _expected(kind: Any) -> str:
+    """The annotated type `kind` in words: 'a whole number, or null'."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        options = typing.get_args(kind)
+        named = " or ".join(_expected(option) for option in options if option is not type(None))
+        return f"{named}, or null" if type(None) in options else named
+    if typing.get_origin(kind) is dict:
+        keys, values = typing.get_args(kind)
+        return "an object" if values is Any else f"an object whose values are each {_expected(values)}"
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return "one of: " + ", ".join(member.value for member in kind)
+    return {str: "text", int: "a whole number", float: "a number", bool: "true or false"}.get(
+        kind, getattr(kind, "__name__", str(kind)))
+
+
+def _json_kind(value: Any) -> str:
+    return {dict: "object", list: "list", str: "text", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
+
+
+def _shown(value: Any) -> str:
+    """A value as JSON writes it, cut short: what the file holds, not Python's spelling."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def skipped_row(variant: Any, reason: str, shape: str = "", **extra: Any) -> Row:

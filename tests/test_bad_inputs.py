@@ -70,8 +70,27 @@ def prepared_run(tmp_path_factory: pytest.TempPathFactory, compile_options) -> P
     return out
 
 
+@pytest.fixture(scope="module")
+def prepared_databases(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Databases made once and copied into each case's folder: tuned.sqlite's damaged copies, and
+    another program's file with a table named measurements."""
+    folder = tmp_path_factory.mktemp("databases")
+    tuned = tmp_path_factory.mktemp("tuned") / "tuned.sqlite"
+    TuningDB(tuned).record([_measured(MatmulVariant(tile=32), "1024x1024x1024")])
+    for name, damage in DAMAGED_DATABASES.items():
+        shutil.copy(tuned, folder / name)
+        with sqlite3.connect(folder / name) as connection:
+            connection.execute("UPDATE measurements SET row = ?", (damage(connection.execute(
+                "SELECT row FROM measurements").fetchone()[0]),))
+        connection.close()
+    with sqlite3.connect(folder / "measures.sqlite") as connection:
+        connection.execute("CREATE TABLE measurements (taken TEXT, value REAL)")
+    connection.close()
+    return folder
+
+
 @pytest.fixture
-def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared_run: Path) -> Path:
+def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared_run: Path, prepared_databases: Path) -> Path:
     """The folder every case runs in, holding what the cases point at."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TILEGEN_DB", str(tmp_path / "default.sqlite"))  # no database unless a case names one
@@ -87,9 +106,19 @@ def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared_run: Path) -
         connection.execute("INSERT INTO notes VALUES ('mine')")
     connection.close()
     TuningDB(tmp_path / "tuned.sqlite").record([_measured(MatmulVariant(tile=32), "1024x1024x1024")])
+    for database in prepared_databases.iterdir():
+        shutil.copy(database, tmp_path / database.name)
     for name, line in ROW_LINES.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.jsonl").write_text(line + "\n")
+    for name, damage in DAMAGED_RUNS.items():
+        shutil.copytree(prepared_run, tmp_path / name)
+        first, *rest = (tmp_path / name / "results.jsonl").read_text().splitlines(keepends=True)
+        (tmp_path / name / "results.jsonl").write_text("".join([damage(first.rstrip("\n")) + "\n", *rest]))
+    for name, files in USERS_FOLDERS.items():
+        (tmp_path / name).mkdir()
+        for file in files:
+            (tmp_path / name / file).write_text("the user's own\n")
     (tmp_path / "noresults").mkdir()
     (tmp_path / "variants" / "matmul").mkdir(parents=True)
     (tmp_path / "variants" / "matmul" / "matmul_f32_t16_p1_guard_both.cu").write_text("// my own kernel\n")
@@ -99,7 +128,7 @@ def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared_run: Path) -
 
 
 def _measured(variant: Any, shape: str) -> Row:
-    return Row(variant.name, variant.family, variant.params(), Status.OK, shape=shape, median_ms=1.0,
+    return Row(variant.name, variant.family, variant.params(), Status.OK, shape=shape, median_ms=1.0, error=1e-7,
                provenance=H100.provenance())
 
 
@@ -113,6 +142,31 @@ ROW_LINES = {  # folders whose results.jsonl holds one line that is not a result
                                    "status": "fine"}),
     "rows-not-json": "name=matmul status=ok",
 }
+
+
+def _with(**fields: Any) -> Callable[[str], str]:
+    """A damage: the row's JSON with these fields set."""
+    return lambda text: json.dumps({**json.loads(text), **fields})
+
+
+def _status_twice(text: str) -> str:
+    return text[:-1] + ', "status": "ok"}'
+
+
+DAMAGED_RUNS = {  # copies of the prepared run whose first row has a field of the wrong kind
+    "row-shape": _with(shape=5),
+    "row-params": _with(params="tile=8"),
+    "row-median": _with(median_ms="fast"),
+    "row-count": _with(skipped_count="3"),
+    "row-ok-unchecked": _with(error=None),
+    "row-twice": _status_twice,
+}
+DAMAGED_DATABASES = {  # copies of tuned.sqlite whose one measurement has a row that is not a result row
+    "bad-json.sqlite": lambda text: text[:40],
+    "bad-status.sqlite": _with(status="fine"),
+    "bad-twice.sqlite": _status_twice,
+}
+USERS_FOLDERS = {"mine-csv": ["results.csv"], "mine-settings": ["run.json", "notes.txt"]}  # not tilegen's
 
 
 def snapshot(root: Path) -> dict[str, bytes | None]:
@@ -254,6 +308,23 @@ CLI_CASES = [
     case("export --t4 afile/t4.json --db tuned.sqlite", "the folder afile is a file"),
     case("export --t4 run --db tuned.sqlite", "--t4 run is a folder; give a file name"),
     case("export --t4 readonly/t4.json --db tuned.sqlite", "permission denied", READ_ONLY),
+    # what tilegen did not write, or must never write over
+    case("export --t4 tuned.sqlite --db tuned.sqlite", "--t4 tuned.sqlite is an SQLite database; tilegen never "
+                                                       "writes over it, even with --force: give another file"),
+    case("export --t4 foreign.sqlite --db tuned.sqlite --force", "--t4 foreign.sqlite is an SQLite database"),
+    case("export --t4 run/results.jsonl --db tuned.sqlite", "--t4 run/results.jsonl is a file of a tilegen run; "
+                                                            "tilegen never writes over it"),
+    case("export --t4 run/results.csv --db tuned.sqlite --force", "--t4 run/results.csv is a file of a tilegen run"),
+    case("export --t4 notes.txt --db tuned.sqlite", "--t4 notes.txt exists and is not a T4 file tilegen wrote; give "
+                                                    "another file, or pass --force to replace it"),
+    case(_resume_with(drop=("--out",)) + ["--out", "mine-csv"], "--out mine-csv holds results.csv that tilegen did "
+         "not write (the folders it writes carry a .tilegen-run file); choose another --out, or move them away",
+         id="sweep --resume into the user's results.csv"),
+    case("sweep matmul -p tile=8 --size 64x64x64 --out mine-csv", "--out mine-csv holds results.csv that tilegen "
+                                                                  "did not write"),
+    case("compile matmul -p tile=8 --out mine-csv", "--out mine-csv holds results.csv that tilegen did not write"),
+    case("sweep matmul -p tile=8 --size 64x64x64 --out mine-settings", "--out mine-settings holds run.json that "
+                                                                       "tilegen did not write"),
     case("report run --plot missing/plot.png", "--plot missing/plot.png: the folder missing does not exist"),
     case("report run --plot run", "--plot run is a folder"),
     # $TILEGEN_CACHE that tilegen cannot use
@@ -278,6 +349,11 @@ CLI_CASES = [
     case("report --db run", "--db run is a folder"),
     case("report --db notes.txt", "notes.txt is not a tilegen tuning database"),
     case("report --db foreign.sqlite", "foreign.sqlite is an SQLite database but not tilegen's (its tables: notes)"),
+    case("report --db measures.sqlite", "measures.sqlite is an SQLite database but not tilegen's (its tables: "
+                                        "measurements)"),
+    case("best matmul --size 64x64x64 --gpu H100 --db measures.sqlite", "measures.sqlite is an SQLite database but "
+                                                                        "not tilegen's"),
+    case("tune matmul --size 64x64x64 --db measures.sqlite", "measures.sqlite is an SQLite database but not tilegen's"),
     case("export --t4 t4.json --db foreign.sqlite", "is an SQLite database but not tilegen's"),
     case("tune matmul --size 64x64x64 --db foreign.sqlite", "is an SQLite database but not tilegen's"),
     case("tune matmul --size 64x64x64 --db run", "--db run is a folder"),
@@ -292,6 +368,24 @@ CLI_CASES = [
     case("sweep matmul -p tile=8 --size 64x64x64 --out rows-list --resume", "rows-list/results.jsonl:1 is not a "
                                                                            "result row (a result row is a JSON "
                                                                            "object, not list)"),
+    # result rows with a field of the wrong kind: one line naming file, line and field; a resume reads them
+    # before it compiles anything (a compile would fill the empty cache folder given here)
+    *[case(command, f"{name}/results.jsonl:1 is not a result row ({problem}); fix or remove that line",
+           env={"TILEGEN_CACHE": "cache"}) for name, problem in [
+        ("row-shape", "its field 'shape' must be text, got 5"),
+        ("row-params", "its field 'params' must be an object, got \"tile=8\""),
+        ("row-median", "its field 'median_ms' must be a number, or null, got \"fast\""),
+        ("row-count", "its field 'skipped_count' must be a whole number, or null, got \"3\""),
+        ("row-ok-unchecked", "an ok row needs a number in its field 'error', got null"),
+        ("row-twice", "the key 'status' is given twice"),
+    ] for command in (f"report {name}", _resume_with(drop=("--out",)) + ["--out", name])],
+    # measurements whose row has a field of the wrong kind: one line naming file, measurement and field
+    *[case(command, f"{name}: the row of measurement 1 is not a result row ({problem}") for name, problem in [
+        ("bad-json.sqlite", "Expecting property name enclosed in double quotes"),
+        ("bad-status.sqlite", "its field 'status' must be one of: ok, wrong,"),
+        ("bad-twice.sqlite", "the key 'status' is given twice"),
+    ] for command in (f"report --db {name}", f"best matmul --size 1024x1024x1024 --gpu H100 --db {name}",
+                      f"export --t4 t4.json --db {name}")],
     # --resume with settings other than the run's, each difference named
     case(_resume_with("-p", "tile=16", drop=("-p",)), "-p tile 16 (the run has 8)",
          id="resume: other parameter values"),
@@ -487,6 +581,18 @@ API_CASES = [
     api(lambda: TuningDB(Path("tunde.sqlite"), create=False), "--db tunde.sqlite does not exist",
         "TuningDB: a reader's mistyped path"),
     api(lambda: write_t4([], Path("run")), "--t4 run is a folder", "write_t4: onto a folder"),
+    api(lambda: write_t4([], Path("tuned.sqlite"), force=True), "--t4 tuned.sqlite is an SQLite database",
+        "write_t4: onto a database"),
+    api(lambda: write_t4([], Path("notes.txt")), "is not a T4 file tilegen wrote", "write_t4: onto the user's file"),
+    api(lambda: TuningDB(Path("measures.sqlite")), "is an SQLite database but not tilegen's",
+        "TuningDB: another program's measurements"),
+    api(lambda: TuningDB(Path("bad-status.sqlite"), create=False).rows(), "bad-status.sqlite: the row of "
+        "measurement 1 is not a result row (its field 'status'", "TuningDB.rows: a bad row"),
+    api(lambda: gen.tuned("matmul", 1024, 1024, 1024, db=Path("bad-json.sqlite"), device=H100),
+        "the row of measurement 1 is not a result row", "tuned: a bad row"),
+    api(lambda: read_rows(Path("row-params/results.jsonl")), "its field 'params' must be an object",
+        "read_rows: params as text"),
+    api(_sweep(out=Path("mine-csv")), "holds results.csv that tilegen did not write", "out: the user's folder"),
     api(lambda: read_rows(Path("rows-list/results.jsonl")), "is not a result row (a result row is a JSON object",
         "read_rows: a list"),
     api(lambda: emit(Path("afile"), [get_family("matmul")]), "--out afile is a file", "emit: into a file"),

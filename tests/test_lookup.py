@@ -21,7 +21,7 @@ A100 = DeviceInfo("NVIDIA A100", "8.0", 108, 80 * 2**30, 40 * 2**20, "580")
 
 def _row(variant, shape: str, median_ms: float, device: DeviceInfo) -> Row:
     return Row(variant.name, variant.family, variant.params(), Status.OK, shape=shape, median_ms=median_ms,
-               provenance=device.provenance())
+               error=1e-7, provenance=device.provenance())
 
 
 @pytest.fixture

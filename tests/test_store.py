@@ -15,7 +15,7 @@ from gen.store import ResultLog, read_rows
 
 def _row(tile: int, status: Status = Status.OK) -> Row:
     variant = MatmulVariant(tile=tile)
-    return Row(variant.name, "matmul", variant.params(), status, shape="64x64x64", median_ms=0.5)
+    return Row(variant.name, "matmul", variant.params(), status, shape="64x64x64", median_ms=0.5, error=1e-7)
 
 
 def test_rows_are_on_disk_as_soon_as_they_are_appended(tmp_path: Path) -> None:
