@@ -81,6 +81,7 @@ def kernel(family: str, *dims: int | str, dtype: str = "f32") -> Kernel:
     """The tuned variant of `family` for this shape on the current GPU, ready to call."""
     chosen = get_family(family)
     shape = chosen.parse_shape(shape_text(dims))
+    chosen.check_dtype(dtype)  # before the cached lookup, which cannot take a list
     return Kernel(chosen, _choice(chosen.name, str(shape), dtype), shape)
 
 
