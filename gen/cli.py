@@ -18,7 +18,7 @@ from .export import write_t4
 from .families import all_families, get_family
 from .jobs import CACHE_CONFIGS
 from .lookup import tuned_with_reason
-from .paths import writable_file
+from .paths import as_path, writable_file
 from .pipeline import Pipeline, RunOptions
 from .plugins import FAMILY_PATH_ENV, add_family_path, registry
 from .progress import Progress
@@ -39,6 +39,7 @@ EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _printable_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
     # Both stop a command, even where SIGINT came in ignored (a background job of a script).
@@ -60,6 +61,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _printable_streams() -> None:
+    """Messages and tables name the user's paths and values, which the terminal's encoding may
+    not hold (PYTHONIOENCODING=ascii, a non-ASCII --out): such characters print as escapes
+    (\\xe9) instead of ending the command with a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -419,9 +429,14 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_report(args: argparse.Namespace) -> None:
     if bool(args.dirs) == bool(args.db):
         raise UsageError("report takes result folders or --db FILE (one of the two)")
-    db = TuningDB(args.db, create=False) if args.db else None
     if args.plot:
+        from .plots import check_plot_path
+
         writable_file(args.plot, "--plot")
+        check_plot_path(args.plot)
+    for directory in args.dirs:
+        as_path(directory, "report DIR")
+    db = TuningDB(args.db, create=False) if args.db else None
     rows = db.latest_rows(args.family) if db else [r for r in load_rows(args.dirs)
                                                    if not args.family or r.family == args.family]
     print(report(rows, args.top, args.markdown))
