@@ -9,6 +9,7 @@ one-line problem naming its file and the fix, and every other family keeps worki
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -20,13 +21,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
 from .errors import TilegenError, UsageError
 from .family import SCALAR_TYPES, Family, Input, Output, Problem, Scalar, launch_refusal
-from .paths import builtin_templates_dir
+from .paths import as_path, builtin_templates_dir, path_problem
 from .variant import Variant
 
 FAMILY_PATH_ENV = "TILEGEN_FAMILY_PATH"
@@ -48,7 +49,7 @@ class Registry:
 
 def add_family_path(folder: Path | str) -> None:
     """Load the families in `folder` too, here and in every worker process started from now on."""
-    folder = Path(folder).expanduser().resolve()
+    folder = as_path(folder, "--family-path").expanduser().resolve()  # '' would be the current folder
     if not folder.is_dir():
         raise UsageError(f"--family-path {folder}: no such folder (give the folder holding your family's .py and "
                          f"template)")
@@ -79,7 +80,8 @@ def registry() -> Registry:
     for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         source = f"entry point {entry.name} = {entry.value}"
         try:
-            loaded = entry.load()
+            with _importing():
+                loaded = entry.load()
         except Exception as error:
             found.problems.append(f"{source}: cannot be imported ({_one_line(error)}); fix the package or uninstall it")
             continue
@@ -87,6 +89,9 @@ def registry() -> Registry:
         for cls in classes:
             _register(found, cls, inspect.getfile(cls), _template_dirs(Path(inspect.getfile(cls)).parent))
     for folder in family_paths():
+        if problem := path_problem(folder):  # before is_dir(), which raises on such a path
+            found.problems.append(f"{FAMILY_PATH_ENV} {problem}; fix the path")
+            continue
         if not folder.is_dir():
             found.problems.append(f"{FAMILY_PATH_ENV} names {folder}, which is not a folder; fix the path")
             continue
@@ -134,7 +139,8 @@ def _load_module_file(found: Registry, path: Path) -> None:
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
             sys.modules[module_name] = module
-            spec.loader.exec_module(module)
+            with _importing():
+                spec.loader.exec_module(module)
     except Exception as error:
         sys.modules.pop(module_name, None)
         found.problems.append(f"{path}: cannot be imported ({_one_line(error)}); fix the module or move it out of "
@@ -142,6 +148,22 @@ def _load_module_file(found: Registry, path: Path) -> None:
         return
     for cls in _families_in(module):
         _register(found, cls, str(path), _template_dirs(path.parent))
+
+
+class PluginExited(Exception):
+    """A plugin that called sys.exit() while it was imported or checked."""
+
+
+@contextlib.contextmanager
+def _importing() -> Iterator[None]:
+    """Around a plugin's import and checks: what it prints goes to stderr, as stdout is the
+    command's own (`tilegen render` prints CUDA source there), and a sys.exit() in it is its
+    failure, not the end of the command that loads it (any command: every family is loaded)."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except SystemExit as stop:
+        raise PluginExited(f"it calls sys.exit({stop.code!r})") from None
 
 
 def _families_in(module: ModuleType) -> list[type]:
@@ -163,9 +185,10 @@ def _register(found: Registry, cls: type, source: str, template_dirs: Iterable[P
         if inspect.isabstract(cls):
             missing = ", ".join(sorted(cls.__abstractmethods__))
             raise PluginProblem(f"{source}: family {cls.__name__} does not define {missing}")
-        family = cls()
-        family.source, family.template_dirs = source, tuple(template_dirs)
-        check_family(family)
+        with _importing():  # the checks call the plugin's own code
+            family = cls()
+            family.source, family.template_dirs = source, tuple(template_dirs)
+            check_family(family)
     except PluginProblem as problem:
         found.problems.append(str(problem))
         return
