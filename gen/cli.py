@@ -24,7 +24,7 @@ from .export import checked_t4_path, write_t4
 from .families import all_families, get_family
 from .jobs import CACHE_CONFIGS
 from .lookup import tuned_with_reason
-from .paths import writable_file
+from .paths import as_path, writable_file
 from .pipeline import Pipeline, RunOptions
 from .plugins import FAMILY_PATH_ENV, add_family_path, is_plugin_code, one_line, registry
 from .processes import install_stop_handlers
@@ -47,6 +47,7 @@ DEBUG_ENV = "TILEGEN_DEBUG"  # set: an unexpected error shows its traceback
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _printable_streams()
     previous: dict[int, Any] = {}
     try:
         if _main_thread():
@@ -92,6 +93,16 @@ def _say(line: str) -> None:
         print(line, file=sys.stderr)
     except OSError:
         pass
+
+
+def _printable_streams() -> None:
+    """Messages and tables name the user's paths and values, which the terminal's encoding may
+    not hold (PYTHONIOENCODING=ascii, a non-ASCII --out): such characters print as escapes
+    (\\xe9) instead of ending the command with a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
 
 
 def _main_thread() -> bool:
@@ -484,9 +495,14 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_report(args: argparse.Namespace) -> None:
     if bool(args.dirs) == bool(args.db):
         raise UsageError("report takes result folders or --db FILE (one of the two)")
-    db = TuningDB(args.db, create=False) if args.db else None
     if args.plot:
+        from .plots import check_plot_path
+
         writable_file(args.plot, "--plot")
+        check_plot_path(args.plot)
+    for directory in args.dirs:
+        as_path(directory, "report DIR")
+    db = TuningDB(args.db, create=False) if args.db else None
     rows = db.latest_rows(args.family) if db else [r for r in load_rows(args.dirs)
                                                    if not args.family or r.family == args.family]
     print(report(rows, args.top, args.markdown))

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .checks import whole_rule, whole_text
 from .errors import InvalidVariant, UsageError
 from .limits import (DTYPE_BYTES, DTYPE_CTYPE, MAX_BLOCK_DIMS, MAX_DYNAMIC_SHARED_BYTES, MAX_GRID_DIMS,
                      MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK)
@@ -121,11 +122,12 @@ class Dims:
 
 
 def parse_dims(text: str, count: int, separator: str = "x") -> list[int]:
-    """'4096x4096x4096' -> [4096, 4096, 4096]; ValueError when not `count` positive integers."""
+    """'4096x4096x4096' -> [4096, 4096, 4096]; ValueError when not `count` positive integers, each
+    written as every count is (gen.checks.whole_text: ASCII digits, no sign, no '_')."""
     parts = text.lower().split(separator)
-    if len(parts) != count or not all(p.strip().isdigit() for p in parts):
-        raise ValueError(f"needs {count} positive integers separated by {separator!r}")
-    dims = [int(p) for p in parts]
+    dims = [whole_text(p.strip()) for p in parts]
+    if len(parts) != count or None in dims:
+        raise ValueError(f"needs {count} positive integers separated by {separator!r} ({whole_rule()})")
     if min(dims) < 1:
         raise ValueError("every dimension must be at least 1")
     return dims

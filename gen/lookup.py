@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .checks import is_whole
 from .errors import UsageError
 from .families import get_family
 from .family import Family
@@ -39,6 +40,10 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
     chosen_family = get_family(family)
     shape = chosen_family.parse_shape(shape_text(dims))
     dtype = chosen_family.check_dtype(dtype)
+    if device is not None and not isinstance(device, DeviceInfo):
+        raise UsageError(f"device must be a gen.results.DeviceInfo (or None: the current GPU), got {device!r}")
+    if gpu_model is not None and not isinstance(gpu_model, GpuModel):
+        raise UsageError(f"gpu_model must be a gen.results.GpuModel (or None: the device's), got {gpu_model!r}")
     model = gpu_model or (device or current_device()).model
     if db is None and not default_db_path().exists():  # nothing tuned on this machine yet
         return chosen_family.safe_variant(shape, dtype), "the family's safe default (no tuning database yet)"
@@ -71,9 +76,9 @@ def shape_text(dims: tuple[int | str, ...]) -> str:
     """(4096, 4096, 4096) -> '4096x4096x4096'; a single written shape passes through."""
     if len(dims) == 1 and isinstance(dims[0], str):
         return dims[0]
-    if not dims or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+    if not dims or not all(is_whole(d) for d in dims):
         raise UsageError(f"a shape is its dimensions as integers, or its written form like '4096x4096'; got {dims!r}")
-    return "x".join(str(d) for d in dims)
+    return "x".join(str(int(d)) for d in dims)
 
 
 @functools.cache

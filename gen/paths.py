@@ -1,16 +1,22 @@
 """Where tilegen keeps files between runs (compile cache, measured ceilings, tuning database),
 where its own templates are, and the checks every command makes before it writes anywhere: a
-folder or file it cannot write is refused in one line before anything on disk changes."""
+path no file system takes (a name over 255 bytes), and a folder or file tilegen cannot write, are
+refused in one line before anything on disk changes."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from .errors import UsageError
 
 CACHE_ENV = "TILEGEN_CACHE"
 _PACKAGE_DIR = Path(__file__).resolve().parent
+# The longest file or folder name and the longest path Linux takes, in bytes (NAME_MAX, and
+# PATH_MAX less its NUL): every call on a longer one fails with "File name too long".
+NAME_MAX = 255
+PATH_MAX = 4095
 
 
 def cache_dir() -> Path:
@@ -33,7 +39,7 @@ def builtin_templates_dir() -> Path:
 
 def writable_folder(path: Path, what: str) -> Path:
     """`path` if it is a folder tilegen can write in, or can create; UsageError naming `what` (the
-    option or variable that gave it) otherwise. Creates nothing."""
+    option or variable that gave it) otherwise. Leaves nothing behind (see _check_can_create)."""
     path = as_path(path, what)
     if path.exists() and not path.is_dir():
         raise UsageError(f"{what} {path} is a file, not a folder; give a folder")
@@ -42,7 +48,8 @@ def writable_folder(path: Path, what: str) -> Path:
 
 
 def writable_file(path: Path, what: str) -> Path:
-    """`path` if tilegen can write that file in a folder that exists; UsageError otherwise. Creates nothing."""
+    """`path` if tilegen can write that file in a folder that exists; UsageError otherwise. Leaves
+    nothing behind (see _check_can_create)."""
     path = as_path(path, what)
     if path.is_dir():
         raise UsageError(f"{what} {path} is a folder; give a file name, like {path / 'out.json'}")
@@ -52,6 +59,12 @@ def writable_file(path: Path, what: str) -> Path:
         raise UsageError(f"{what} {path}: the folder {folder} {problem}; give a file in an existing folder")
     if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UsageError(f"{what} {path}: permission denied; give a file in a folder you can write")
+    if not path.exists():
+        try:
+            _check_can_create(folder)
+        except OSError as error:
+            raise UsageError(f"{what} {path}: cannot write in {folder} ({error.strerror}); give a file in a folder "
+                             f"you can write") from None
     return path
 
 
@@ -65,9 +78,24 @@ def existing_file(path: Path, what: str, hint: str) -> Path:
 
 
 def as_path(path: object, what: str) -> Path:
+    """`path` as a Path, if it is one the file system can take; UsageError naming `what` otherwise."""
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise UsageError(f"{what} must be a path, got {path!r}")
+    if problem := path_problem(Path(path)):
+        raise UsageError(f"{what} {problem}")
     return Path(path)
+
+
+def path_problem(path: Path) -> str | None:
+    """Why no file system takes `path` (a NUL, a name or the whole over its limit), or None."""
+    if "\0" in str(path):
+        return f"{str(path)!r} holds a NUL character, which no file name may hold"
+    for name in path.parts:
+        if (size := len(os.fsencode(name))) > NAME_MAX:
+            return f"names {name!r}, which is {size} bytes long; a file or folder name may be at most {NAME_MAX} bytes"
+    if (size := len(os.fsencode(str(path.absolute())))) > PATH_MAX:
+        return f"{path} is {size} bytes long as a full path; the limit is {PATH_MAX}"
+    return None
 
 
 def _check_writable_ancestor(path: Path, what: str) -> None:
@@ -80,3 +108,15 @@ def _check_writable_ancestor(path: Path, what: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{what} {path}: cannot write in {existing} (permission denied); choose a folder you can "
                          f"write")
+    try:
+        _check_can_create(existing)
+    except OSError as error:
+        raise UsageError(f"{what} {path}: cannot write in {existing} ({error.strerror}); choose a folder you can "
+                         f"write") from None
+
+
+def _check_can_create(folder: Path) -> None:
+    """Make and remove a folder in `folder`, or raise OSError: os.access says yes to root for
+    every folder on a writable mount, /proc included, where nobody can make anything; only trying
+    tells."""
+    os.rmdir(tempfile.mkdtemp(prefix=".tilegen-probe-", dir=folder))

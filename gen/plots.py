@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .errors import UsageError
 from .families import get_family
@@ -14,16 +14,24 @@ from .results import Row
 from .tune import best_so_far
 
 
+def check_plot_path(path: Path) -> None:
+    """Refuse a file name whose extension names no format matplotlib writes (it picks the format
+    from the extension), before anything is computed."""
+    _pyplot()  # matplotlib is there
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    formats = sorted(FigureCanvasAgg.get_supported_filetypes())
+    if path.suffix.lower().removeprefix(".") not in formats:
+        # without an extension matplotlib would write another file, PATH.png
+        problem = f"matplotlib cannot write {path.suffix} files" if path.suffix else "no extension names its format"
+        raise UsageError(f"--plot {path}: {problem}; end the name with one of {', '.join('.' + f for f in formats)}, "
+                         f"like plot.png")
+
+
 def plot(rows: Sequence[Row], traces: dict[str, list[list[float | None]]], path: Path, title: str) -> Path:
     """One figure: a heatmap per bounds mode of the largest problem in `rows`, then the convergence
     of every strategy in `traces` (strategy -> one median trace per session)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as pyplot
-    except ImportError:
-        raise UsageError("plots need matplotlib: pip install 'tilegen[plot]'") from None
+    pyplot = _pyplot()
     panels = _heatmap_panels(rows)
     count = len(panels) + (1 if traces else 0)
     if count == 0:
@@ -46,6 +54,18 @@ def plot(rows: Sequence[Row], traces: dict[str, list[list[float | None]]], path:
     figure.savefig(path, dpi=110)
     pyplot.close(figure)
     return path
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot, drawing off-screen; UsageError where matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as pyplot
+    except ImportError:
+        raise UsageError("plots need matplotlib: pip install 'tilegen[plot]'") from None
+    return pyplot
 
 
 def _heatmap_panels(rows: Sequence[Row]) -> list[tuple]:

@@ -9,6 +9,7 @@ one-line problem naming its file and the fix, and every other family keeps worki
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -23,14 +24,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from .errors import InvalidVariant, TilegenError, UsageError
 from .family import SCALAR_TYPES, Family, Input, Launch, Output, Problem, Scalar, launch_refusal
 from .limits import DTYPE_CTYPE
-from .paths import builtin_templates_dir
+from .paths import as_path, builtin_templates_dir, path_problem
 from .space import Space
 from .variant import Variant
 
@@ -54,7 +55,7 @@ class Registry:
 
 def add_family_path(folder: Path | str) -> None:
     """Load the families in `folder` too, here and in every worker process started from now on."""
-    folder = Path(folder).expanduser().resolve()
+    folder = as_path(folder, "--family-path").expanduser().resolve()  # '' would be the current folder
     if not folder.is_dir():
         raise UsageError(f"--family-path {folder}: no such folder (give the folder holding your family's .py and "
                          f"template)")
@@ -85,7 +86,8 @@ def registry() -> Registry:
     for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         source = f"entry point {entry.name} = {entry.value}"
         try:
-            loaded = entry.load()
+            with _importing():
+                loaded = entry.load()
         except Exception as error:
             found.problems.append(f"{source}: cannot be imported ({one_line(error)}); fix the package or uninstall it")
             continue
@@ -93,6 +95,9 @@ def registry() -> Registry:
         for cls in classes:
             _register(found, cls, inspect.getfile(cls), _template_dirs(Path(inspect.getfile(cls)).parent))
     for folder in family_paths():
+        if problem := path_problem(folder):  # before is_dir(), which raises on such a path
+            found.problems.append(f"{FAMILY_PATH_ENV} {problem}; fix the path")
+            continue
         if not folder.is_dir():
             found.problems.append(f"{FAMILY_PATH_ENV} names {folder}, which is not a folder; fix the path")
             continue
@@ -150,7 +155,8 @@ def _folder_package(folder: Path) -> str:
         sys.modules[name] = package
         if spec.loader is not None:
             try:
-                spec.loader.exec_module(package)
+                with _importing():
+                    spec.loader.exec_module(package)
             except BaseException:
                 del sys.modules[name]
                 raise
@@ -160,7 +166,8 @@ def _folder_package(folder: Path) -> str:
 def _load_module_file(found: Registry, package: str, path: Path) -> None:
     module_name = f"{package}.{path.stem}"
     try:
-        module = importlib.import_module(module_name)
+        with _importing():
+            module = importlib.import_module(module_name)
     except Exception as error:
         sys.modules.pop(module_name, None)
         found.problems.append(f"{path}: cannot be imported ({one_line(error)}); fix the module or move it out of "
@@ -168,6 +175,22 @@ def _load_module_file(found: Registry, package: str, path: Path) -> None:
         return
     for cls in _families_in(module):
         _register(found, cls, str(path), _template_dirs(path.parent))
+
+
+class PluginExited(Exception):
+    """A plugin that called sys.exit() while it was imported or checked."""
+
+
+@contextlib.contextmanager
+def _importing() -> Iterator[None]:
+    """Around a plugin's import and checks: what it prints goes to stderr, as stdout is the
+    command's own (`tilegen render` prints CUDA source there), and a sys.exit() in it is its
+    failure, not the end of the command that loads it (any command: every family is loaded)."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except SystemExit as stop:
+        raise PluginExited(f"it calls sys.exit({stop.code!r})") from None
 
 
 def _families_in(module: ModuleType) -> list[type]:
@@ -189,9 +212,10 @@ def _register(found: Registry, cls: type, source: str, template_dirs: Iterable[P
         if inspect.isabstract(cls):
             missing = ", ".join(sorted(cls.__abstractmethods__))
             raise PluginProblem(f"{source}: family {cls.__name__} does not define {missing}")
-        family = cls()
-        family.source, family.template_dirs = source, tuple(template_dirs)
-        check_family(family)
+        with _importing():  # the checks call the plugin's own code
+            family = cls()
+            family.source, family.template_dirs = source, tuple(template_dirs)
+            check_family(family)
     except PluginProblem as problem:
         found.problems.append(str(problem))
         return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
+import numbers
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -41,12 +42,14 @@ class Space:
     @classmethod
     def default(cls, family: Family, overrides: Mapping[str, Sequence[Any]] | None = None) -> "Space":
         """The family's default space, with the parameters in `overrides` replaced."""
+        _check_family(family)
         base = {p.name: p.space for p in family.variant_type.parameters()}
         return cls._build(family, base, overrides or {})
 
     @classmethod
     def emitted(cls, family: Family) -> "Space":
         """The golden record's space: what `tilegen emit` writes to variants/."""
+        _check_family(family)
         return cls._build(family, {p.name: p.emitted for p in family.variant_type.parameters()}, {})
 
     @classmethod
@@ -65,7 +68,7 @@ class Space:
             parameter = family.variant_type.parameter(name)
             chosen = values_of(chosen, f"parameter {name}")
             if not chosen:
-                raise UsageError(f"parameter {name} needs at least one value")
+                raise no_values(family, name)
             values[name] = tuple(dict.fromkeys(parameter.parse(str(v)) for v in chosen))
         return cls(family, values)
 
@@ -129,18 +132,34 @@ def parse_options(family: Family, options: Iterable[str]) -> dict[str, list[str]
         if not equals or not name.strip():
             raise UsageError(f"parameter option {option!r} must look like name=value or name=v1,v2")
         family.variant_type.parameter(name.strip())
-        parsed.setdefault(name.strip(), []).extend(v.strip() for v in text.split(",") if v.strip())
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        if not values:  # 'tile=', 'tile=,,': every command needs a value to take
+            raise no_values(family, name.strip())
+        parsed.setdefault(name.strip(), []).extend(values)
     return parsed
+
+
+def no_values(family: Family, name: str) -> UsageError:
+    return UsageError(f"parameter {name} needs at least one value (tilegen list {family.name} shows its values)")
 
 
 def values_of(given: Any, what: str) -> tuple[Any, ...]:
     """A list of values as the API takes it: a sequence, or one value on its own (a string is one
-    value, never its characters)."""
-    if isinstance(given, (str, int, float)):
+    value, never its characters; a number, numpy's too, is one value; bytes are one value, refused
+    where it is read, never a list of character codes)."""
+    if isinstance(given, (str, bytes, bytearray, numbers.Number)):
         return (given,)
     if isinstance(given, Mapping) or not isinstance(given, Iterable):
         raise UsageError(f"{what} takes a list of values, like ['16', '32'], got {given!r}")
-    return tuple(given)
+    try:
+        return tuple(given)
+    except TypeError:  # an iterable that will not iterate: a numpy array of no dimensions
+        raise UsageError(f"{what} takes a list of values, like ['16', '32'], got {given!r}") from None
+
+
+def _check_family(family: Any) -> None:
+    if not isinstance(family, Family):
+        raise UsageError(f"a space is made of a family object (gen.families.get_family('matmul')), got {family!r}")
 
 
 def name_matches(name: str, pattern: str) -> bool:

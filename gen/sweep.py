@@ -53,13 +53,17 @@ class SweepOptions:
         object.__setattr__(self, "out", None if self.out is None else as_path(self.out, "out"))
         object.__setattr__(self, "sizes", () if self.sizes is None else values_of(self.sizes, "sizes"))
         caches = values_of(self.cache_configs, "cache_configs")
+        if not caches:  # `--cache ''` would run no point at all
+            raise UsageError(f"--cache (cache_configs) needs at least one of: {', '.join(CACHE_CONFIGS)}")
         for cache in caches:
-            if cache not in CACHE_CONFIGS:
+            if not isinstance(cache, str) or cache not in CACHE_CONFIGS:
                 raise UsageError(f"cache {cache!r} is not one of: {', '.join(CACHE_CONFIGS)}")
         object.__setattr__(self, "cache_configs", tuple(dict.fromkeys(caches)))
         checks.name_pattern(self.filter)
+        for name in ("resume", "progress", "keep_skipped"):
+            checks.flag(getattr(self, name), name)
         checks.run_given(self.run)
-        checks.whole(self.max_points, "max_points", 1)
+        object.__setattr__(self, "max_points", checks.whole(self.max_points, "max_points", 1))
 
 
 @dataclass

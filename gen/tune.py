@@ -295,6 +295,11 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candid
             told(evaluator.finished())
         finalists = sorted((v for v, t in strategy.results.items() if t is not None),
                            key=lambda v: strategy.results[v])
+        if not finalists and not trace and _out_of_time(started, options.time_s):
+            raise UsageError(f"the time limit (--time {options.time_s:g} s) ran out before any variant of "
+                             f"{family.name} was measured; give a longer --time (a variant takes about "
+                             f"{options.run.timing.budget_s:g} s to time, more to compile), or --budget N to count "
+                             f"evaluations instead")
         if not finalists:
             raise UsageError(f"no variant of {family.name} ran correctly on {problem.gpu_model} at {shape}")
         while pipeline.outstanding:  # proposals still running when the budget ran out

@@ -15,16 +15,15 @@ names, and old names parse to the default. `Variant.name_format()` shows the for
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping, Self
 
+from .checks import whole_rule, whole_text
 from .errors import InvalidVariant, UsageError
 
 _PARAMETER = "tilegen.parameter"
 ELEMENT_TYPE = "dtype"  # the parameter that gives a variant's element type (see Variant)
-_INTEGER = re.compile(r"-?[0-9]+")  # as written in names: no '+', '_' or other digits that int() takes
 
 
 def require(condition: bool, reason: str) -> None:
@@ -53,11 +52,17 @@ class Parameter:
         """The value a user typed, converted and checked on its own (not against other values)."""
         value: Any = text
         if self.kind is int:
-            if not _INTEGER.fullmatch(text):
-                raise UsageError(f"{self.name} must be an integer written in digits, like 16; got {text!r}")
-            value = int(text)
+            value = whole_text(text, negative=self.negative)
+            if value is None:
+                raise UsageError(f"{self.name} must be an integer written in digits, like 16; got {text!r} "
+                                 f"({whole_rule(self.negative)})")
         self.check(value)
         return value
+
+    @property
+    def negative(self) -> bool:
+        """Whether a value may be written with a '-': only for a parameter whose minimum is below 0."""
+        return self.minimum is not None and self.minimum < 0
 
     def check(self, value: Any) -> None:
         if self.choices is not None and value not in self.choices:
@@ -78,10 +83,10 @@ class Parameter:
                 if self.token(value) == token:
                     return value
             raise ValueError(token)
-        digits = token.removeprefix(self.tag)
-        if not token.startswith(self.tag) or not digits.isdigit():
+        value = whole_text(token.removeprefix(self.tag))  # names never hold a '-': token() drops it
+        if not token.startswith(self.tag) or value is None:
             raise ValueError(token)
-        return int(digits)
+        return value
 
     def describe(self) -> str:
         allowed = (
@@ -150,6 +155,8 @@ class Variant:
     @classmethod
     def from_params(cls, values: Mapping[str, Any]) -> Self:
         """A variant from user-typed values (strings or ints); missing ones take their defaults."""
+        if not isinstance(values, Mapping):
+            raise UsageError(f"a variant's values map parameter names to values, like {{'tile': 16}}; got {values!r}")
         converted = {}
         for name, value in values.items():
             parameter = cls.parameter(name)
@@ -158,6 +165,8 @@ class Variant:
 
     @classmethod
     def from_name(cls, name: str) -> Self:
+        if not isinstance(name, str):
+            raise UsageError(f"a variant name is text like {cls().name}, got {name!r}")
         tokens = name.split("_")
         if tokens[0] != cls.family:
             raise UsageError(f"{name!r} is not a {cls.family} variant name")

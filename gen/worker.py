@@ -30,6 +30,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
+from .checks import whole_text
 from .errors import Interrupted, TilegenError, UsageError
 from .processes import ProcessGroup, kill_session, python_environment
 from .jobs import Job
@@ -294,10 +295,9 @@ def parse_gpus(text: str) -> list[int]:
     """'0,1' -> [0, 1]; 'all' -> every GPU nvidia-smi lists (or [0] when it lists none)."""
     if text.strip() == "all":
         return visible_gpus() or [0]
-    try:
-        gpus = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise UsageError(f"--gpus {text!r} must be 'all' or GPU indices like 0,1") from None
+    gpus = [whole_text(part.strip(), negative=True) for part in text.split(",")]  # -1 read, to be named below
+    if None in gpus:
+        raise UsageError(f"--gpus {text!r} must be 'all' or GPU indices like 0,1")
     if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
         raise UsageError(f"--gpus {text!r} must list distinct GPU indices like 0,1")
     return gpus

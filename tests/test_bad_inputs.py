@@ -40,8 +40,8 @@ from .conftest import REPO, _gpu_missing
 from .fakes import FakeExecutor
 
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 80 * 2**30, 50 * 2**20, "580")
-ROOT = os.geteuid() == 0
-READ_ONLY = pytest.mark.skipif(ROOT, reason="root writes in read-only folders")
+LONG = "n" * 256  # a file name one byte over the file systems' limit of 255
+TOO_LONG = "which is 256 bytes long; a file or folder name may be at most 255 bytes"
 NO_GPU = pytest.mark.skipif(_gpu_missing() is None, reason="needs a machine without a usable GPU")
 TORN = b'{"name": "matmul_f32_t8_p0_gua'  # a killed run's half-written last line
 
@@ -122,8 +122,6 @@ def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared_run: Path, p
     (tmp_path / "noresults").mkdir()
     (tmp_path / "variants" / "matmul").mkdir(parents=True)
     (tmp_path / "variants" / "matmul" / "matmul_f32_t16_p1_guard_both.cu").write_text("// my own kernel\n")
-    (tmp_path / "readonly").mkdir()
-    (tmp_path / "readonly").chmod(0o555)
     return tmp_path
 
 
@@ -245,6 +243,20 @@ CLI_CASES = [
     case("render matmul -p tiles=8", "matmul has no parameter 'tiles'; its parameters are: dtype, tile"),
     case("render matmul -p tile=8,16", "render takes one value per parameter, like -p tile=8"),
     case("compile matmul -p tile=", "parameter tile needs at least one value"),
+    case("render matmul -p tile=", "parameter tile needs at least one value (tilegen list matmul shows its values)"),
+    case(["render", "matmul", "-p", "tile= "], "parameter tile needs at least one value", id="render -p 'tile= '"),
+    case("render matmul -p tile=,,", "parameter tile needs at least one value"),
+    # one rule for every number typed: ASCII digits, no sign, no '_'
+    case("render matmul -p padding=-0", "padding must be an integer written in digits, like 16; got '-0' (ASCII "
+                                        "digits, no sign, no '_')"),
+    case("render matmul -p padding=-1", "padding must be an integer written in digits, like 16; got '-1'"),
+    case("sweep matmul --out x --size ٦٤x64x64", "size '٦٤x64x64' for matmul: needs 3 positive integers separated "
+                                                 "by 'x' (ASCII digits, no sign, no '_')"),
+    case("sweep matmul --out x --size 64x64x64:١٠٢٤,64,64", "needs 3 positive integers separated by ','"),
+    case("best matmul --size 64x٦٤x64 --gpu H100 --db tuned.sqlite", "size '64x٦٤x64' for matmul"),
+    case("tune matmul --size 6_4x64x64", "size '6_4x64x64' for matmul: needs 3 positive integers"),
+    case("sweep matmul --out x --gpus ١", "--gpus '١' must be 'all' or GPU indices like 0,1"),
+    case("sweep matmul --out x --gpus +1", "--gpus '+1' must be 'all' or GPU indices like 0,1"),
     case("compile matmul -p sync=sometimes", "sync 'sometimes' is not one of"),
     # families and sizes
     case("render conv", "unknown family 'conv'; families: matmul, sgemm, transpose, copy"),
@@ -274,10 +286,14 @@ CLI_CASES = [
     case("compile matmul --filter nothing-like-this", "no matmul variant matches --filter 'nothing-like-this'"),
     case("sweep matmul --out x --filter nothing-like-this", "no matmul variant matches --filter"),
     case("sweep matmul --out x --cache huge", "cache 'huge' is not one of: none, shared, l1, equal"),
+    case(["sweep", "matmul", "-p", "tile=8", "--size", "64x64x64", "--out", "fresh", "--cache", ""],
+         "--cache (cache_configs) needs at least one of: none, shared, l1, equal", id="sweep --cache ''"),
+    case("sweep matmul -p tile=8 --size 64x64x64 --out fresh --cache ,", "--cache (cache_configs) needs at least one"),
     case("sweep matmul --out x --gpus one", "--gpus 'one' must be 'all' or GPU indices like 0,1"),
     case("sweep matmul --out x --gpus -1", "--gpus '-1' must list distinct GPU indices"),
     case("sweep matmul --out x --gpus 0,0", "--gpus '0,0' must list distinct GPU indices"),
     case("--family-path nowhere list", "--family-path"),
+    case(["--family-path", "", "list"], "--family-path must be a path, got ''", id="--family-path '' list"),
     # the element type and the GPU of `best`
     case("best matmul --size 64x64x64 --dtype f16 --gpu H100 --db tuned.sqlite",
          "matmul has no element type 'f16'; its element types are: f32, f64"),
@@ -296,9 +312,10 @@ CLI_CASES = [
     case("compile matmul -p tile=8 --out afile/run", "--out afile/run cannot be made:"),
     case("sweep matmul -p tile=8 --out afile/run", "--out afile/run cannot be made:"),
     case("emit matmul --out afile/variants", "--out afile/variants cannot be made:"),
-    case("compile matmul -p tile=8 --out readonly/run", "cannot write in", READ_ONLY),
-    case("sweep matmul -p tile=8 --out readonly/run", "cannot write in", READ_ONLY),
-    case("emit matmul --out readonly/variants", "cannot write in", READ_ONLY),
+    # /proc takes no new file or folder, not even from root, to whom every folder's permissions say yes
+    case("compile matmul -p tile=8 --out /proc/run", "--out /proc/run: cannot write in /proc ("),
+    case("sweep matmul -p tile=8 --out /proc/run", "--out /proc/run: cannot write in /proc ("),
+    case("emit matmul --out /proc/variants", "--out /proc/variants: cannot write in /proc ("),
     case("compile matmul -p tile=8 --out used", "already holds results: choose another --out, or remove its "
                                                 "results.jsonl"),
     case("sweep matmul -p tile=8 --out used", "already holds results: pass --resume to continue that run"),
@@ -307,7 +324,7 @@ CLI_CASES = [
     case("export --t4 missing/t4.json --db tuned.sqlite", "--t4 missing/t4.json: the folder missing does not exist"),
     case("export --t4 afile/t4.json --db tuned.sqlite", "the folder afile is a file"),
     case("export --t4 run --db tuned.sqlite", "--t4 run is a folder; give a file name"),
-    case("export --t4 readonly/t4.json --db tuned.sqlite", "permission denied", READ_ONLY),
+    case("export --t4 /proc/t4.json --db tuned.sqlite", "--t4 /proc/t4.json: cannot write in /proc ("),
     # what tilegen did not write, or must never write over
     case("export --t4 tuned.sqlite --db tuned.sqlite", "--t4 tuned.sqlite is an SQLite database; tilegen never "
                                                        "writes over it, even with --force: give another file"),
@@ -336,7 +353,22 @@ CLI_CASES = [
     case("cache", "$TILEGEN_CACHE afile is a file", env={"TILEGEN_CACHE": "afile"}),
     case("compile matmul -p tile=8", "$TILEGEN_CACHE afile/cache cannot be made",
          env={"TILEGEN_CACHE": "afile/cache"}),
-    case("compile matmul -p tile=8 --out fresh", "cannot write in", READ_ONLY, env={"TILEGEN_CACHE": "readonly"}),
+    case("compile matmul -p tile=8 --out fresh", "$TILEGEN_CACHE /proc/cache: cannot write in /proc (",
+         env={"TILEGEN_CACHE": "/proc/cache"}, id="$TILEGEN_CACHE under /proc"),
+    # a name longer than any file system takes, wherever a path is given
+    case(f"compile matmul -p tile=8 --out {LONG}", f"--out names '{LONG}', {TOO_LONG}", id="compile --out LONG"),
+    case(f"sweep matmul -p tile=8 --out fresh/{LONG}", TOO_LONG, id="sweep --out fresh/LONG"),
+    case(f"emit matmul --out {LONG}", f"--out names '{LONG}', {TOO_LONG}", id="emit --out LONG"),
+    case(f"export --t4 {LONG}.json --db tuned.sqlite", f"--t4 names '{LONG}.json', which is 261 bytes long",
+         id="export --t4 LONG.json"),
+    case(f"report run --plot {LONG}.png", "--plot names", id="report --plot LONG.png"),
+    case(f"report {LONG}", f"report DIR names '{LONG}', {TOO_LONG}", id="report LONG"),
+    case(f"report --db {LONG}", f"--db names '{LONG}', {TOO_LONG}", id="report --db LONG"),
+    case(f"tune matmul --size 64x64x64 --db {LONG}", f"--db names '{LONG}', {TOO_LONG}", id="tune --db LONG"),
+    case(f"best matmul --size 64x64x64 --gpu H100 --db {LONG}", TOO_LONG, id="best --db LONG"),
+    case(f"--family-path {LONG} list", f"--family-path names '{LONG}', {TOO_LONG}", id="--family-path LONG"),
+    case("compile matmul -p tile=8", f"$TILEGEN_CACHE names '{LONG}', {TOO_LONG}", env={"TILEGEN_CACHE": LONG},
+         id="$TILEGEN_CACHE LONG"),
     # $TILEGEN_COMPILE_TIMEOUT that is not a deadline
     case("compile matmul -p tile=8 --out fresh", "$TILEGEN_COMPILE_TIMEOUT must be a positive, finite number of "
                                                  "seconds, got 'soon'", env={"TILEGEN_COMPILE_TIMEOUT": "soon"}),
@@ -480,6 +512,15 @@ API_CASES = [
     api(_sweep(sizes={"m": 64}), "sizes takes a list of values", "sizes as a dict"),
     api(_sweep(cache_configs=["huge"]), "cache 'huge' is not one of", "an unknown cache preference"),
     api(_sweep(cache_configs="huge"), "cache 'huge' is not one of", "a cache preference on its own"),
+    api(_sweep(cache_configs=[]), "--cache (cache_configs) needs at least one of: none, shared", "no cache preference"),
+    api(_sweep(cache_configs=[["none"]]), "cache ['none'] is not one of", "a cache preference inside a list"),
+    api(_sweep(resume="no"), "resume must be True or False, got 'no'", "resume as text"),
+    api(_sweep(keep_skipped=None), "keep_skipped must be True or False, got None", "keep_skipped: None"),
+    api(_sweep(params={"tile": b"16"}), "tile must be an integer written in digits", "a parameter's value: bytes"),
+    api(_sweep(params={"tile": np.array(16)}), "parameter tile takes a list of values", "a parameter's values: "
+                                                                                        "a 0-d array"),
+    api(_sweep(out="fresh\0"), "holds a NUL character", "out: a NUL"),
+    api(_sweep(out=Path(LONG)), f"out names '{LONG}', {TOO_LONG}", "out: a name over 255 bytes"),
     api(_sweep(out=None), "a sweep needs --out DIR, the folder for its results.jsonl", "out: None"),
     api(_sweep(out=5), "out must be a path, got 5", "out: a number"),
     api(_sweep(out=Path("afile")), "--out afile is a file, not a folder", "out: a file"),
@@ -508,6 +549,10 @@ API_CASES = [
     api(_run(compile_jobs=0), "compile_jobs must be a whole number of at least 1",
         "run: no compile jobs"),
     api(_run(arch="volta"), "--arch 'volta' is not a GPU architecture", "run: arch volta"),
+    api(_run(gpus=[[0]]), "gpus must list distinct GPU indices like [0, 1], got [[0]]", "run: a GPU as a list"),
+    api(_run(timing=None), "timing must be a gen.results.TimingOptions, got None", "run: timing None"),
+    api(_run(sanitize="yes"), "sanitize must be True or False, got 'yes'", "run: sanitize as text"),
+    api(_run(cluster=8786), "cluster must be 'local' or a scheduler's address", "run: cluster as a number"),
     api(_sweep(max_points=0), "max_points must be a whole number of at least 1", "max_points 0"),
     api(_sweep(max_points="10"), "max_points must be a whole number of at least 1, got '10'", "max_points as text"),
     api(_sweep(max_points=10), "more than --max-points 10", "max_points below the space"),
@@ -534,6 +579,9 @@ API_CASES = [
     api(_tune(max_points=0), "max_points must be a whole number of at least 1, got 0", "TuneOptions: max_points 0"),
     api(_tune(filter=5), "filter must be a name pattern", "TuneOptions: filter 5"),
     api(_tune(run=None), "run must be a gen.pipeline.RunOptions, got None", "TuneOptions: run None"),
+    api(lambda: TuneOptions("matmul", "64x64x64", progress="no"), "progress must be True or False, got 'no'",
+        "TuneOptions: progress as text"),
+    api(_tune(strategy=["bayes"]), "strategy ['bayes'] is not one of", "TuneOptions: strategy in a list"),
     api(_tune(strategy="luck"), "strategy 'luck' is not one of: brute, random", "TuneOptions: strategy luck"),
     api(lambda: tune(TuneOptions("matmul", "64x64x64", strategy="luck")), "strategy 'luck' is not one of",
         "tune: unknown strategy"),
@@ -560,12 +608,23 @@ API_CASES = [
     api(lambda: gen.tuned("matmul", 64, 64, 64, db=Path("run"), device=H100), "--db run is a folder",
         "tuned: a folder as database"),
     api(lambda: gen.tuned("matmul", 64, 64, 64), "which GPU?", "tuned: no GPU", NO_GPU),
+    api(lambda: gen.tuned("sgemm", "٦٤x64x64"), "size '٦٤x64x64' for sgemm: needs 3 positive integers",
+        "tuned: Arabic-Indic digits"),
+    api(lambda: gen.tuned("sgemm", 64, 64, 64, device="H100"), "device must be a gen.results.DeviceInfo (or None: "
+        "the current GPU), got 'H100'", "tuned: device as text"),
+    api(lambda: gen.tuned("sgemm", 64, 64, 64, device=H100.model), "device must be a gen.results.DeviceInfo",
+        "tuned: a GPU model as the device"),
+    api(lambda: gen.kernel("sgemm", 64, 64, 64, dtype=["f32"]), "sgemm has no element type ['f32']",
+        "kernel: dtype in a list"),
+    api(lambda: gen.kernel("sgemm", 64.0, 64, 64), "a shape is its dimensions as integers", "kernel: a float"),
     api(lambda: gen.kernel("sgemm", 64, 64, 64, dtype="f64"), "sgemm has no element type 'f64'", "kernel: dtype"),
     api(lambda: gen.kernel("matmul", "64x64"), "size '64x64' for matmul", "kernel: malformed shape"),
     api(lambda: gen.matmul(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32)),
         "a must be a pycuda GPUArray (pycuda.gpuarray.to_gpu(...)), got ndarray", "matmul: numpy arrays"),
     api(lambda: gen.matmul(None, None), "a must be a pycuda GPUArray", "matmul: None"),
     api(lambda: gen.load_families("nowhere"), "--family-path", "load_families: a missing folder"),
+    api(lambda: gen.load_families(""), "--family-path must be a path, got ''", "load_families: ''"),
+    api(lambda: gen.load_families(None), "--family-path must be a path, got None", "load_families(None)"),
     # the pieces underneath
     api(lambda: get_family("matmul").parse_shape(None), "a size for matmul is text like", "parse_shape(None)"),
     api(lambda: get_family("matmul").parse_shape(4096), "a size for matmul is text like", "parse_shape(4096)"),
@@ -573,8 +632,22 @@ API_CASES = [
     api(lambda: variant_from_name("nonsense"), "unknown family 'nonsense'", "variant_from_name: no family"),
     api(lambda: variant_from_name("matmul_f32_t16"), "cannot read padding from", "variant_from_name: cut short"),
     api(lambda: variant_from_name(None), "a variant name is text", "variant_from_name(None)"),
+    api(lambda: get_family("matmul").parse_shape("٦٤x64x64"), "size '٦٤x64x64' for matmul: needs 3 positive",
+        "parse_shape: Arabic-Indic digits"),
+    api(lambda: variant_from_name("matmul_f32_t١٦_p1_guard_both"), "cannot read tile from 't١٦'",
+        "variant_from_name: Arabic-Indic digits"),
+    api(lambda: MatmulVariant.from_name(None), "a variant name is text like matmul_f32_t16_p0_guard_both, got None",
+        "from_name(None)"),
     api(lambda: Space.default(get_family("matmul"), {"tile": ["+16"]}), "got '+16'", "Space: +16"),
+    api(lambda: Space.default(get_family("matmul"), {"padding": ["-0"]}), "got '-0'", "Space: -0"),
+    api(lambda: Space.default("matmul"), "a space is made of a family object (gen.families.get_family('matmul')), "
+        "got 'matmul'", "Space: a family's name"),
+    api(lambda: Space.default(None), "a space is made of a family object", "Space: None"),
     api(lambda: get_family("matmul").variant({"tile": "1_6"}), "got '1_6'", "Family.variant: 1_6"),
+    api(lambda: get_family("matmul").variant({"tile": "١٦"}), "got '١٦'", "Family.variant: Arabic-Indic digits"),
+    api(lambda: get_family("matmul").variant("tile=16"), "a variant's values map parameter names to values, like "
+        "{'tile': 16}; got 'tile=16'", "Family.variant: text"),
+    api(lambda: get_family("matmul").variant(None), "a variant's values map parameter names", "Family.variant: None"),
     api(lambda: TuningDB(Path("foreign.sqlite")), "is an SQLite database but not tilegen's",
         "TuningDB: another program's"),
     api(lambda: TuningDB(Path("run")), "--db run is a folder", "TuningDB: a folder"),
@@ -612,6 +685,50 @@ def test_the_api_refuses_bad_input_with_a_tilegen_error_and_changes_nothing(plac
     message = str(raised.value)
     assert fragment in message and "\n" not in message, message
     assert snapshot(place) == before
+
+
+def test_numpy_integers_are_integers_to_the_api(place: Path) -> None:
+    """numpy's integers (numbers.Integral) and floats are taken where Python's are, and kept as
+    Python's: JSON (run.json), SQLite and random.Random take no others."""
+    tuned = gen.tuned("matmul", np.int64(1024), np.int32(1024), 1024, db=Path("tuned.sqlite"), device=H100)
+    assert tuned.name == MatmulVariant(tile=32).name  # the stored winner of that exact shape
+    assert gen.tuned("sgemm", np.int64(64), 64, 64, db=Path("tuned.sqlite"), device=H100).family == "sgemm"
+    assert get_family("matmul").variant({"tile": np.int64(16)}).tile == 16
+    assert Space.default(get_family("matmul"), {"tile": np.int64(16)}).values["tile"] == (16,)
+    run = RunOptions(seed=np.uint8(1), gpus=np.array([0, 1]), compile_jobs=np.int64(2), silence_s=np.float32(2.5),
+                     timing=TimingOptions(budget_s=np.float64(0.5)))
+    options = TuneOptions("matmul", "64x64x64", budget=np.int64(4), seed=np.int64(3), top=np.int16(2),
+                          time_s=np.float32(60), max_points=np.int64(100), run=run)
+    counts = [options.budget, options.seed, options.top, options.max_points, run.seed, run.compile_jobs, *run.gpus]
+    assert [type(n) for n in counts] == [int] * 8 and run.gpus == (0, 1)
+    assert [type(s) for s in (options.time_s, run.silence_s, run.timing.budget_s)] == [float] * 3
+    assert type(SweepOptions("matmul", max_points=np.int64(10)).max_points) is int
+
+
+@pytest.mark.parametrize("plot, fragment", [
+    ("out.jsonl", "--plot out.jsonl: matplotlib cannot write .jsonl files; end the name with one of "),
+    ("out", "--plot out: no extension names its format; end the name with one of "),
+])
+def test_a_plot_matplotlib_cannot_write_is_refused_before_the_report(
+        place: Path, capsys: pytest.CaptureFixture, plot: str, fragment: str) -> None:
+    before = snapshot(place)
+    code, out, err = run_main(capsys, ["report", "run", "--plot", plot])
+    assert_one_line_error(code, out, err, fragment)
+    assert ".png, " in err and out == ""  # the formats named; no report computed
+    assert snapshot(place) == before
+
+
+@pytest.mark.parametrize("command, code, output", [
+    (["emit", "matmul", "--out", "variantsé"], 0, b" files under variants\\xe9/"),
+    (["report", "nowhé"], 2, b"tilegen: error: nowh\\xe9 has no results.jsonl"),
+], ids=["a message on stdout", "an error on stderr"])
+def test_paths_the_terminal_cannot_encode_print_as_escapes(tmp_path: Path, command: list[str], code: int,
+                                                         output: bytes) -> None:
+    done = subprocess.run([sys.executable, "-m", "gen", *command], capture_output=True, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), PYTHONIOENCODING="ascii"))
+    assert done.returncode == code, done.stderr
+    assert output in done.stdout + done.stderr and b"Traceback" not in done.stderr
+    assert len((done.stdout + done.stderr).strip().splitlines()) == 1
 
 
 # ---- what used to be quietly wrong ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gen.cli import main
+from gen.errors import UsageError
 from gen.export import t4_document
 from gen.families import get_family
 from gen.space import Space
@@ -46,6 +47,17 @@ def test_tuning_stores_every_measurement_and_reuses_them(tmp_path: Path, compile
     assert again.evaluations == 6 and ran.count(finalist) >= 5  # five interleaved rounds
     assert not (known - {finalist}) & set(ran), "a variant already in the database was measured again"
     assert again.gpu_evaluations == len(ran) == len(set(ran) - known - {finalist}) + ran.count(finalist)
+
+
+def test_a_time_limit_that_ends_before_any_measurement_says_so(tmp_path: Path, compile_options) -> None:
+    """Not "no variant ran correctly": the kernels are not to blame."""
+    options = TuneOptions("matmul", "64x64x64", params={"tile": ["8"], "padding": ["0"], "bounds": ["guard"]},
+                          budget=None, time_s=0.000001, db=tmp_path / "t.sqlite", progress=False)
+    with pytest.raises(UsageError) as raised:
+        tune(options, fakes.FakeExecutor())
+    assert str(raised.value).startswith("the time limit (--time 1e-06 s) ran out before any variant of matmul was "
+                                        "measured; give a longer --time")
+    assert "or --budget N to count evaluations instead" in str(raised.value)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import pytest
 
+from gen.api import Variant, integer
 from gen.errors import InvalidVariant, UsageError
 from gen.families import builtin_families, MatmulVariant, TransposeVariant, get_family, variant_from_name
 from gen.families.copy import CopyVariant
 from gen.families.sgemm import SgemmVariant
 from gen.space import Space
+from gen.variant import Parameter
 
 ALL_SPACES = [pytest.param(Space.emitted(f), id=f"{f.name}-emitted") for f in builtin_families().values()] + [
     pytest.param(Space.default(f), id=f"{f.name}-default") for f in builtin_families().values()]
@@ -93,6 +97,43 @@ def test_user_values_are_parsed_and_checked_one_by_one() -> None:
         family.variant({"tile": "big"})
     with pytest.raises(UsageError, match="matmul has no parameter 'tiles'"):
         family.variant({"tiles": "8"})
+
+
+@dataclass(frozen=True, order=True)
+class ShiftVariant(Variant):
+    """A parameter that may be negative, which no built-in family has."""
+
+    family: ClassVar[str] = "shift"
+    shift: int = integer(0, tag="s", minimum=-8, help="elements to shift by")
+
+
+def typed(variant_type: type[Variant], name: str, text: str, value: int | None) -> Any:
+    return pytest.param(variant_type.parameter(name), text, value, id=f"{name}={text}")
+
+
+@pytest.mark.parametrize("parameter, text, value", [
+    typed(MatmulVariant, "padding", "0", 0),
+    typed(MatmulVariant, "padding", "007", 7),
+    typed(MatmulVariant, "padding", "-0", None),
+    typed(MatmulVariant, "padding", "-1", None),
+    typed(MatmulVariant, "padding", "+1", None),
+    typed(MatmulVariant, "padding", "1_0", None),
+    typed(MatmulVariant, "padding", "١", None),
+    typed(MatmulVariant, "padding", "²", None),
+    typed(ShiftVariant, "shift", "-3", -3),
+    typed(ShiftVariant, "shift", "3", 3),
+    typed(ShiftVariant, "shift", "-0", None),
+    typed(ShiftVariant, "shift", "+3", None),
+    typed(ShiftVariant, "shift", "--3", None),
+])
+def test_one_rule_for_typed_integers_ascii_digits_and_a_minus_only_where_negatives_are_allowed(
+        parameter: Parameter, text: str, value: int | None) -> None:
+    if value is not None:
+        assert parameter.parse(text) == value
+        return
+    negative = "'-' only before a negative value" if parameter.minimum < 0 else "no sign"
+    with pytest.raises(UsageError, match=re.escape(f"got {text!r} (ASCII digits, {negative}, no '_')")):
+        parameter.parse(text)
 
 
 def test_space_keeps_invalid_points_out_with_their_reason() -> None:
