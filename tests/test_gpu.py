@@ -235,6 +235,54 @@ def test_gen_kernel_runs_the_tuned_plugin_variant_on_the_callers_arrays(tmp_path
         registry.cache_clear()
 
 
+OWN_FAMILIES = Path(__file__).resolve().parent / "families"
+
+
+@pytest.mark.parametrize("family, size, dtype", [("stencil", "1000x999", None), ("blur", "1024x1024", "f64"),
+                                                 ("blur", "1000x999", "f32")])
+def test_your_own_family_goes_from_sweep_to_tune_to_best_to_a_kernel_on_numpy_arrays(
+        family: str, size: str, dtype: str | None, tmp_path: Path, monkeypatch, capsys) -> None:
+    """tests/families: `stencil` has no dtype parameter, `blur` has parameters named smem, dtype,
+    bounds, vec and cache. Each is swept, tuned, looked up by `best` and gen.tuned, and run by
+    gen.kernel on NumPy arrays: the tuned winner is found every time."""
+    import numpy as np
+
+    import gen
+    from gen.cli import main
+    from gen.plugins import registry
+    from gen.tune import TuneOptions, tune
+
+    db = tmp_path / "t.sqlite"
+    monkeypatch.setenv("TILEGEN_DB", str(db))
+    monkeypatch.setenv("TILEGEN_FAMILY_PATH", str(OWN_FAMILIES))
+    registry.cache_clear()
+    params = {"dtype": [dtype]} if dtype else {}
+    try:
+        rows = run(tmp_path / "sweep", family, params, [size, "37x45", "64x512"])
+        assert _only_skipped_and_ok(rows) == runnable(family, params, [size, "37x45", "64x512"]) > 10
+        (result,) = tune(TuneOptions(family, size, params=params, strategy="brute", run=RunOptions(timing=QUICK),
+                                     progress=False, top=2))
+        assert result.covered_space and result.winner.status == Status.OK
+        assert main(["best", family, "--size", size, *(["--dtype", dtype] if dtype else [])]) == 0
+        out, err = capsys.readouterr()
+        assert out.strip() == result.winner.name and "the exact shape on this GPU" in err
+        h, w = (int(d) for d in size.split("x"))
+        assert gen.tuned(family, h, w, dtype=dtype).name == result.winner.name
+        import pycuda.autoprimaryctx  # noqa: F401  (the caller's context)
+
+        kernel = gen.kernel(family, h, w, dtype=dtype)
+        assert kernel.variant.name == result.winner.name
+        element = np.float64 if dtype == "f64" else np.float32
+        grid = np.random.default_rng(3).uniform(-1, 1, (h, w)).astype(element)
+        out = np.full((h, w), np.nan, element)
+        assert kernel(grid=grid, out=out) is out  # filled in place
+        expected = get_family(family).problem.reference({"grid": grid.astype(np.float64)}, get_family(family)
+                                                        .parse_shape(size))
+        assert np.linalg.norm(out - expected) / np.linalg.norm(expected) < (1e-12 if dtype == "f64" else 1e-5)
+    finally:
+        registry.cache_clear()
+
+
 def _gpu_count() -> int:
     import subprocess
 
