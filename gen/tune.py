@@ -26,7 +26,7 @@ from .progress import Progress
 from .results import Row, TimingOptions, is_ok
 from .space import MAX_POINTS, Space
 from .strategies import SearchSpace, make_strategy
-from .tunedb import Problem, TuningDB, checked_db_path
+from .tunedb import FINALIST_KEY, Problem, TuningDB, checked_db_path
 from .variant import Variant
 from .worker import Executor, GpuUnavailable
 
@@ -366,7 +366,7 @@ def _interleaved(evaluator: Evaluator, finalists: list[Variant]) -> tuple[list[S
 def _median_round(rows: list[Row], standing: Standing) -> Row:
     """The row of the round whose median is the standing's median, marked as chosen from the rounds."""
     row = next(row for row in rows if row.median_ms == standing.median_ms)
-    return replace(row, provenance={**row.provenance, "interleaved_rounds": len(rows)})
+    return replace(row, provenance={**row.provenance, FINALIST_KEY: len(rows)})
 
 
 def _default_row(evaluator: Evaluator, family: Family, shape: Any, valid: list[Variant]) -> Row | None:

@@ -28,6 +28,7 @@ from .paths import as_path, cache_dir, existing_file, writable_folder
 from .results import GpuModel, Row, row_from_json
 
 DB_ENV = "TILEGEN_DB"
+FINALIST_KEY = "interleaved_rounds"  # the provenance key of a finalist's row: rounds it was measured in
 WRITE_WAIT_S = 60.0  # a writer waits this long for another's transaction (two tunes into one file)
 READ_WAIT_S = 1.0  # a reader waits this long: in WAL mode only a crash's recovery or a locking program holds one up
 
@@ -175,9 +176,20 @@ class TuningDB:
         return {row.name: row for row in self._rows(query, _key(problem))}
 
     def top(self, problem: Problem, count: int = 5) -> list[Row]:
-        query = ("SELECT id, row FROM ranked WHERE gpu_model=? AND family=? AND dtype=? AND shape=? AND rank<=? "
-                 "ORDER BY rank")
-        return self._rows(query, (*_key(problem), count))
+        """The fastest correct variants, best first: those a tune confirmed in its interleaved rounds
+        (its finalists) before the others, each group by its latest median. A finalist's median
+        round is slower than the lucky single measurement that made it one; a variant measured once
+        is no rival for it."""
+        query = "SELECT id, row FROM ranked WHERE gpu_model=? AND family=? AND dtype=? AND shape=? ORDER BY rank"
+        confirmed = self._confirmed(problem)
+        return sorted(self._rows(query, _key(problem)), key=lambda row: row.name not in confirmed)[:count]
+
+    def _confirmed(self, problem: Problem) -> set[str]:
+        """The variants of a problem that a tune measured again in interleaved rounds."""
+        query = ("SELECT DISTINCT variant FROM measurements WHERE gpu_model=? AND family=? AND dtype=? AND shape=? "
+                 f"AND row LIKE '%\"{FINALIST_KEY}\"%'")
+        with self._reading() as connection:
+            return {name for (name,) in connection.execute(query, _key(problem))}
 
     def best(self, problem: Problem) -> Row | None:
         top = self.top(problem, 1)

@@ -250,3 +250,37 @@ def test_best_names_the_winner_of_the_interleaved_rounds_not_of_the_last_one(tmp
     stored = TuningDB(db).best(result.problem)
     assert stored.name == result.winner.name == result.standings[0].name
     assert stored.median_ms == 1.0 and stored.provenance["interleaved_rounds"] == 5
+
+
+class FinalistsSlowerOnSecondLook(fakes.FakeExecutor):
+    """Three variants. The first two are the fastest when first measured, and so the finalists; in
+    the interleaved rounds they are slower than the third's one lucky measurement."""
+
+    FIRST = {"matmul_f32_t8_p0_guard_both": 1.0, "matmul_f32_t16_p0_guard_both": 1.1,
+             "matmul_f32_t32_p0_guard_both": 1.5}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def run(self, jobs):
+        from dataclasses import replace as replaced
+
+        for job, measured in super().run(jobs):
+            again = job.name in self.seen
+            self.seen.add(job.name)
+            median = self.FIRST[job.name] * (2.0 if again else 1.0)
+            measured.timing = replaced(measured.timing, median_ms=median)
+            yield job, measured
+
+
+def test_best_names_the_tuned_winner_not_a_variant_measured_once(tmp_path: Path, capsys, compile_options) -> None:
+    db = tmp_path / "t.sqlite"
+    options = TuneOptions("matmul", "64x64x64", params={"tile": ["8", "16", "32"], "padding": ["0"],
+                                                          "bounds": ["guard"], "sync": ["both"]},
+                          strategy="brute", db=db, progress=False, top=2)
+    (result,) = tune(options, FinalistsSlowerOnSecondLook())
+    assert result.winner.name == "matmul_f32_t8_p0_guard_both" and result.winner.median_ms == 2.0
+    assert TuningDB(db).best(result.problem).name == result.winner.name
+    assert main(["best", "matmul", "--size", "64x64x64", "--gpu", "Fake", "--db", str(db)]) == 0
+    assert capsys.readouterr().out.strip() == result.winner.name
