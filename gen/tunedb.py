@@ -91,7 +91,7 @@ class Problem:
 def default_db_path() -> Path:
     """$TILEGEN_DB, else tuning.sqlite in tilegen's cache folder (platformdirs; $TILEGEN_CACHE)."""
     override = os.environ.get(DB_ENV)
-    return Path(override) if override else cache_dir() / "tuning.sqlite"
+    return as_path(override, f"${DB_ENV}") if override else cache_dir() / "tuning.sqlite"
 
 
 def checked_db_path(path: Path | None, create: bool) -> Path:

@@ -369,6 +369,8 @@ CLI_CASES = [
     case(f"--family-path {LONG} list", f"--family-path names '{LONG}', {TOO_LONG}", id="--family-path LONG"),
     case("compile matmul -p tile=8", f"$TILEGEN_CACHE names '{LONG}', {TOO_LONG}", env={"TILEGEN_CACHE": LONG},
          id="$TILEGEN_CACHE LONG"),
+    case("tune matmul --size 64x64x64", f"$TILEGEN_DB names '{LONG}', {TOO_LONG}", env={"TILEGEN_DB": LONG},
+         id="$TILEGEN_DB LONG"),
     # $TILEGEN_COMPILE_TIMEOUT that is not a deadline
     case("compile matmul -p tile=8 --out fresh", "$TILEGEN_COMPILE_TIMEOUT must be a positive, finite number of "
                                                  "seconds, got 'soon'", env={"TILEGEN_COMPILE_TIMEOUT": "soon"}),
