@@ -325,7 +325,11 @@ def _check_launch(family: Family, variant: Variant, shape: Any) -> None:
     if reason := launch_refusal(launch):
         raise PluginProblem(f"{family.source}: {family.name}'s launch() of {variant.name} at {shape}: {reason}; "
                             f"keep launch() inside the limits or add a constraint that makes such variants invalid")
-    _attempt(family, variant, "dynamic_shared_bytes", lambda: int(variant.dynamic_shared_bytes))
+    dynamic = _attempt(family, variant, "dynamic_shared_bytes", lambda: int(variant.dynamic_shared_bytes))
+    if launch.dynamic_shared_bytes != dynamic:
+        raise PluginProblem(f"{family.source}: {variant.name}: launch() asks for {launch.dynamic_shared_bytes} bytes "
+                            f"of dynamic shared memory, but the variant's dynamic_shared_bytes is {dynamic}; give "
+                            f"launch() dynamic_shared_bytes=variant.dynamic_shared_bytes")
     _attempt(family, variant, "deliberately_racy", lambda: bool(variant.deliberately_racy))
 
 
