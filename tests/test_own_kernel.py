@@ -121,15 +121,16 @@ def test_a_family_module_imports_the_helpers_beside_it(own_families: Path, capsy
     assert reference[2, 3] == 4 * 225 - 81 - 441 - 196 - 256 and reference[0, 0] == 0 - 36 - 1
 
 
-def test_the_family_path_is_taken_after_the_command_too(capsys) -> None:
+def test_the_family_path_is_taken_after_the_command_too(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TILEGEN_FAMILY_PATH", raising=False)  # --family-path sets it: put back afterwards
+    registry.cache_clear()
     try:
         code, out, err = run_main(capsys, ["list", "--family-path", str(FAMILIES)])
         assert code == 0 and "\nstencil " in out and "\nblur " in out
         code, out, err = run_main(capsys, ["--family-path", str(REPO / "docs" / "examples" / "reduction"), "list",
                                            "--family-path", str(FAMILIES)])
-        assert code == 0 and "\nreduce " in out and "\nstencil " in out  # before and after: both
+        assert code == 0 and "\nreduce " in out and "\nstencil " in out, err  # before and after: both
     finally:
-        os.environ.pop("TILEGEN_FAMILY_PATH", None)
         registry.cache_clear()
 
 
