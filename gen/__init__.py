@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__version__ = "0.2.0"
+from .core.version import __version__
 
 
 def tuned(family: str, *dims: int | str, dtype: str | None = None, **options: Any) -> Any:
-    """The best known variant of `family` for this shape on the current GPU (see gen.lookup)."""
-    from .lookup import tuned as lookup
+    """The best known variant of `family` for this shape on the current GPU (see gen.search.lookup)."""
+    from .search.lookup import tuned as lookup
 
     return lookup(family, *dims, dtype=dtype, **options)
 
@@ -35,6 +35,6 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
 
 def load_families(folder: str | Path) -> None:
     """Use the family modules (and templates) in `folder`, here and in every worker started later."""
-    from .plugins import add_family_path
+    from .families.registry import add_family_path
 
     add_family_path(folder)

@@ -1,5 +1,5 @@
 import sys
 
-from .entry import run
+from .cli.entry import run
 
 sys.exit(run())

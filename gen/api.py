@@ -5,12 +5,12 @@
 See README.md, "Bring your own kernel", and docs/examples/reduction/ for a complete plugin.
 """
 
-from .errors import InvalidVariant
-from .family import (CEILINGS, COPY_BANDWIDTH, GEMM_F32, GEMM_F64, UNIT_ROUNDOFF, Ceiling, Dims, Family, Input,
-                     Launch, Output, Problem, Scalar, blocks, check_shared_bytes, element_bytes, parse_dims,
-                     sum_tolerance)
-from .limits import MAX_THREADS_PER_BLOCK, WARP_SIZE
-from .variant import Variant, choice, integer, require
+from .core.errors import InvalidVariant
+from .families.family import (CEILINGS, COPY_BANDWIDTH, GEMM_F32, GEMM_F64, UNIT_ROUNDOFF, Ceiling, Dims, Family,
+                              Input, Launch, Output, Problem, Scalar, blocks, check_shared_bytes, element_bytes,
+                              parse_dims, sum_tolerance)
+from .core.limits import MAX_THREADS_PER_BLOCK, WARP_SIZE
+from .families.variant import Variant, choice, integer, require
 
 __all__ = ["CEILINGS", "COPY_BANDWIDTH", "Ceiling", "Dims", "Family", "GEMM_F32", "GEMM_F64", "Input",
            "InvalidVariant", "Launch", "MAX_THREADS_PER_BLOCK", "Output", "Problem", "Scalar", "UNIT_ROUNDOFF",

@@ -1,5 +1,5 @@
 """Ready-to-call kernels: the tuned variant of any family, run on the caller's device arrays in the
-caller's own CUDA context. pycuda is reached only through gen.run.
+caller's own CUDA context. pycuda is reached only through gen.gpu.runner.
 
     kernel = gen.kernel("reduce", "4096x8192")     # the tuned variant for this GPU and shape
     kernel(data=rows_gpu, sums=out_gpu)            # arrays by argument name (or in order)
@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from .compiler import CompileOptions, compile_variant
-from .errors import UsageError
+from .build.compiler import CompileOptions, compile_variant
+from .core.errors import UsageError
 from .families import get_family
-from .family import NUMPY_DTYPE, Family, Scalar
-from .lookup import shape_text, tuned
-from .variant import Variant
+from .families.family import NUMPY_DTYPE, Family, Scalar
+from .search.lookup import shape_text, tuned
+from .families.variant import Variant
 
 _GEMM_FOR = {np.dtype(np.float32): ("sgemm", "f32"), np.dtype(np.float64): ("matmul", "f64")}
 VECTOR_BYTES = 16  # vec=4 variants load float4s: every matrix must start on a 16-byte boundary
@@ -148,9 +148,9 @@ def loaded(variant: Variant) -> Any:
 
 
 def _gpu() -> Any:
-    """gen.run, the one module that imports pycuda; UsageError where pycuda is missing."""
+    """gen.gpu.runner, the one module that imports pycuda; UsageError where pycuda is missing."""
     try:
-        from . import run
+        from .gpu import runner as run
     except ImportError as error:
         raise UsageError(f"running a kernel needs pycuda ({error}): pip install 'tilegen[cuda]' on a machine with "
                          f"an NVIDIA GPU and its driver") from None

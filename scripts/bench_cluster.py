@@ -66,7 +66,7 @@ def main() -> None:
 
 def report(args: argparse.Namespace) -> str:
     """The table of the parts measured so far (in this call or earlier ones)."""
-    from gen.table import markdown_table
+    from gen.core.table import markdown_table
 
     found = {name: json.loads((args.out / f"{name}.json").read_text())
              for name in ("compile", "one-gpu", "cluster", "killed") if (args.out / f"{name}.json").exists()}
@@ -116,11 +116,11 @@ def sweep(args: argparse.Namespace, name: str, extra: list[str]) -> dict:
 
 def killed_sweep(args: argparse.Namespace) -> dict:
     """The cluster sweep through the API, one Dask worker process SIGKILLed a third of the way in."""
-    from gen.cluster import DaskExecutor
-    from gen.pipeline import RunOptions
-    from gen.results import TimingOptions
-    from gen.sweep import SweepOptions, sweep as run_sweep
-    from gen.worker import parse_gpus
+    from gen.gpu.dask import DaskExecutor
+    from gen.evaluate.options import RunOptions
+    from gen.core.results import TimingOptions
+    from gen.search.sweep import SweepOptions, sweep as run_sweep
+    from gen.gpu.workers import parse_gpus
 
     out = args.out / "killed"
     executor = DaskExecutor("local", parse_gpus(args.gpus))

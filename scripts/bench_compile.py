@@ -14,10 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from gen.compiler import CompileOptions, compile_variants, nvcc_version
+from gen.build.compiler import CompileOptions, compile_variants, nvcc_version
 from gen.families import get_family
-from gen.space import Space
-from gen.table import text_table
+from gen.families.space import Space
+from gen.core.table import text_table
 
 
 def timed_compile(variants: list, options: CompileOptions) -> float:

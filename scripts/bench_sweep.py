@@ -13,11 +13,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from gen.pipeline import RunOptions
-from gen.results import TimingOptions
-from gen.results import Status
-from gen.sweep import SweepOptions, sweep
-from gen.table import text_table
+from gen.evaluate.options import RunOptions
+from gen.core.results import TimingOptions
+from gen.core.results import Status
+from gen.search.sweep import SweepOptions, sweep
+from gen.core.table import text_table
 
 
 def main() -> None:

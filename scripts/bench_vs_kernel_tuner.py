@@ -128,15 +128,15 @@ class UtilisationSampler:
 # ---- tilegen's side ---------------------------------------------------------------------------------
 
 def run_tilegen(size: str, strategy: str, evaluations: int | None, full: bool = False) -> dict[str, Any]:
-    from gen.paths import cache_dir
+    from gen.core.paths import cache_dir
 
     warm = cache_dir() / "ceilings.json"
     cold = Path(tempfile.mkdtemp(prefix="tilegen-cold-"))
     if warm.exists():
         shutil.copy(warm, cold / "ceilings.json")
     os.environ["TILEGEN_CACHE"] = str(cold)
-    from gen.pipeline import RunOptions
-    from gen.tune import TUNE_TIMING, TuneOptions, tune
+    from gen.evaluate.options import RunOptions
+    from gen.search.tune import TUNE_TIMING, TuneOptions, tune
 
     params = {} if full else {name: [str(v) for v in values] for name, values in SPACE.items()}
     started_at, clock = time.time(), time.perf_counter()
@@ -144,7 +144,7 @@ def run_tilegen(size: str, strategy: str, evaluations: int | None, full: bool = 
                                  db=cold / "tuning.sqlite", progress=False,
                                  run=RunOptions(arch="sm_90", timing=TUNE_TIMING)))
     wall = time.perf_counter() - clock
-    from gen.tunedb import TuningDB
+    from gen.store.tuning_db import TuningDB
 
     rows = TuningDB(cold / "tuning.sqlite").measured(result.problem)
     key = _whole_key if full else _key  # the full space varies more than the comparison's parameters
@@ -164,8 +164,8 @@ def run_kernel_tuner(size: str, strategy: str, evaluations: int | None, full: bo
     import kernel_tuner
 
     from gen.families import get_family
-    from gen.render import render
-    from gen.space import Space
+    from gen.build.render import render
+    from gen.families.space import Space
 
     family = get_family("sgemm")
     shape = family.parse_shape(size)
@@ -249,7 +249,7 @@ def within(trace: list[list], target_ms: float, share: float = 0.01) -> float | 
 
 
 def report(results: list[dict], size: str) -> str:
-    from gen.table import markdown_table
+    from gen.core.table import markdown_table
 
     exhaustive = {r["tool"]: r["best_ms"] for r in results if r["strategy"] in ("brute", "brute_force")}
     rows = []

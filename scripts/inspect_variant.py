@@ -14,11 +14,11 @@ import subprocess
 import sys
 from collections import Counter
 
-from gen.compiler import CompileOptions, compile_variant
+from gen.build.compiler import CompileOptions, compile_variant
 from gen.families import get_family, variant_from_name
-from gen.jobs import Job
-from gen.table import text_table
-from gen.worker import job_json
+from gen.gpu.jobs import Job
+from gen.core.table import text_table
+from gen.gpu.workers import job_json
 
 NCU_METRICS = {
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "shared load bank conflicts",
@@ -49,7 +49,7 @@ def sass_mix(cubin: str) -> tuple[Counter, int]:
 def ncu_metrics(name: str, cubin: str, size: str) -> dict[str, str]:
     job = Job(name, variant_from_name(name).family, cubin, size, timing=None)
     command = ["ncu", "--metrics", ",".join(NCU_METRICS), "--kernel-name", name, "--csv", sys.executable, "-m",
-               "gen.worker", "--once", job_json(job)]
+               "gen.gpu.workers", "--once", job_json(job)]
     output = subprocess.run(command, capture_output=True, text=True).stdout
     values = {}
     for line in output.splitlines():

@@ -15,12 +15,13 @@ import time
 from pathlib import Path
 
 from gen.families import get_family
-from gen.plots import plot
-from gen.space import Space
-from gen.strategies import STRATEGIES, SearchSpace
-from gen.table import markdown_table
-from gen.tune import best_so_far, replay
-from gen.tunedb import TuningDB
+from gen.store.plots import plot
+from gen.families.space import Space
+from gen.search.strategies import STRATEGIES, SearchSpace
+from gen.core.table import markdown_table
+from gen.search.tune import replay
+from gen.store.plots import best_so_far
+from gen.store.tuning_db import TuningDB
 
 CHECKPOINTS = (25, 50, 100)
 

@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from gen.compiler import CompileOptions, nvcc_path
+from gen.build.compiler import CompileOptions, nvcc_path
 
 from .fakes import ANSWER, COMPILE, FakeNvcc
 

@@ -19,8 +19,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from gen.jobs import Job
-from gen.results import DeviceInfo, Measurement, Status, Timing
+from gen.gpu.jobs import Job
+from gen.core.results import DeviceInfo, Measurement, Status, Timing
 
 FAKE_DEVICE = DeviceInfo(name="Fake GPU", cc="9.0", sm_count=132, memory_bytes=80 * 2**30, l2_bytes=50 * 2**20,
                          driver="13.0", index=0)
@@ -126,15 +126,15 @@ class NoGpuExecutor(FakeExecutor):
     """A machine without a usable GPU: a sweep compiles its points and marks them `compiled`."""
 
     def devices(self) -> list[DeviceInfo]:
-        from gen.worker import GpuUnavailable
+        from gen.gpu.workers import GpuUnavailable
 
         raise GpuUnavailable("no usable CUDA GPU 0: fake")
 
 
 def slow_sweep(out: str) -> None:
     """A sweep of 18 variants x 2 sizes at 0.3 s a job, for a test to kill in the middle."""
-    from gen.pipeline import RunOptions
-    from gen.sweep import SweepOptions, sweep
+    from gen.evaluate.options import RunOptions
+    from gen.search.sweep import SweepOptions, sweep
 
     sweep(SweepOptions("matmul", Path(out), sizes=["64x64x64", "96x96x96"], progress=False, run=RunOptions(seed=1)),
           executor=FakeExecutor(delay_s=0.3))

@@ -21,20 +21,20 @@ import numpy as np
 import pytest
 
 import gen
-from gen.cli import main
-from gen.compiler import CompileOptions, compile_variants
-from gen.errors import TilegenError
-from gen.export import write_t4
+from gen.cli.main import main
+from gen.build.compiler import CompileOptions, compile_variants
+from gen.core.errors import TilegenError
+from gen.store.export import write_t4
 from gen.families import get_family, variant_from_name
 from gen.families.matmul import MatmulVariant
-from gen.emit import emit
-from gen.pipeline import RunOptions
-from gen.results import DeviceInfo, Row, Status, TimingOptions
-from gen.space import Space
-from gen.store import read_rows
-from gen.sweep import SweepOptions, preview, sweep
-from gen.tune import TuneOptions, tune
-from gen.tunedb import TuningDB
+from gen.build.emit import emit
+from gen.evaluate.options import RunOptions
+from gen.core.results import DeviceInfo, Row, Status, TimingOptions
+from gen.families.space import Space
+from gen.store.results_log import read_rows
+from gen.search.sweep import SweepOptions, preview, sweep
+from gen.search.tune import TuneOptions, tune
+from gen.store.tuning_db import TuningDB
 
 from .conftest import REPO, _gpu_missing
 from .fakes import FakeExecutor
@@ -531,7 +531,7 @@ API_CASES = [
         "resume with another size"),
     api(_sweep(filter=5), "filter must be a name pattern", "filter: a number"),
     api(_sweep(filter="nothing-like-this"), "no matmul variant matches --filter", "filter: matches nothing"),
-    api(_sweep(run="fast"), "run must be a gen.pipeline.RunOptions", "run: text"),
+    api(_sweep(run="fast"), "run must be a gen.evaluate.options.RunOptions", "run: text"),
     api(_run(silence_s=0), "the worker timeout (silence_s) must be a positive, finite number",
         "run: silence 0"),
     api(_run(timing=TimingOptions(budget_s=float("nan"))), "the timing budget (timing.budget_s) "
@@ -552,7 +552,7 @@ API_CASES = [
         "run: no compile jobs"),
     api(_run(arch="volta"), "--arch 'volta' is not a GPU architecture", "run: arch volta"),
     api(_run(gpus=[[0]]), "gpus must list distinct GPU indices like [0, 1], got [[0]]", "run: a GPU as a list"),
-    api(_run(timing=None), "timing must be a gen.results.TimingOptions, got None", "run: timing None"),
+    api(_run(timing=None), "timing must be a gen.core.results.TimingOptions, got None", "run: timing None"),
     api(_run(sanitize="yes"), "sanitize must be True or False, got 'yes'", "run: sanitize as text"),
     api(_run(cluster=8786), "cluster must be 'local' or a scheduler's address", "run: cluster as a number"),
     api(_sweep(max_points=0), "max_points must be a whole number of at least 1", "max_points 0"),
@@ -580,7 +580,7 @@ API_CASES = [
     api(_tune(seed=1.5), "seed must be a whole number, got 1.5", "TuneOptions: seed 1.5"),
     api(_tune(max_points=0), "max_points must be a whole number of at least 1, got 0", "TuneOptions: max_points 0"),
     api(_tune(filter=5), "filter must be a name pattern", "TuneOptions: filter 5"),
-    api(_tune(run=None), "run must be a gen.pipeline.RunOptions, got None", "TuneOptions: run None"),
+    api(_tune(run=None), "run must be a gen.evaluate.options.RunOptions, got None", "TuneOptions: run None"),
     api(lambda: TuneOptions("matmul", "64x64x64", progress="no"), "progress must be True or False, got 'no'",
         "TuneOptions: progress as text"),
     api(_tune(strategy=["bayes"]), "strategy ['bayes'] is not one of", "TuneOptions: strategy in a list"),
@@ -612,9 +612,9 @@ API_CASES = [
     api(lambda: gen.tuned("matmul", 64, 64, 64), "which GPU?", "tuned: no GPU", NO_GPU),
     api(lambda: gen.tuned("sgemm", "٦٤x64x64"), "size '٦٤x64x64' for sgemm: needs 3 positive integers",
         "tuned: Arabic-Indic digits"),
-    api(lambda: gen.tuned("sgemm", 64, 64, 64, device="H100"), "device must be a gen.results.DeviceInfo (or None: "
+    api(lambda: gen.tuned("sgemm", 64, 64, 64, device="H100"), "device must be a gen.core.results.DeviceInfo (or None: "
         "the current GPU), got 'H100'", "tuned: device as text"),
-    api(lambda: gen.tuned("sgemm", 64, 64, 64, device=H100.model), "device must be a gen.results.DeviceInfo",
+    api(lambda: gen.tuned("sgemm", 64, 64, 64, device=H100.model), "device must be a gen.core.results.DeviceInfo",
         "tuned: a GPU model as the device"),
     api(lambda: gen.kernel("sgemm", 64, 64, 64, dtype=["f32"]), "sgemm has no element type ['f32']",
         "kernel: dtype in a list"),
@@ -759,7 +759,7 @@ def test_a_resumed_run_says_it_dropped_a_half_written_line_and_keeps_everything_
 
 def test_a_sweep_whose_every_compile_fails_exits_1_without_calling_rows_compiled(
         place: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, compile_options) -> None:
-    from gen import compiler
+    from gen.build import compiler
 
     monkeypatch.setattr(compiler, "render", lambda variant: f"broken {variant.name};\n")
     code, out, err = run_main(capsys, ["sweep", "matmul", "-p", "tile=8,64", "-p", "padding=0", "--size", "64x64x64",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gen.cli import main
+from gen.cli.main import main
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -19,16 +19,16 @@ import pytest
 
 pytest.importorskip("distributed", reason="the cluster extra is not installed (pip install 'tilegen[cluster]')")
 
-from gen import cluster  # noqa: E402
-from gen.cluster import DaskExecutor  # noqa: E402
-from gen.errors import TilegenError  # noqa: E402
+from gen.gpu import dask as cluster  # noqa: E402
+from gen.gpu.dask import DaskExecutor  # noqa: E402
+from gen.core.errors import TilegenError  # noqa: E402
 from gen.families import get_family  # noqa: E402
-from gen.jobs import Job  # noqa: E402
-from gen.pipeline import RunOptions  # noqa: E402
-from gen.results import DeviceInfo, Row, Status  # noqa: E402
-from gen.sweep import SweepOptions, sweep  # noqa: E402
-from gen.tune import TuneOptions, revalidate, tune  # noqa: E402
-from gen.tunedb import TuningDB  # noqa: E402
+from gen.gpu.jobs import Job  # noqa: E402
+from gen.evaluate.options import RunOptions  # noqa: E402
+from gen.core.results import DeviceInfo, Row, Status  # noqa: E402
+from gen.search.sweep import SweepOptions, sweep  # noqa: E402
+from gen.search.tune import TuneOptions, revalidate, tune  # noqa: E402
+from gen.store.tuning_db import TuningDB  # noqa: E402
 
 from . import fakes  # noqa: E402
 

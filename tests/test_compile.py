@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gen import compiler
-from gen.compiler import CompileOptions, compile_variant, compile_variants, parse_ptxas
-from gen.errors import ToolMissing
+from gen.build import compiler
+from gen.build.compiler import CompileOptions, compile_variant, compile_variants, parse_ptxas
+from gen.core.errors import ToolMissing
 from gen.families import builtin_families, MatmulVariant, TransposeVariant
-from gen.space import Space
+from gen.families.space import Space
 
 # The whole golden record (every f32 tile/padding/bounds/sync/method combination), plus f64 and
 # dynamic shared memory: well over the 60 representative variants the toolkit promises.
@@ -82,8 +82,8 @@ ptxas info    : Used 40 registers, used 1 barriers, 2176 bytes smem, 400 bytes c
 
 def _fastest(data_file: str, per_shape: int) -> list:
     """The fastest ok rows of a recorded H200 run (docs/results/data/h200), per shape."""
-    from gen.results import Status
-    from gen.store import read_rows
+    from gen.core.results import Status
+    from gen.store.results_log import read_rows
 
     from .conftest import REPO
 

@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-from gen import compiler
-from gen.cli import main
-from gen.compiler import CompileOptions, cache_summary, compile_variant, compile_variants
+from gen.build import compiler
+from gen.cli.main import main
+from gen.build.compiler import CompileOptions, cache_summary, compile_variant, compile_variants
 from gen.families import MatmulVariant
-from gen.pipeline import RunOptions
-from gen.results import Row, Status
-from gen.store import read_rows
-from gen.sweep import SweepOptions, sweep
+from gen.evaluate.options import RunOptions
+from gen.core.results import Row, Status
+from gen.store.results_log import read_rows
+from gen.search.sweep import SweepOptions, sweep
 
 from .conftest import REPO
 from .fakes import ANNOUNCE_AND_HANG, FakeExecutor, LineReader, running

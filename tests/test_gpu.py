@@ -8,13 +8,13 @@ from typing import Sequence
 
 import pytest
 
-from gen import compiler
+from gen.build import compiler
 from gen.families import get_family
-from gen.space import Space
-from gen.results import TimingOptions
-from gen.results import Row, Status
-from gen.pipeline import RunOptions
-from gen.sweep import SweepOptions, sweep
+from gen.families.space import Space
+from gen.core.results import TimingOptions
+from gen.core.results import Row, Status
+from gen.evaluate.options import RunOptions
+from gen.search.sweep import SweepOptions, sweep
 
 pytestmark = pytest.mark.gpu
 QUICK = TimingOptions(budget_s=0.05, min_samples=5)
@@ -159,10 +159,10 @@ def test_every_cache_configuration_runs(tmp_path: Path) -> None:
 
 def test_the_device_checker_catches_unwritten_stray_and_wrong_elements() -> None:
     import numpy as np
-    import pycuda.autoprimaryctx  # noqa: F401  (importing gen.run makes no context: the caller brings one)
+    import pycuda.autoprimaryctx  # noqa: F401  (importing gen.gpu.runner makes no context: the caller brings one)
     import pycuda.gpuarray as gpuarray
 
-    from gen import run as gpu
+    from gen.gpu import runner as gpu
 
     reference = np.random.default_rng(3).uniform(-1, 1, (5, 7))
     expected = np.full((5, 9), np.nan)  # two padding columns (ld 9) outside the output region
@@ -192,7 +192,7 @@ REDUCE_SIZES = ["1000x999", "37x1001", "1x4097", "3x5", "4096x1024"]
 def test_the_example_reduction_is_right_at_odd_sizes_and_timed(tmp_path: Path, monkeypatch) -> None:
     """The plugin family outside gen/ runs in the isolated workers like a built-in (they load it
     from TILEGEN_FAMILY_PATH): every variant right at odd sizes, timed against the copy ceiling."""
-    from gen.plugins import registry
+    from gen.families.registry import registry
 
     monkeypatch.setenv("TILEGEN_FAMILY_PATH", str(EXAMPLE))
     registry.cache_clear()
@@ -210,8 +210,8 @@ def test_gen_kernel_runs_the_tuned_plugin_variant_on_the_callers_arrays(tmp_path
     import numpy as np
 
     import gen
-    from gen.plugins import registry
-    from gen.tune import TuneOptions, tune
+    from gen.families.registry import registry
+    from gen.search.tune import TuneOptions, tune
 
     monkeypatch.setenv("TILEGEN_DB", str(tmp_path / "t.sqlite"))
     monkeypatch.setenv("TILEGEN_FAMILY_PATH", str(EXAMPLE))
@@ -248,9 +248,9 @@ def test_your_own_family_goes_from_sweep_to_tune_to_best_to_a_kernel_on_numpy_ar
     import numpy as np
 
     import gen
-    from gen.cli import main
-    from gen.plugins import registry
-    from gen.tune import TuneOptions, tune
+    from gen.cli.main import main
+    from gen.families.registry import registry
+    from gen.search.tune import TuneOptions, tune
 
     db = tmp_path / "t.sqlite"
     monkeypatch.setenv("TILEGEN_DB", str(db))
@@ -294,8 +294,8 @@ def _gpu_count() -> int:
 
 @pytest.mark.skipif(_gpu_count() < 2, reason="needs two GPUs of one host")
 def test_tuning_on_two_gpus_shares_the_space_and_never_shares_a_gpu(tmp_path: Path) -> None:
-    from gen.tune import TuneOptions, tune
-    from gen.tunedb import TuningDB
+    from gen.search.tune import TuneOptions, tune
+    from gen.store.tuning_db import TuningDB
 
     db = tmp_path / "t.sqlite"
     (result,) = tune(TuneOptions("matmul", "1024x1024x1024", params={"padding": ["0"], "tile": ["8", "16", "32"]},
@@ -312,8 +312,8 @@ def test_tuned_and_matmul_run_in_the_callers_own_context(tmp_path: Path, monkeyp
 
     import gen
     from gen.families import variant_from_name
-    from gen.tune import TuneOptions, tune
-    from gen.tunedb import TuningDB
+    from gen.search.tune import TuneOptions, tune
+    from gen.store.tuning_db import TuningDB
 
     monkeypatch.setenv("TILEGEN_DB", str(tmp_path / "t.sqlite"))
     small = {"bm": ["64", "128"], "bn": ["64"], "bk": ["16"], "wm": ["32"], "wn": ["64"], "vec": ["4"]}

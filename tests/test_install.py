@@ -23,6 +23,6 @@ def test_a_wheel_installed_in_a_fresh_venv_renders(tmp_path: Path) -> None:
                           capture_output=True, text=True, cwd=elsewhere)
     assert done.returncode == 0, done.stderr
     assert "transpose_f32_shared_t16_r8_p1_guard_both" in done.stdout
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import gen.paths; print(gen.paths.builtin_templates_dir())"],
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import gen.core.paths; print(gen.core.paths.builtin_templates_dir())"],
                            capture_output=True, text=True, cwd=elsewhere).stdout.strip()
     assert where.startswith(str(venv)) and where.endswith("gen/templates")

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from gen.cli import main
-from gen.compiler import CompileOptions, cache_summary, compile_batch
-from gen.errors import Interrupted
+from gen.cli.main import main
+from gen.build.compiler import CompileOptions, cache_summary, compile_batch
+from gen.core.errors import Interrupted
 from gen.families import SgemmVariant
-from gen.processes import ProcessGroup
-from gen.store import read_rows
+from gen.core.processes import ProcessGroup
+from gen.store.results_log import read_rows
 
 from .conftest import REPO
 from .fakes import ANNOUNCE_AND_HANG, Announcements, LineReader, running
@@ -172,7 +172,7 @@ def test_a_killed_compile_raises_and_leaves_nothing_in_the_cache(tmp_path: Path,
 
 
 def test_the_cache_command_shows_purges_failures_and_clears(tmp_path: Path, compile_options, monkeypatch) -> None:
-    from gen import compiler
+    from gen.build import compiler
     from gen.families import MatmulVariant
 
     monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path))

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from gen.families import MatmulVariant, SgemmVariant
-from gen.results import DeviceInfo
-from gen.lookup import tuned, tuned_with_reason
-from gen.results import Row, Status
-from gen.tunedb import TuningDB
+from gen.core.results import DeviceInfo
+from gen.search.lookup import tuned, tuned_with_reason
+from gen.core.results import Row, Status
+from gen.store.tuning_db import TuningDB
 
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 80 * 2**30, 50 * 2**20, "580")
 H200 = DeviceInfo("NVIDIA H200", "9.0", 132, 141 * 2**30, 60 * 2**20, "580")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gen.cli import main
+from gen.cli.main import main
 from gen.families import MatmulVariant, builtin_families, variant_from_name
-from gen.plugins import FAMILY_PATH_ENV, registry
-from gen.store import read_rows
-from gen.variant import integer
+from gen.families.registry import FAMILY_PATH_ENV, registry
+from gen.store.results_log import read_rows
+from gen.families.variant import integer
 
 from .conftest import REPO
 

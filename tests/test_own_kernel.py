@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 import gen
-from gen.cli import main
-from gen.errors import UsageError
+from gen.cli.main import main
+from gen.core.errors import UsageError
 from gen.families import get_family
 from gen.kernels import Kernel
-from gen.plugins import registry
-from gen.store import read_rows
-from gen.tune import TuneOptions, tune
+from gen.families.registry import registry
+from gen.store.results_log import read_rows
+from gen.search.tune import TuneOptions, tune
 
 from .conftest import REPO
 from .fakes import FAKE_DEVICE, FakeExecutor
@@ -198,18 +198,18 @@ def test_an_error_in_a_compile_thread_ends_the_command_with_one_line(copied: Pat
 # ---- tune does what its user means ----------------------------------------------------------------------
 
 def test_brute_force_covers_the_whole_space_unless_given_a_budget(tmp_path: Path, compile_options) -> None:
-    from gen.tune import preview
+    from gen.search.tune import preview
 
     space = {"tile": ["8", "16", "32"], "padding": ["0", "1"], "bounds": ["guard"], "sync": ["both"]}
     whole = TuneOptions("matmul", "64x64x64", params=space, strategy="brute", db=tmp_path / "a.sqlite", top=1,
                         progress=False)
     (result,) = tune(whole, FakeExecutor())
     assert result.evaluations == result.space == 6 and result.covered_space
-    assert "the best of the whole space: all 6 variants evaluated" in gen.tune.describe(result)
+    assert "the best of the whole space: all 6 variants evaluated" in gen.search.tune.describe(result)
     (part,) = tune(TuneOptions(**{**whole.__dict__, "budget": 4, "db": tmp_path / "b.sqlite"}), FakeExecutor())
     assert part.evaluations == 4 and not part.covered_space
     assert "a subset of the 6 variants (brute force without --budget covers the whole space)" in \
-        gen.tune.describe(part)
+        gen.search.tune.describe(part)
     assert "evaluates 3,168 of them" in preview(TuneOptions("sgemm", "2048x2048x2048", strategy="brute"))
     assert "evaluates 100 of them" in preview(TuneOptions("sgemm", "2048x2048x2048", strategy="bayes"))
 
@@ -221,7 +221,7 @@ def test_a_dry_run_says_what_the_budget_will_run(own_families: Path, capsys) -> 
 
 def test_a_shape_the_default_space_cannot_run_is_tuned_through_the_familys_adaptations(
         tmp_path: Path, capsys, compile_options) -> None:
-    from gen.tune import candidates
+    from gen.search.tune import candidates
 
     code, out, err = run_main(capsys, ["tune", "sgemm", "--size", "2000x7000x3000", "--dry-run"])
     assert code == 0 and "their family's adaptations (bounds=guard) are tuned in their place" in out

@@ -6,15 +6,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gen import compiler
+from gen.build import compiler
 from gen.families import get_family
-from gen.pipeline import Pipeline, Point, RunOptions
-from gen.results import Status
-from gen.space import Space
-from gen.store import read_rows
-from gen.strategies import SearchSpace
-from gen.sweep import SweepOptions, sweep
-from gen.tune import replay
+from gen.evaluate.engine import Pipeline, Point
+from gen.evaluate.options import RunOptions
+from gen.core.results import Status
+from gen.families.space import Space
+from gen.store.results_log import read_rows
+from gen.search.strategies import SearchSpace
+from gen.search.sweep import SweepOptions, sweep
+from gen.search.tune import replay
 
 from . import fakes
 from .conftest import REPO

@@ -13,11 +13,11 @@ from typing import Iterator
 
 import pytest
 
-from gen.cli import main
-from gen.compiler import compile_variants
+from gen.cli.main import main
+from gen.build.compiler import compile_variants
 from gen.families import get_family
-from gen.plugins import add_family_path, registry
-from gen.space import Space
+from gen.families.registry import add_family_path, registry
+from gen.families.space import Space
 
 from .conftest import REPO
 

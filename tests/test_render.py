@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from gen.families import get_family
-from gen.paths import builtin_templates_dir
-from gen.errors import InvalidVariant, TemplateProblem
+from gen.core.paths import builtin_templates_dir
+from gen.core.errors import InvalidVariant, TemplateProblem
 from gen.families import builtin_families, MatmulVariant, TransposeVariant
-from gen.render import render, template_hash
-from gen.space import Space
+from gen.build.render import render, template_hash
+from gen.families.space import Space
 
 EMITTED = [v for f in builtin_families().values() for v in Space.emitted(f).expand().valid]
 BARRIER = "__syncthreads();"

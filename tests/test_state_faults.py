@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 
 import gen
-from gen.cli import main
-from gen.compiler import nvcc_path
-from gen.errors import RunFailed
-from gen.export import write_t4
+from gen.cli.main import main
+from gen.build.compiler import nvcc_path
+from gen.core.errors import RunFailed
+from gen.store.export import write_t4
 from gen.families.matmul import MatmulVariant
-from gen.results import DeviceInfo, Row, Status
-from gen.store import RUN_LOCK, RUN_MARKER, read_rows
-from gen.tunedb import TuningDB
+from gen.core.results import DeviceInfo, Row, Status
+from gen.store.results_log import RUN_LOCK, RUN_MARKER, read_rows
+from gen.store.tuning_db import TuningDB
 
 from .conftest import REPO
 
@@ -277,8 +277,8 @@ def test_a_locked_database_says_so_in_one_line(tmp_path: Path, capsys: pytest.Ca
 TUNE_INTO = """
 import sys
 from pathlib import Path
-from gen.errors import TilegenError
-from gen.tune import TuneOptions, tune
+from gen.core.errors import TilegenError
+from gen.search.tune import TuneOptions, tune
 from tests.fakes import FakeExecutor
 try:
     tune(TuneOptions("matmul", "64x64x64", params={"tile": ["8", "16"], "padding": ["0"], "bounds": ["guard"]},

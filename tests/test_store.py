@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gen.errors import UsageError
+from gen.core.errors import UsageError
 from gen.families import MatmulVariant
-from gen.results import Row, Status, skipped_row
-from gen.store import ResultLog, read_rows
+from gen.core.results import Row, Status, skipped_row
+from gen.store.results_log import ResultLog, read_rows
 
 
 def _row(tile: int, status: Status = Status.OK) -> Row:

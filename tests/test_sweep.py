@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from gen import compiler
-from gen.cli import main
-from gen.errors import TilegenError
-from gen.jobs import Job
-from gen.results import Status
-from gen.store import read_rows
-from gen.pipeline import RunOptions
-from gen.processes import python_environment
-from gen.sweep import SweepOptions, summary, sweep
-from gen.worker import GpuUnavailable, IsolatedWorker, LocalExecutor, parse_gpus
-from gen.sanitize import count_hazards
+from gen.build import compiler
+from gen.cli.main import main
+from gen.core.errors import TilegenError
+from gen.gpu.jobs import Job
+from gen.core.results import Status
+from gen.store.results_log import read_rows
+from gen.evaluate.options import RunOptions
+from gen.core.processes import python_environment
+from gen.search.sweep import SweepOptions, summary, sweep
+from gen.gpu.workers import GpuUnavailable, IsolatedWorker, LocalExecutor, parse_gpus
+from gen.gpu.sanitize import count_hazards
 
 from . import fakes
 from .conftest import REPO
@@ -190,8 +190,8 @@ def test_without_a_gpu_a_sweep_compiles_and_says_no_kernel_ran(tmp_path: Path, c
 SCRIPT = """
 print("the script ran")  # at import: a worker that imported this module would print it again
 from pathlib import Path
-from gen.pipeline import RunOptions
-from gen.sweep import SweepOptions, sweep
+from gen.evaluate.options import RunOptions
+from gen.search.sweep import SweepOptions, sweep
 report = sweep(SweepOptions("matmul", out=Path("run"), params={"tile": 8, "padding": 0, "bounds": "guard"},
                             sizes="64x64x64", progress=False, run=RunOptions(arch="sm_90")))
 print("note:", report.note)
@@ -201,7 +201,7 @@ print("note:", report.note)
 @pytest.mark.skipif(importlib.util.find_spec("pycuda") is not None, reason="needs a machine without pycuda")
 def test_a_script_without_a_main_guard_sweeps_and_its_workers_say_why_no_kernel_ran(tmp_path: Path,
                                                                                       compile_options) -> None:
-    """The README's Python example as a user's script: workers are `python -m gen.worker` processes,
+    """The README's Python example as a user's script: workers are `python -m gen.gpu.workers` processes,
     which never import the script, and a worker that cannot start names the real cause."""
     (tmp_path / "my_sweep.py").write_text(SCRIPT)
     done = subprocess.run([sys.executable, "my_sweep.py"], capture_output=True, text=True, cwd=tmp_path,

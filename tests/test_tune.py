@@ -9,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from gen.cli import main
-from gen.errors import UsageError
-from gen.export import t4_document
+from gen.cli.main import main
+from gen.core.errors import UsageError
+from gen.store.export import t4_document
 from gen.families import get_family
-from gen.space import Space
-from gen.store import read_rows
-from gen.strategies import STRATEGIES, SearchSpace, make_strategy
-from gen.pipeline import RunOptions
-from gen.tune import TuneOptions, best_so_far, replay, tune, warm_start
-from gen.tunedb import TuningDB
+from gen.families.space import Space
+from gen.store.results_log import read_rows
+from gen.search.strategies import STRATEGIES, SearchSpace, make_strategy
+from gen.evaluate.options import RunOptions
+from gen.search.tune import TuneOptions, replay, tune, warm_start
+from gen.store.plots import best_so_far
+from gen.store.tuning_db import TuningDB
 
 from . import fakes
 from .conftest import REPO
@@ -187,9 +188,9 @@ def test_revalidate_flags_stored_winners_that_moved(tmp_path: Path, compile_opti
     from dataclasses import replace as replaced
 
     from gen.families import MatmulVariant
-    from gen.jobs import Job
-    from gen.results import Row, Status
-    from gen.tune import revalidate
+    from gen.gpu.jobs import Job
+    from gen.core.results import Row, Status
+    from gen.search.tune import revalidate
 
     db = TuningDB(tmp_path / "t.sqlite")
     executor = fakes.FakeExecutor()

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 import gen
-from gen.cli import main
-from gen.errors import UsageError
+from gen.cli.main import main
+from gen.core.errors import UsageError
 from gen.families import MatmulVariant
-from gen.results import DeviceInfo, Row, Status
-from gen.tunedb import Problem, TuningDB
+from gen.core.results import DeviceInfo, Row, Status
+from gen.store.tuning_db import Problem, TuningDB
 
 from .conftest import REPO
 
@@ -83,7 +83,7 @@ WRITER = """
 import sys
 from dataclasses import replace
 from pathlib import Path
-from gen.tunedb import TuningDB
+from gen.store.tuning_db import TuningDB
 from tests.test_tunedb import measured_row
 db = TuningDB(Path(sys.argv[1]))
 for batch in range(30):

@@ -9,12 +9,12 @@ from typing import Any, ClassVar
 import pytest
 
 from gen.api import Variant, integer
-from gen.errors import InvalidVariant, UsageError
+from gen.core.errors import InvalidVariant, UsageError
 from gen.families import builtin_families, MatmulVariant, TransposeVariant, get_family, variant_from_name
 from gen.families.copy import CopyVariant
 from gen.families.sgemm import SgemmVariant
-from gen.space import Space
-from gen.variant import Parameter
+from gen.families.space import Space
+from gen.families.variant import Parameter
 
 ALL_SPACES = [pytest.param(Space.emitted(f), id=f"{f.name}-emitted") for f in builtin_families().values()] + [
     pytest.param(Space.default(f), id=f"{f.name}-default") for f in builtin_families().values()]

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from ..errors import InvalidVariant
-from ..family import Dims, Family, Launch, check_shared_bytes, element_bytes
-from ..limits import MAX_THREADS_PER_BLOCK
+from ..core.errors import InvalidVariant
+from .family import Dims, Family, Launch, check_shared_bytes, element_bytes
+from ..core.limits import MAX_THREADS_PER_BLOCK
 from .tiles import SMEM, SharedTiles
-from ..variant import Variant, choice, integer
+from .variant import Variant, choice, integer
 from .matrix import COPY, VECS, bounds_refusal, check_vector_dtype, tile_launch, tile_sanitize_size, vector_refusal
 
 

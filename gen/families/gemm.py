@@ -7,8 +7,8 @@ from typing import Mapping
 
 import numpy as np
 
-from ..family import GEMM_F32, GEMM_F64, Ceiling, Input, Output, Problem, Scalar, parse_dims, sum_tolerance
-from ..limits import MAX_ELEMENTS
+from .family import GEMM_F32, GEMM_F64, Ceiling, Input, Output, Problem, Scalar, parse_dims, sum_tolerance
+from ..core.limits import MAX_ELEMENTS
 
 
 @dataclass(frozen=True)

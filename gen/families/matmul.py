@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from ..family import Family, Launch, blocks, check_neutral_settings, check_shared_bytes, element_bytes
-from ..limits import MAX_THREADS_PER_BLOCK
+from .family import Family, Launch, blocks, check_neutral_settings, check_shared_bytes, element_bytes
+from ..core.limits import MAX_THREADS_PER_BLOCK
 from .tiles import SMEM, SharedTiles
-from ..variant import Variant, choice, integer, require
+from .variant import Variant, choice, integer, require
 from .gemm import GEMM, MatmulShape
 
 DTYPES = ("f32", "f64")

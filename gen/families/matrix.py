@@ -6,9 +6,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import InvalidVariant
-from ..family import COPY_BANDWIDTH, Ceiling, Dims, Input, Launch, Output, Problem, Scalar, blocks, element_bytes
-from ..limits import MAX_ELEMENTS
+from ..core.errors import InvalidVariant
+from .family import COPY_BANDWIDTH, Ceiling, Dims, Input, Launch, Output, Problem, Scalar, blocks, element_bytes
+from ..core.limits import MAX_ELEMENTS
 
 VECS = (1, 4)
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from ..errors import InvalidVariant
-from ..family import Family, Launch, blocks, check_shared_bytes, element_bytes
-from ..limits import MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_BLOCK, WARP_SIZE
+from ..core.errors import InvalidVariant
+from .family import Family, Launch, blocks, check_shared_bytes, element_bytes
+from ..core.limits import MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_BLOCK, WARP_SIZE
 from .tiles import SMEM, SharedTiles
-from ..variant import Variant, choice, integer
+from .variant import Variant, choice, integer
 from .gemm import GEMM, MatmulShape
 
 LANES_M, LANES_N = 4, 8  # how a warp's 32 lanes sit over its sub-tile

@@ -11,13 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from ..errors import InvalidVariant
-from ..family import Dims, Family, Launch, blocks, check_neutral_settings, check_shared_bytes, element_bytes
-from ..limits import MAX_THREADS_PER_BLOCK, WARP_SIZE
+from ..core.errors import InvalidVariant
+from .family import Dims, Family, Launch, blocks, check_neutral_settings, check_shared_bytes, element_bytes
+from ..core.limits import MAX_THREADS_PER_BLOCK, WARP_SIZE
 from .tiles import SMEM, SharedTiles
-from ..variant import Variant, choice, integer
-from .matrix import (TRANSPOSE, VECS, bounds_refusal, check_vector_dtype, tile_launch, tile_sanitize_size,
-                     vector_refusal)
+from .variant import Variant, choice, integer
+from .matrix import TRANSPOSE, VECS, bounds_refusal, check_vector_dtype, tile_launch, tile_sanitize_size, vector_refusal
 
 DTYPES = ("f32", "f64")
 METHODS = ("naive", "shared", "diagonal")

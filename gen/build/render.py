@@ -1,0 +1,198 @@
+"""Variant -> CUDA C source, through one cached Jinja environment per template search path.
+
+tilegen's templates live in `templates/` at the top of the source tree (a wheel ships them inside
+the package as `gen/templates/`); a plugin's template sits beside its module and may import
+tilegen's `macros.cu.j2`. A template error names the template file and line.
+
+Every template gets: `v` (the variant), `name` (its kernel symbol), `ctype`, `params`, `signature()`
+(the kernel's parameter list, made from the family's arguments) and what the banner needs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import hashlib
+import re
+import traceback
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.meta
+
+from ..core.version import __version__
+from ..core.errors import TemplateProblem
+from ..families import get_family
+from ..families.family import Family, signature
+from ..core.limits import DTYPE_CTYPE
+from ..families.registry import family_path_of
+from ..families.variant import Variant
+
+
+@functools.cache
+def environment(template_dirs: tuple[Path, ...]) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(d) for d in template_dirs]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+# What every template gets (see `context`); a name outside these is a mistake found before rendering.
+CONTEXT_NAMES = ("v", "name", "ctype", "params", "signature", "template", "template_hash", "command", "version")
+
+
+def render(variant: Variant) -> str:
+    """The complete .cu source of a validated variant (InvalidVariant if it breaks a rule)."""
+    variant.check()
+    family = get_family(variant.family)
+    try:
+        problems = template_problems(family)
+        if problems:
+            raise TemplateProblem(problems[0])
+        template = environment(family.template_dirs).get_template(family.template)
+        return template.render(**context(family, variant))
+    except jinja2.TemplateSyntaxError as error:
+        raise TemplateProblem(f"{_where(error.filename or error.name)}:{error.lineno}: {error.message}") from error
+    except jinja2.TemplateNotFound as error:
+        folders = ", ".join(str(d) for d in family.template_dirs)
+        raise TemplateProblem(f"template {error.name!r} of {family.name} is missing from {folders}; restore it") \
+            from error
+    except jinja2.UndefinedError as error:
+        raise TemplateProblem(f"{_template_location(error)}: {error}{_undefined_hint(str(error), variant)}") \
+            from error
+    except jinja2.TemplateError as error:
+        raise TemplateProblem(f"{_template_location(error)}: {error}") from error
+
+
+def context(family: Family, variant: Variant) -> dict[str, Any]:
+    """The names a template is rendered with (CONTEXT_NAMES)."""
+    values = dict(
+        v=variant,
+        name=variant.name,
+        ctype=DTYPE_CTYPE[variant.dtype],
+        params=variant.params(),
+        signature=lambda indent="    ": signature(family.problem.arguments, variant.dtype, indent),
+        template=family.template,
+        template_hash=template_hash(family),
+        command=variant.render_command(family_path_of(family)),
+        version=__version__,
+    )
+    assert tuple(values) == CONTEXT_NAMES
+    return values
+
+
+def template_problems(family: Family) -> list[str]:
+    """Mistakes in a family's own template found without rendering it, in every branch: a name
+    the template does not get, and `v.NAME` where the variant has no NAME. Each is one line with
+    the template file, the line and the fix."""
+    return list(_template_problems(family.template_dirs, family.template, family.variant_type))
+
+
+@functools.cache
+def _template_problems(template_dirs: tuple[Path, ...], template: str, variant_type: type[Variant]
+                       ) -> tuple[str, ...]:
+    env = environment(template_dirs)
+    try:
+        source, filename, _ = env.loader.get_source(env, template)
+        parsed = env.parse(source, name=template, filename=filename)
+    except (jinja2.TemplateNotFound, jinja2.TemplateSyntaxError):
+        return ()  # said when rendering, with the file and line
+    where = _where(filename)
+    undeclared = jinja2.meta.find_undeclared_variables(parsed) - set(CONTEXT_NAMES)
+    problems = [f"{where}:{node.lineno}: {{{{ {node.name} }}}} is not defined{_undefined_hint(node.name, variant_type)}"
+                for node in _first_uses(parsed, undeclared)]
+    for node in parsed.find_all(jinja2.nodes.Getattr):
+        if isinstance(node.node, jinja2.nodes.Name) and node.node.name == "v" and not _has(variant_type, node.attr):
+            problems.append(f"{where}:{node.lineno}: v.{node.attr}: {variant_type.__name__} has no attribute "
+                            f"{node.attr!r}{_closest(node.attr, variant_type)}")
+    return tuple(problems)
+
+
+def _first_uses(parsed: jinja2.nodes.Template, names: set[str]) -> list[jinja2.nodes.Name]:
+    first: dict[str, jinja2.nodes.Name] = {}
+    for node in parsed.find_all(jinja2.nodes.Name):
+        if node.name in names and node.ctx == "load":
+            first.setdefault(node.name, node)
+    return sorted(first.values(), key=lambda node: node.lineno)
+
+
+def _has(variant_type: type[Variant], attribute: str) -> bool:
+    return attribute in {p.name for p in variant_type.parameters()} or hasattr(variant_type, attribute)
+
+
+def _attributes(variant_type: type[Variant]) -> list[str]:
+    """What `v.` can name: the parameters, then the properties and other public attributes."""
+    parameters = [p.name for p in variant_type.parameters()]
+    return parameters + [name for name in dir(variant_type) if not name.startswith("_") and name not in parameters]
+
+
+def _closest(attribute: str, variant_type: type[Variant]) -> str:
+    matches = difflib.get_close_matches(attribute, _attributes(variant_type), n=1, cutoff=0.5)
+    return f"; did you mean v.{matches[0]}?" if matches else f"; its parameters are: " \
+        f"{', '.join(p.name for p in variant_type.parameters())}"
+
+
+def _undefined_hint(message: str, variant: Variant | type[Variant]) -> str:
+    """For an undefined name that the variant has: how to write it (the variant is `v`)."""
+    found = re.search(r"'?(\w+)'? is undefined", message) or re.fullmatch(r"(\w+)", message)
+    variant_type = variant if isinstance(variant, type) else type(variant)
+    if found and _has(variant_type, found.group(1)):
+        return f"; the variant is `v`: write {{{{ v.{found.group(1)} }}}}"
+    if found:
+        return f"; a template gets {', '.join(CONTEXT_NAMES)}"
+    return ""
+
+
+def template_hash(family: Family) -> str:
+    """Short sha256 over a family's template and every template it imports or includes, recursively."""
+    return _template_hash(family.template_dirs, family.template)
+
+
+@functools.cache
+def _template_hash(template_dirs: tuple[Path, ...], template: str) -> str:
+    digest = hashlib.sha256()
+    for name, path in _template_closure(template_dirs, template):
+        digest.update(name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _template_closure(template_dirs: tuple[Path, ...], template: str) -> list[tuple[str, Path]]:
+    loader = environment(template_dirs).loader
+    seen: dict[str, Path] = {}
+    pending = [template]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        try:
+            source, filename, _ = loader.get_source(environment(template_dirs), name)
+        except jinja2.TemplateNotFound:
+            folders = ", ".join(str(d) for d in template_dirs)
+            raise TemplateProblem(f"template {name!r} is missing from {folders}; restore it") from None
+        seen[name] = Path(filename)
+        parsed = environment(template_dirs).parse(source, name=name)
+        pending.extend(n for n in jinja2.meta.find_referenced_templates(parsed) if n)
+    return sorted(seen.items())
+
+
+def _template_location(error: Exception) -> str:
+    """'matmul.cu.j2:42' from the traceback frames Jinja maps back onto template lines."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.endswith(".j2")]
+    if not frames:
+        return "template"
+    return f"{_where(frames[-1].filename)}:{frames[-1].lineno}"
+
+
+def _where(filename: str | None) -> str:
+    """A built-in template by its name; a plugin's by its path, so the user finds the file."""
+    if not filename:
+        return "template"
+    path = Path(filename)
+    from ..core.paths import builtin_templates_dir
+
+    return path.name if path.parent == builtin_templates_dir() else str(path)

@@ -1,0 +1,135 @@
+"""Child processes (nvcc, compute-sanitizer) that an interrupt must stop at once, and the signals
+that interrupt tilegen (Ctrl-C, SIGTERM, a closed terminal's SIGHUP).
+
+They run in a session of their own, so a Ctrl-C at the terminal reaches tilegen alone: nvcc's own
+reaction to SIGINT (an exit code that looks like a compile error) can then never be taken for a
+result. Whoever starts them (a pipeline, an executor) owns a ProcessGroup and kills it when it
+stops; a run cut short that way raises Interrupted and its output is never used. An interrupt
+that comes while the main thread starts a child waits until the child is known, so that it is
+killed with the rest: a child is never left running on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
+
+from .errors import Interrupted
+
+# Ctrl-C, a kill, and a closed terminal: each stops a command the same way (even where SIGINT came
+# in ignored, as in a background job of a script).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+EXIT_INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C, SIGTERM or SIGHUP
+
+
+def install_stop_handlers() -> dict[int, Any]:
+    """From here on each stop signal raises KeyboardInterrupt in the main thread (call it there);
+    returns the handlers they had."""
+    return {signum: signal.signal(signum, _stop) for signum in STOP_SIGNALS}
+
+
+class ProcessGroup:
+    """Child processes started for one piece of work, killed together by `kill_all`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self._stopped = threading.Event()
+
+    def run(self, command: Sequence[str], timeout: float | None = None, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess:
+        """subprocess.run with output captured; Interrupted if the group was killed before or
+        during it, subprocess.TimeoutExpired after `timeout` seconds (the child's session killed)."""
+        process: subprocess.Popen | None = None
+        try:
+            with _interrupts_held(), self._lock:
+                if self._stopped.is_set():
+                    raise Interrupted("stopping")
+                process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                           env=env, start_new_session=True)
+                self._running.add(process)
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_session(process.pid)
+            process.communicate()
+            raise
+        except BaseException:  # an interrupt in this thread: the child's session goes with it
+            if process is not None:
+                kill_session(process.pid)
+                process.wait()
+            raise
+        finally:
+            if process is not None:
+                with self._lock:
+                    self._running.discard(process)
+        if self._stopped.is_set():
+            raise Interrupted("stopped while running")
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+    def kill_all(self) -> None:
+        """Kill every running child and refuse new ones."""
+        with self._lock:
+            self._stopped.set()
+            for process in self._running:
+                kill_session(process.pid)
+
+
+def kill_session(pid: int) -> None:
+    """A child and everything it started (nvcc runs cicc and ptxas): its whole session."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _Held:
+    """Interrupts the main thread holds back while it starts a child (see `_interrupts_held`)."""
+
+    depth = 0
+    pending = False
+
+
+def _stop(signum: int, frame: Any) -> None:
+    if _Held.depth:
+        _Held.pending = True
+        return
+    raise KeyboardInterrupt()
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """In the main thread, a stop signal that comes inside raises its KeyboardInterrupt at the end:
+    by then the child started inside is known, so the interrupt can kill it. Elsewhere, nothing:
+    only the main thread gets signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _Held.depth += 1
+    try:
+        yield
+    finally:
+        _Held.depth -= 1
+        if not _Held.depth and _Held.pending:
+            _Held.pending = False
+            raise KeyboardInterrupt()
+
+
+def visible_devices_for(gpu: int) -> str:
+    """CUDA_VISIBLE_DEVICES for a child on GPU `gpu` (an nvidia-smi index). A parent that hid
+    every GPU (CUDA_VISIBLE_DEVICES="") keeps them hidden: its children see none either."""
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return inherited if inherited is not None and not inherited.strip() else str(gpu)
+
+
+def python_environment(gpu: int, visible_devices: str | None = None) -> dict[str, str]:
+    """The environment of a tilegen child process on one GPU: it imports what this process
+    imports (its sys.path, plugins included) and sees only that GPU, or what `visible_devices`
+    names instead (a CUDA_VISIBLE_DEVICES value, passed on as it is: a UUID, a MIG id, a list)."""
+    visible = visible_devices_for(gpu) if visible_devices is None else visible_devices
+    return dict(os.environ, CUDA_VISIBLE_DEVICES=visible, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))

@@ -1,0 +1,74 @@
+"""How points are evaluated: the options sweep, tune, compile and revalidate share, and the GPUs
+they run on (this host's isolated workers, or a Dask cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+from ..core import checks
+from ..core.errors import UsageError
+from ..core.results import TimingOptions
+from ..gpu.workers import Executor, LocalExecutor
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How points are evaluated: the options sweep, tune, compile and revalidate share."""
+
+    arch: str | None = None  # None: the local GPU's, else sm_90
+    compile_jobs: int | None = None  # parallel compiles; None: one per core
+    gpus: Sequence[int] = (0,)
+    timing: TimingOptions = field(default_factory=TimingOptions)
+    silence_s: float = 30.0  # a worker silent this long is hung: killed, and the row is a timeout
+    seed: int | None = None  # of the random inputs; None: fresh ones every run
+    sanitize: bool = False  # compute-sanitizer on each variant (at a small size) before it is timed
+    run_kernels: bool = True  # False: compile only (`tilegen compile`)
+    cluster: str | None = None  # a Dask cluster: 'local' or a scheduler's address (gen.gpu.dask)
+
+    def __post_init__(self) -> None:
+        """Options from Python are refused as the command line would refuse them (gen.core.checks).
+        Numbers are kept as Python's own (numpy's are accepted, but JSON, SQLite and random take
+        only Python's)."""
+        checks.instance(self.timing, TimingOptions, "timing")
+        checks.flag(self.sanitize, "sanitize")
+        checks.flag(self.run_kernels, "run_kernels")
+        if self.cluster is not None and not isinstance(self.cluster, str):
+            raise UsageError(f"cluster must be 'local' or a scheduler's address like 'tcp://HOST:8786', got "
+                             f"{self.cluster!r}")
+        budget = checks.seconds(self.timing.budget_s, "the timing budget (timing.budget_s)")
+        checks.keep(self, "timing", replace(self.timing, budget_s=budget))
+        checks.keep(self, "silence_s", checks.seconds(self.silence_s, "the worker timeout (silence_s)"))
+        if self.compile_jobs is not None:
+            checks.keep(self, "compile_jobs", checks.whole(self.compile_jobs, "compile_jobs", 1))
+        if self.seed is not None:
+            checks.keep(self, "seed", checks.whole(self.seed, "seed"))
+        checks.keep(self, "gpus", _gpu_indices(self.gpus))
+
+
+def _gpu_indices(gpus: object) -> tuple[int, ...]:
+    listed = list(gpus) if isinstance(gpus, Iterable) and not isinstance(gpus, str) else None
+    if not listed or any(isinstance(g, str) or checks.whole_problem(g) for g in listed) or \
+            len(set(listed)) != len(listed):
+        raise UsageError(f"gpus must list distinct GPU indices like [0, 1], got {gpus!r}")
+    return tuple(int(g) for g in listed)
+
+
+def runs_on(arch: str, cc: str) -> bool:
+    """Whether a cubin for `arch` (sm_86, sm_90a) loads on a GPU of compute capability `cc` (8.9):
+    the same major version and no newer minor; an `a` architecture only on its own."""
+    digits = arch.removeprefix("sm_").removesuffix("f")
+    major, minor = cc.split(".")
+    if digits.endswith("a"):
+        return digits[:-1] == major + minor
+    return digits[:-1] == major and int(digits[-1]) <= int(minor)
+
+
+def make_executor(options: RunOptions) -> Executor:
+    """The GPUs that run the jobs: isolated workers on this host, or the Dask cluster named."""
+    if options.cluster:
+        from ..gpu.dask import DaskExecutor
+
+        return DaskExecutor(options.cluster, options.gpus, options.silence_s)
+    return LocalExecutor(options.gpus, options.silence_s)

@@ -1,0 +1,390 @@
+"""The family API: what a kernel family knows, in one place. The built-in families and users'
+plugins use it alike (`gen.api` gathers the names a plugin needs).
+
+A family is two things:
+
+- a **Problem**: what its kernels compute. Its shapes, its kernel arguments (stated once: the
+  template's signature is made from them), the arrays behind them, a float64 reference and the
+  tolerance it is compared with, and the work one launch does, measured against a named ceiling.
+  Families that compute the same thing share one Problem (matmul and sgemm share the GEMM).
+- a **Family**: how its kernels compute it. Its variant type (the parameters), its template, the
+  launch geometry of a variant on a shape, the shapes a variant refuses, and the relatives a
+  variant can be adapted into when it cannot run a shape.
+
+Nothing here touches the GPU or a template engine: the runner allocates arrays and launches, the
+renderer renders, both by asking these objects.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..core.checks import whole_rule, whole_text
+from ..core.errors import InvalidVariant, UsageError
+from ..core.limits import (DTYPE_BYTES, DTYPE_CTYPE, MAX_BLOCK_DIMS, MAX_DYNAMIC_SHARED_BYTES, MAX_GRID_DIMS,
+                           MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK)
+from .variant import Variant
+
+NUMPY_DTYPE = {"f32": np.float32, "f64": np.float64}
+# Unit roundoff of each element type: the relative error of one rounding.
+UNIT_ROUNDOFF = {"f32": 2.0**-24, "f64": 2.0**-53}
+
+
+# ---- ceilings ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Ceiling:
+    """A rate measured once per GPU model that a family's throughput is compared with."""
+
+    key: str  # where the measurement is kept
+    unit: str  # the unit of the rate and of the family's throughput
+    scale: float  # units of work in one unit of rate per second: 1e9 bytes, 1e12 operations
+    what: str
+
+    def rate(self, work: float, seconds: float) -> float:
+        return work / seconds / self.scale
+
+
+COPY_BANDWIDTH = Ceiling("copy", "GB/s", 1e9, "a device-to-device copy, counting bytes read and written")
+GEMM_F32 = Ceiling("gemm_f32", "TFLOP/s", 1e12, "cuBLAS SGEMM at 8192^3, no TF32")
+GEMM_F64 = Ceiling("gemm_f64", "TFLOP/s", 1e12, "cuBLAS DGEMM at 8192^3")
+CEILINGS = (COPY_BANDWIDTH, GEMM_F32, GEMM_F64)
+
+
+# ---- kernel arguments --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Input:
+    """An array the kernel reads: fresh random values in [-1, 1) for every check."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Output:
+    """The array the kernel writes: poisoned with NaN before every launch, then compared with the
+    reference inside the output region, and checked untouched outside it."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A number passed by value, taken from the shape's attribute `source` (default: the name)."""
+
+    name: str
+    source: str = ""
+    ctype: str = "int"
+
+    @property
+    def attribute(self) -> str:
+        return self.source or self.name
+
+
+Argument = Input | Output | Scalar
+SCALAR_TYPES = {"int": np.int32, "long long": np.int64, "float": np.float32, "double": np.float64}
+
+
+def signature(arguments: Sequence[Argument], dtype: str, indent: str = "    ") -> str:
+    """The kernel's parameter list, as the templates write it: pointers on one line, scalars on
+    the next (`indent` before them)."""
+    ctype = DTYPE_CTYPE[dtype]
+    pointers = [f"const {ctype}* __restrict__ {a.name}" if isinstance(a, Input) else f"{ctype}* __restrict__ {a.name}"
+                for a in arguments if not isinstance(a, Scalar)]
+    scalars = [f"{a.ctype} {a.name}" for a in arguments if isinstance(a, Scalar)]
+    lines = [", ".join(part) for part in (pointers, scalars) if part]
+    return f",\n{indent}".join(lines)
+
+
+# ---- shapes ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Dims:
+    """A problem shape of named dimensions, written with x between them: 4096x8192."""
+
+    names: tuple[str, ...]
+    dims: tuple[int, ...]
+
+    def __getattr__(self, name: str) -> int:
+        try:
+            return self.dims[object.__getattribute__(self, "names").index(name)]
+        except ValueError:
+            raise AttributeError(name) from None
+
+    def __str__(self) -> str:
+        return "x".join(str(d) for d in self.dims)
+
+
+def parse_dims(text: str, count: int, separator: str = "x") -> list[int]:
+    """'4096x4096x4096' -> [4096, 4096, 4096]; ValueError when not `count` positive integers, each
+    written as every count is (gen.core.checks.whole_text: ASCII digits, no sign, no '_')."""
+    parts = text.lower().split(separator)
+    dims = [whole_text(p.strip()) for p in parts]
+    if len(parts) != count or None in dims:
+        raise ValueError(f"needs {count} positive integers separated by {separator!r} ({whole_rule()})")
+    if min(dims) < 1:
+        raise ValueError("every dimension must be at least 1")
+    return dims
+
+
+# ---- launches ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Launch:
+    """How one variant is launched on one shape. Shorter grids and blocks are padded with 1s."""
+
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    dynamic_shared_bytes: int = 0
+    clears_output: bool = False  # the kernel adds into its output (split-K): zero the region first
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "grid", tuple(self.grid) + (1,) * (3 - len(self.grid)))
+        object.__setattr__(self, "block", tuple(self.block) + (1,) * (3 - len(self.block)))
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+
+def launch_refusal(launch: Launch) -> str | None:
+    """Why a launch breaks a CUDA limit, or None."""
+    if launch.threads_per_block > MAX_THREADS_PER_BLOCK:
+        return f"a block of {launch.threads_per_block} threads exceeds the CUDA limit of {MAX_THREADS_PER_BLOCK}"
+    for what, sizes, limits in (("block", launch.block, MAX_BLOCK_DIMS), ("grid", launch.grid, MAX_GRID_DIMS)):
+        for axis, size, limit in zip("xyz", sizes, limits):
+            if size > limit:
+                return f"{what} of {size} {'threads' if what == 'block' else 'blocks'} in {axis} exceeds the CUDA limit of {limit}"
+            if size < 1:
+                return f"{what} of {size} in {axis}: every launch dimension must be at least 1"
+    if launch.dynamic_shared_bytes > MAX_DYNAMIC_SHARED_BYTES:
+        return (f"{launch.dynamic_shared_bytes} bytes of dynamic shared memory exceed the sm_90 limit of "
+                f"{MAX_DYNAMIC_SHARED_BYTES}")
+    return None
+
+
+# ---- the two halves of a family ------------------------------------------------------------------
+
+class Problem(ABC):
+    """What a family's kernels compute, shared by every family that computes the same thing."""
+
+    dims: ClassVar[tuple[str, ...]] = ()  # names of the shape's dimensions (for the default parse_shape)
+    arguments: ClassVar[tuple[Argument, ...]]  # the kernel's parameters, in order
+    default_sizes: ClassVar[tuple[str, ...]]  # what a sweep runs when given no --size
+    small_size: ClassVar[str]  # a small problem, odd where the kernels allow, for sanitizer runs and checks
+
+    @property
+    def shape_format(self) -> str:
+        return "x".join(d.upper() if len(d) == 1 else d for d in self.dims)
+
+    @property
+    def shape_example(self) -> str:
+        return self.default_sizes[0]
+
+    @property
+    def output(self) -> Output:
+        (output,) = [a for a in self.arguments if isinstance(a, Output)]
+        return output
+
+    def parse_shape(self, text: str, family: str = "") -> Any:
+        """A shape from its written form; UsageError says the expected form."""
+        of = f" for {family}" if family else ""
+        if not isinstance(text, str):
+            raise UsageError(f"a size{of} is text like {self.shape_example}, got {text!r}")
+        try:
+            return self._parse_shape(text.strip())
+        except ValueError as error:
+            raise UsageError(f"size {text!r}{of}: {error} (expected {self.shape_format}, e.g. "
+                             f"{self.shape_example})") from None
+
+    def _parse_shape(self, text: str) -> Any:
+        return Dims(self.dims, tuple(parse_dims(text, len(self.dims))))
+
+    def scalars(self, shape: Any) -> dict[str, int | float]:
+        """The scalar arguments' values: each Scalar's attribute of the shape."""
+        return {a.name: getattr(shape, a.attribute) for a in self.arguments if isinstance(a, Scalar)}
+
+    def kernel_arguments(self, shape: Any, pointers: Mapping[str, int]) -> list[Any]:
+        """The launch's arguments in the kernel's order: device pointers (as numpy uintp) for the
+        arrays, typed numbers for the scalars."""
+        scalars = self.scalars(shape)
+        return [SCALAR_TYPES[a.ctype](scalars[a.name]) if isinstance(a, Scalar) else np.uintp(int(pointers[a.name]))
+                for a in self.arguments]
+
+    def output_region(self, shape: Any) -> tuple[slice, ...]:
+        """The part of the output array the kernel must write (the rest must stay poisoned)."""
+        return tuple(slice(0, d) for d in self.arrays(shape)[self.output.name])
+
+    def random_inputs(self, dtype: str, shape: Any, seed: int) -> dict[str, np.ndarray]:
+        """Fresh random inputs in [-1, 1): never zeros, never constant, padding included."""
+        rng = np.random.default_rng(seed)
+        arrays = self.arrays(shape)
+        return {a.name: rng.uniform(-1.0, 1.0, size=arrays[a.name]).astype(NUMPY_DTYPE[dtype])
+                for a in self.arguments if isinstance(a, Input)}
+
+    def throughput(self, shape: Any, dtype: str, seconds: float) -> float:
+        """The achieved rate, in the unit of this problem's ceiling."""
+        return self.ceiling(dtype).rate(self.work(shape, dtype), seconds)
+
+    @abstractmethod
+    def arrays(self, shape: Any) -> dict[str, tuple[int, ...]]:
+        """The allocated dimensions of every Input and Output, leading dimensions included."""
+
+    @abstractmethod
+    def reference(self, inputs: Mapping[str, np.ndarray], shape: Any) -> np.ndarray:
+        """The expected output region, from the inputs given in float64."""
+
+    @abstractmethod
+    def tolerance(self, dtype: str, shape: Any) -> float:
+        """The largest accepted ||out - ref|| / ||ref|| over the output region."""
+
+    @abstractmethod
+    def ceiling(self, dtype: str) -> Ceiling:
+        """The measured rate throughput is compared with (COPY_BANDWIDTH, GEMM_F32, GEMM_F64)."""
+
+    @abstractmethod
+    def work(self, shape: Any, dtype: str) -> float:
+        """What one launch must do, in the ceiling's terms: bytes moved (each input read once, the
+        output written once) or floating-point operations."""
+
+
+class Family(ABC):
+    """One kernel family: the variants of one template that compute one Problem."""
+
+    name: ClassVar[str]  # a lowercase identifier without '_': the first token of every variant name
+    summary: ClassVar[str]
+    variant_type: ClassVar[type[Variant]]
+    problem: ClassVar[Problem]
+    template: ClassVar[str]  # file name, found beside the family's module (or in tilegen's templates/)
+    heatmap_axes: ClassVar[tuple[str, str] | None] = None  # the report's throughput heatmap
+    # Compile several variants in one nvcc run (wrapped in namespaces): only for templates whose
+    # file scope holds nothing but the kernel and helper functions (no macros, no globals).
+    compile_together: ClassVar[bool] = False
+    # Set when the family is registered: where it was defined and where its template is found.
+    source: str = ""
+    template_dirs: tuple[Path, ...] = ()
+
+    @abstractmethod
+    def launch(self, variant: Any, shape: Any) -> Launch:
+        """Grid, block and dynamic shared memory of a variant on a shape."""
+
+    def refusal(self, variant: Any, shape: Any) -> str | None:
+        """Why this (valid) variant must not run this shape, or None. CUDA's launch limits are
+        checked on top of this (`refused`)."""
+        return None
+
+    def adaptations(self, variant: Any) -> list[Any]:
+        """Relatives of a variant to try, nearest first, when it cannot run a shape (say, with
+        bound checks turned on): how a stored winner serves shapes it was not tuned for."""
+        return []
+
+    def sanitize_size(self, variant: Any) -> str:
+        """A small problem this variant can run, for compute-sanitizer."""
+        return self.problem.small_size
+
+    # ---- conveniences, the same for every family ----
+
+    @property
+    def shape_format(self) -> str:
+        return self.problem.shape_format
+
+    @property
+    def default_sizes(self) -> tuple[str, ...]:
+        return self.problem.default_sizes
+
+    def parse_shape(self, text: str) -> Any:
+        return self.problem.parse_shape(text, self.name)
+
+    def default_variant(self) -> Variant:
+        return self.variant_type()
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The element types this family's variants come in."""
+        return self.variant_type.element_types()
+
+    def check_dtype(self, dtype: str | None) -> str:
+        """`dtype` if this family has it; None means the default variant's."""
+        if dtype is None:
+            return self.default_variant().dtype
+        if dtype not in self.dtypes:
+            raise UsageError(f"{self.name} has no element type {dtype!r}; its element types are: "
+                             f"{', '.join(self.dtypes)}")
+        return dtype
+
+    def variant(self, values: Mapping[str, Any]) -> Variant:
+        return self.variant_type.from_params(values)
+
+    def runnable(self, variant: Variant, shape: Any) -> Variant | None:
+        """The variant, or its nearest adaptation that is valid and can run the shape."""
+        for candidate in (variant, *self.adaptations(variant)):
+            try:
+                candidate.check()
+            except InvalidVariant:
+                continue
+            if refused(self, candidate, shape) is None:
+                return candidate
+        return None
+
+    def safe_variant(self, shape: Any, dtype: str | None = None) -> Variant:
+        """The default variant of this element type, adapted to run the shape if it must be."""
+        default = self.default_variant().with_element_type(self.check_dtype(dtype))
+        return self.runnable(default, shape) or default
+
+
+def refused(family: Family, variant: Variant, shape: Any) -> str | None:
+    """Why a valid variant cannot run a shape: the family's own refusal, then CUDA's launch limits."""
+    return family.refusal(variant, shape) or launch_refusal(family.launch(variant, shape))
+
+
+def point_refusal(family: Family, variant: Variant, shape: Any = None) -> str | None:
+    """Why a point is not run: the variant breaks a rule, or (given a shape) cannot run it."""
+    try:
+        variant.check()
+    except InvalidVariant as reason:
+        return str(reason)
+    return None if shape is None else refused(family, variant, shape)
+
+
+# ---- helpers for families -------------------------------------------------------------------------
+
+def blocks(extent: int, tile: int) -> int:
+    """Blocks needed to cover `extent` with tiles of `tile` (the last one may be partial)."""
+    return math.ceil(extent / tile)
+
+
+def element_bytes(dtype: str) -> int:
+    return DTYPE_BYTES[dtype]
+
+
+def sum_tolerance(dtype: str, terms: int) -> float:
+    """For outputs that are sums of `terms` products: rounding errors grow like sqrt(terms) on
+    random data; 16 leaves room for the order a kernel adds in, while a race or a wrong index is
+    off by orders of magnitude."""
+    return 16 * UNIT_ROUNDOFF[dtype] * math.sqrt(terms)
+
+
+def check_neutral_settings(settings: Iterable[tuple[str, Any, tuple[Any, ...]]], method: str) -> None:
+    """Parameters about shared tiles must keep a neutral value on a method that has none; each
+    setting is (name, value, allowed values), the last allowed value being the one to suggest."""
+    for name, value, allowed in settings:
+        if value not in allowed:
+            raise InvalidVariant(f"{name} {value} does not apply to method={method}, which has no shared tile "
+                                 f"(use {name}={allowed[-1]})")
+
+
+def check_shared_bytes(smem: str, shared_bytes: int, what: str) -> None:
+    """Refuse shared memory beyond the static limit (or, for dynamic, the opt-in limit)."""
+    if smem == "static" and shared_bytes > MAX_STATIC_SHARED_BYTES:
+        raise InvalidVariant(
+            f"{what} needs {shared_bytes} bytes of static shared memory; the CUDA limit is "
+            f"{MAX_STATIC_SHARED_BYTES} (use smem=dynamic)")
+    if shared_bytes > MAX_DYNAMIC_SHARED_BYTES:
+        raise InvalidVariant(
+            f"{what} needs {shared_bytes} bytes of shared memory; the sm_90 limit is {MAX_DYNAMIC_SHARED_BYTES}")

@@ -1,0 +1,36 @@
+"""What the sweep hands a GPU worker and what comes back: plain, picklable data, no pycuda."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.results import TimingOptions
+
+# Run-time cache preferences (cuFuncSetCacheConfig), with the shared-memory carveout in percent
+# that goes with each on GPUs that have one (-1 leaves the driver's default).
+CACHE_CONFIGS = {"none": -1, "shared": 100, "l1": 0, "equal": 50}
+RACY_CHECKS = 3  # deliberately racy variants are checked this many times, on different inputs
+
+
+@dataclass(frozen=True)
+class Job:
+    """Check (and, with `timing`, time) one compiled variant on one shape."""
+
+    name: str
+    family: str
+    cubin: str
+    shape: str
+    cache_config: str = "none"
+    seeds: tuple[int, ...] = (1,)  # one check per seed, each on fresh random inputs
+    timing: TimingOptions | None = field(default_factory=TimingOptions)
+    sanitize_size: str | None = None  # first run compute-sanitizer on this (small) shape
+
+
+def job_for(compiled: Any, shape: Any, cache_config: str, seed: int, timing: TimingOptions | None,
+            sanitize_size: str | None = None) -> Job:
+    """The job that checks (and times) a compiled variant: deliberately racy ones on several inputs."""
+    variant = compiled.variant
+    checks = RACY_CHECKS if variant.deliberately_racy else 1
+    return Job(variant.name, variant.family, str(compiled.cubin), str(shape), cache_config,
+               tuple(seed + i for i in range(checks)), timing, sanitize_size)

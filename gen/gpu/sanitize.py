@@ -1,0 +1,65 @@
+"""compute-sanitizer on one variant at a small shape: racecheck, synccheck and memcheck hazards.
+
+A numerically right answer does not make a variant safe: a race may simply not have bitten this
+time. Each tool runs the variant once, in a process of its own under the sanitizer.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict
+
+from ..core.errors import ToolMissing
+from .jobs import Job
+from ..core.processes import ProcessGroup
+
+TOOLS = ("racecheck", "synccheck", "memcheck")
+SANITIZER_TIMEOUT_S = 120.0
+
+
+@functools.cache
+def sanitizer_path() -> str:
+    found = shutil.which("compute-sanitizer")
+    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        candidate = os.path.join(root or "", "bin", "compute-sanitizer")
+        if not found and root and os.path.exists(candidate):
+            found = candidate
+    if not found:
+        raise ToolMissing("compute-sanitizer not found: it ships with the CUDA toolkit; put its bin/ on PATH "
+                          "or leave out --sanitize")
+    return found
+
+
+def sanitize(job: Job, environment: dict[str, str], children: ProcessGroup) -> tuple[dict[str, int], str]:
+    """Hazards found by each tool, run in `environment` (its GPU worker's), and a note on anything
+    that went wrong running them."""
+    hazards, notes = {}, []
+    for tool in TOOLS:
+        # Only the variant's kernel: the checker's own reductions are not under test.
+        command = [sanitizer_path(), "--tool", tool, "--kernel-name", f"kne={job.name}", sys.executable, "-m",
+                   "gen.gpu.workers", "--once", json.dumps(asdict(job))]
+        try:
+            done = children.run(command, timeout=SANITIZER_TIMEOUT_S, env=environment)
+        except subprocess.TimeoutExpired:
+            hazards[tool] = 1
+            notes.append(f"{tool} timed out after {SANITIZER_TIMEOUT_S:.0f} s (a hang counts as a hazard)")
+            continue
+        count = count_hazards(done.stdout + done.stderr)
+        if count is None:
+            notes.append(f"{tool} printed no summary (exit code {done.returncode})")
+            continue
+        hazards[tool] = count
+    return hazards, "; ".join(notes)
+
+
+def count_hazards(output: str) -> int | None:
+    """Errors in the sanitizer's summary lines (racecheck also counts hazards), or None without one."""
+    counts = [int(n) for n in re.findall(r"ERROR SUMMARY: (\d+) error", output)]
+    counts += [int(n) for n in re.findall(r"RACECHECK SUMMARY: (\d+) hazard", output)]
+    return max(counts) if counts else None

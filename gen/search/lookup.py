@@ -1,0 +1,124 @@
+"""Which variant to use for a shape on this GPU, from the tuning database.
+
+The order of preference: this GPU model's winner for the exact shape; for the nearest tuned
+shape in the same size bucket (every dimension within the same power of two); for its nearest
+tuned shape at any size; a GPU of the same compute capability (with a warning); and last the
+family's safe default. A stored winner that cannot run the shape (bounds=none on an odd size,
+16-byte vectors on a misaligned one) is adapted the way its family says (Family.adaptations);
+if no adaptation runs either, the next in its ranking is tried.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ..core.checks import is_whole
+from ..core.errors import UsageError
+from ..families import get_family
+from ..families.family import Family
+from ..core.results import DeviceInfo, GpuModel
+from ..store.tuning_db import Problem, TuningDB, default_db_path
+from ..families.variant import Variant
+
+RANKS_TRIED = 20  # how far down a stored ranking to look for a variant that can run the shape
+
+
+def tuned(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
+          device: DeviceInfo | None = None) -> Variant:
+    """The best known variant of `family` for this shape on the current GPU (see the module doc).
+    The shape is its dimensions (`tuned("sgemm", 4096, 4096, 4096)`) or its written form; `dtype`
+    is an element type of the family (default: its default variant's)."""
+    return tuned_with_reason(family, *dims, dtype=dtype, db=db, device=device)[0]
+
+
+def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
+                      device: DeviceInfo | None = None, gpu_model: GpuModel | None = None) -> tuple[Variant, str]:
+    chosen_family = get_family(family)
+    shape = chosen_family.parse_shape(shape_text(dims))
+    dtype = chosen_family.check_dtype(dtype)
+    if device is not None and not isinstance(device, DeviceInfo):
+        raise UsageError(f"device must be a gen.core.results.DeviceInfo (or None: the current GPU), got {device!r}")
+    if gpu_model is not None and not isinstance(gpu_model, GpuModel):
+        raise UsageError(f"gpu_model must be a gen.core.results.GpuModel (or None: the device's), got {gpu_model!r}")
+    model = gpu_model or (device or current_device()).model
+    if db is None and not default_db_path().exists():  # nothing tuned on this machine yet
+        return chosen_family.safe_variant(shape, dtype), "the family's safe default (no tuning database yet)"
+    database = TuningDB(db, create=False)
+    tuned_here = [p for p in database.problems(family) if p.dtype == dtype]
+    models = {str(m): m for m in database.models()}
+    same_model = [p for p in tuned_here if p.gpu_model == str(model)]
+    same_cc = [p for p in tuned_here if p.gpu_model != str(model) and p.gpu_model in models
+               and models[p.gpu_model].cc == model.cc]
+    bucket = _bucket(shape.dims)
+    searches = [
+        ("the exact shape on this GPU", [p for p in same_model if p.shape == str(shape)]),
+        ("the nearest tuned shape in the same size bucket on this GPU",
+         [p for p in same_model if _bucket(_dims(chosen_family, p)) == bucket]),
+        ("the nearest tuned shape on this GPU", same_model),
+        ("the nearest tuned shape on a GPU of the same compute capability", same_cc),
+    ]
+    for reason, problems in searches:
+        for problem in sorted(problems, key=lambda p: _distance(_dims(chosen_family, p), shape.dims)):
+            variant = _runnable_winner(database, chosen_family, problem, shape)
+            if variant is not None:
+                if problems is same_cc:
+                    warnings.warn(f"no tuning for {model}; using {problem.gpu_model}'s winner at {problem.shape}",
+                                  stacklevel=3)
+                return variant, f"{reason} ({problem.shape} on {problem.gpu_model})"
+    return chosen_family.safe_variant(shape, dtype), "the family's safe default (nothing tuned applies)"
+
+
+def shape_text(dims: tuple[int | str, ...]) -> str:
+    """(4096, 4096, 4096) -> '4096x4096x4096'; a single written shape passes through."""
+    if len(dims) == 1 and isinstance(dims[0], str):
+        return dims[0]
+    if not dims or not all(is_whole(d) for d in dims):
+        raise UsageError(f"a shape is its dimensions as integers, or its written form like '4096x4096'; got {dims!r}")
+    return "x".join(str(int(d)) for d in dims)
+
+
+@functools.cache
+def current_device() -> DeviceInfo:
+    """The GPU of the caller's current pycuda context, else the first GPU (asked in a worker process)."""
+    import sys
+
+    from ..gpu.workers import GpuUnavailable, LocalExecutor
+
+    if "pycuda.driver" in sys.modules:
+        from ..gpu.runner import current_device_info
+
+        found = current_device_info()
+        if found is not None:
+            return found
+    executor = LocalExecutor([0])
+    try:
+        return executor.devices()[0]
+    except GpuUnavailable as reason:
+        raise UsageError(f"which GPU? {reason}; name a GPU model (tilegen best --gpu MODEL) to answer from the "
+                         f"tuning database without one") from None
+    finally:
+        executor.close()
+
+
+def _runnable_winner(database: TuningDB, family: Family, problem: Problem, shape: Any) -> Variant | None:
+    for row in database.top(problem, RANKS_TRIED):
+        variant = family.runnable(family.variant_type.from_name(row.name), shape)
+        if variant is not None:
+            return variant
+    return None
+
+
+def _dims(family: Family, problem: Problem) -> tuple[int, ...]:
+    return family.parse_shape(problem.shape).dims
+
+
+def _bucket(dims: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(math.ceil(math.log2(d)) for d in dims)
+
+
+def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
+    return sum(abs(math.log2(x / y)) for x, y in zip(a, b))

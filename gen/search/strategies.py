@@ -1,0 +1,288 @@
+"""Search strategies over a space's valid points: brute force, random, simulated annealing, a
+genetic algorithm and Bayesian optimisation (a Gaussian process with expected improvement).
+
+Every strategy works on the list of valid variants and proposes only members of it, so none
+can propose an invalid point: neighbourhoods, crossover and mutation are repaired onto that
+list. The interface is ask/tell: `ask(n)` returns up to n variants not yet told, `tell(variant,
+time_ms)` reports a measurement (None when the variant failed). Lower time is better.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from abc import ABC, abstractmethod
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..families.variant import Variant
+
+STRATEGIES = ("brute", "random", "anneal", "genetic", "bayes")
+
+
+class SearchSpace:
+    """Valid variants, each parameter's ordered values, and distances between points."""
+
+    def __init__(self, variants: Sequence[Variant]):
+        if not variants:
+            raise ValueError("the space has no valid variant")
+        self.variants = list(variants)
+        self.names = [p.name for p in type(variants[0]).parameters()]
+        self.values = {n: sorted({getattr(v, n) for v in variants}, key=_order) for n in self.names}
+        self.varying = [n for n in self.names if len(self.values[n]) > 1]
+        self.index = {self.key(v): v for v in self.variants}
+        self.features = np.array([self.encode(v) for v in self.variants])
+
+    def key(self, variant: Variant) -> tuple:
+        return tuple(getattr(variant, n) for n in self.names)
+
+    def encode(self, variant: Variant) -> list[float]:
+        """Each varying parameter as its position in its value list, scaled to [0, 1]."""
+        return [self.values[n].index(getattr(variant, n)) / (len(self.values[n]) - 1) for n in self.varying]
+
+    def neighbours(self, variant: Variant) -> list[Variant]:
+        """Valid points one step away in one parameter (the next value up or down)."""
+        found = []
+        for name in self.varying:
+            values = self.values[name]
+            position = values.index(getattr(variant, name))
+            for step in (-1, 1):
+                if 0 <= position + step < len(values):
+                    candidate = self.index.get(self._moved(variant, name, values[position + step]))
+                    if candidate is not None:
+                        found.append(candidate)
+        return found
+
+    def nearest(self, params: dict[str, Any], exclude: set[Variant]) -> Variant | None:
+        """The valid point closest to a possibly invalid combination (for repairing offspring)."""
+        target = np.array([self.values[n].index(params[n]) / (len(self.values[n]) - 1) for n in self.varying])
+        order = np.argsort(np.abs(self.features - target).sum(axis=1), kind="stable")
+        return next((self.variants[i] for i in order if self.variants[i] not in exclude), None)
+
+    def _moved(self, variant: Variant, name: str, value: Any) -> tuple:
+        return tuple(value if n == name else getattr(variant, n) for n in self.names)
+
+
+class Strategy(ABC):
+    name: str
+
+    def __init__(self, space: SearchSpace, seed: int = 0):
+        self.space, self.rng = space, random.Random(seed)
+        self.results: dict[Variant, float | None] = {}
+        self.pending: set[Variant] = set()
+
+    def ask(self, count: int = 1) -> list[Variant]:
+        proposals: list[Variant] = []
+        while len(proposals) < count and len(self.results) + len(self.pending) < len(self.space.variants):
+            variant = self._propose()
+            if variant is None:
+                break
+            if variant not in self.results and variant not in self.pending:
+                self.pending.add(variant)
+                proposals.append(variant)
+        return proposals
+
+    def tell(self, variant: Variant, time_ms: float | None) -> None:
+        self.pending.discard(variant)
+        self.results[variant] = time_ms
+        self._learn(variant, time_ms)
+
+    @property
+    def best(self) -> tuple[Variant, float] | None:
+        measured = [(v, t) for v, t in self.results.items() if t is not None]
+        return min(measured, key=lambda item: item[1]) if measured else None
+
+    def unseen(self) -> list[Variant]:
+        return [v for v in self.space.variants if v not in self.results and v not in self.pending]
+
+    def random_unseen(self) -> Variant | None:
+        unseen = self.unseen()
+        return self.rng.choice(unseen) if unseen else None
+
+    @abstractmethod
+    def _propose(self) -> Variant | None: ...
+
+    def _learn(self, variant: Variant, time_ms: float | None) -> None:
+        """Update the strategy's state with a new measurement."""
+
+
+class BruteForce(Strategy):
+    name = "brute"
+
+    def _propose(self) -> Variant | None:
+        unseen = self.unseen()
+        return unseen[0] if unseen else None
+
+
+class RandomSampling(Strategy):
+    name = "random"
+
+    def _propose(self) -> Variant | None:
+        return self.random_unseen()
+
+
+class SimulatedAnnealing(Strategy):
+    """A walk over neighbours; worse steps are taken with probability exp(-Δ/T), T cooling geometrically,
+    where Δ is the relative slow-down (log of the time ratio). A walk stuck in a fully explored
+    neighbourhood jumps to a random unseen point."""
+
+    name = "anneal"
+    START_TEMPERATURE, COOLING = 0.3, 0.90
+
+    def __init__(self, space: SearchSpace, seed: int = 0):
+        super().__init__(space, seed)
+        self.current: Variant | None = None
+        self.current_time = math.inf
+        self.temperature = self.START_TEMPERATURE
+
+    def _propose(self) -> Variant | None:
+        if self.current is None:
+            return self.random_unseen()
+        fresh = [v for v in self.space.neighbours(self.current) if v not in self.results and v not in self.pending]
+        return self.rng.choice(fresh) if fresh else self.random_unseen()
+
+    def _learn(self, variant: Variant, time_ms: float | None) -> None:
+        self.temperature *= self.COOLING
+        if time_ms is None:
+            return
+        if self.current is None or time_ms < self.current_time:
+            self.current, self.current_time = variant, time_ms
+            return
+        slow_down = math.log(time_ms / self.current_time)
+        if self.rng.random() < math.exp(-slow_down / max(self.temperature, 1e-9)):
+            self.current, self.current_time = variant, time_ms
+
+
+class GeneticAlgorithm(Strategy):
+    """A population of the fittest points; children by uniform crossover of two tournament winners
+    and mutation of one parameter to a random value, repaired onto the nearest valid unseen point."""
+
+    name = "genetic"
+    POPULATION, MUTATION = 10, 0.4
+
+    def _propose(self) -> Variant | None:
+        population = sorted((v for v, t in self.results.items() if t is not None), key=lambda v: self.results[v])
+        if len(population) < self.POPULATION:
+            return self.random_unseen()
+        population = population[: self.POPULATION]
+        mother, father = self._tournament(population), self._tournament(population)
+        child = {n: getattr(self.rng.choice((mother, father)), n) for n in self.space.names}
+        if self.rng.random() < self.MUTATION:
+            name = self.rng.choice(self.space.varying)
+            child[name] = self.rng.choice(self.space.values[name])
+        repaired = self.space.index.get(tuple(child[n] for n in self.space.names))
+        if repaired is None or repaired in self.results or repaired in self.pending:
+            repaired = self.space.nearest(child, set(self.results) | self.pending)
+        return repaired
+
+    def _tournament(self, population: list[Variant]) -> Variant:
+        contenders = self.rng.sample(population, min(3, len(population)))
+        return min(contenders, key=lambda v: self.results[v])
+
+
+class BayesianOptimisation(Strategy):
+    """A Gaussian process on log time (RBF kernel over the scaled parameter positions, length scale
+    chosen by marginal likelihood) proposes the unseen point of highest expected improvement; every
+    LOCAL_EVERY-th proposal instead refines the incumbent: its unseen neighbour with the lowest
+    predicted time. Failed points count as the worst time seen, so the model learns to avoid them.
+
+    Several proposals at once (ask(q), while earlier ones are still being measured): each point
+    proposed but not yet told enters the model as if it had measured the best time so far (the
+    constant liar, CL-min), so the next proposal looks elsewhere instead of next to it."""
+
+    name = "bayes"
+    INITIAL = 10
+    LOCAL_EVERY = 4
+    LENGTH_SCALES = (0.15, 0.25, 0.4, 0.7)
+    NOISE = 1e-3
+
+    def _propose(self) -> Variant | None:
+        measured = [v for v, t in self.results.items() if t is not None]
+        if len(self.results) < self.INITIAL or not measured:
+            return self.random_unseen()
+        unseen = self.unseen()
+        if not unseen:
+            return None
+        predict = self._model()
+        if (len(self.results) + len(self.pending)) % self.LOCAL_EVERY == 0:
+            incumbent = min(measured, key=lambda v: self.results[v])
+            local = [v for v in self.space.neighbours(incumbent) if v not in self.results and v not in self.pending]
+            if local:
+                mu, _ = predict(local)
+                return local[int(np.argmin(mu))]
+        mu, sigma = predict(unseen)
+        best = predict.best
+        z = (best - mu) / sigma
+        improvement = (best - mu) * _normal_cdf(z) + sigma * _normal_pdf(z)
+        return unseen[int(np.argmax(improvement))]
+
+    def _model(self) -> "_Posterior":
+        told, pending = list(self.results), list(self.pending)
+        x = np.array([self.space.encode(v) for v in told + pending])
+        measured = [t for t in self.results.values() if t is not None]
+        worst, lie = max(measured), min(measured)
+        times = [self.results[v] if self.results[v] is not None else worst for v in told] + [lie] * len(pending)
+        y = np.log(np.array(times))
+        y = (y - y.mean()) / (y.std() or 1.0)
+        scale = max(self.LENGTH_SCALES, key=lambda s: _log_likelihood(x, y, s, self.NOISE))
+        return _Posterior(self.space, x, y, scale, self.NOISE)
+
+
+class _Posterior:
+    """Predictions (mean, standard deviation of standardised log time) of a fitted Gaussian process."""
+
+    def __init__(self, space: SearchSpace, x: np.ndarray, y: np.ndarray, scale: float, noise: float):
+        self.space, self.x, self.y, self.scale, self.noise = space, x, y, scale, noise
+        self.best = float(y.min())
+
+    def __call__(self, variants: Sequence[Variant]) -> tuple[np.ndarray, np.ndarray]:
+        candidates = np.array([self.space.encode(v) for v in variants])
+        return _gp_posterior(self.x, self.y, candidates, self.scale, self.noise)
+
+
+def make_strategy(name: str, space: SearchSpace, seed: int = 0) -> Strategy:
+    classes = {c.name: c for c in (BruteForce, RandomSampling, SimulatedAnnealing, GeneticAlgorithm,
+                                   BayesianOptimisation)}
+    if name not in classes:
+        raise ValueError(f"strategy {name!r} is not one of: {', '.join(STRATEGIES)}")
+    return classes[name](space, seed)
+
+
+def _order(value: Any) -> tuple:
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
+
+
+def _rbf(a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
+    squared = ((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=2)
+    return np.exp(-0.5 * squared / scale**2)
+
+
+def _gp_posterior(x: np.ndarray, y: np.ndarray, candidates: np.ndarray, scale: float, noise: float
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    kernel = _rbf(x, x, scale) + noise * np.eye(len(x))
+    factor = np.linalg.cholesky(kernel)
+    alpha = np.linalg.solve(factor.T, np.linalg.solve(factor, y))
+    cross = _rbf(candidates, x, scale)
+    mu = cross @ alpha
+    v = np.linalg.solve(factor, cross.T)
+    variance = np.clip(1.0 - (v**2).sum(axis=0), 1e-12, None)
+    return mu, np.sqrt(variance)
+
+
+def _log_likelihood(x: np.ndarray, y: np.ndarray, scale: float, noise: float) -> float:
+    kernel = _rbf(x, x, scale) + noise * np.eye(len(x))
+    try:
+        factor = np.linalg.cholesky(kernel)
+    except np.linalg.LinAlgError:
+        return -math.inf
+    alpha = np.linalg.solve(factor.T, np.linalg.solve(factor, y))
+    return float(-0.5 * y @ alpha - np.log(np.diag(factor)).sum())
+
+
+def _normal_pdf(z: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)
+
+
+def _normal_cdf(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))

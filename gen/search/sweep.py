@@ -1,0 +1,310 @@
+"""Sweep a space on the GPU: every point of the space at every size through the evaluation
+pipeline, each row appended the moment it is finished, a killed or interrupted run resumed.
+
+Orchestration only: the stages live in space, pipeline (compile, run, sanitize) and store.
+Points that are not run (an invalid variant, a shape it refuses) are known before anything
+compiles; they are written first, one summary row per reason and size unless `keep_skipped` asks
+for a row per point. Everything the options say is checked before anything is written.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..core import checks
+from ..build.compiler import CompileOptions, provenance
+from ..core.errors import RunFailed, RunInterrupted, UsageError
+from ..families import get_family
+from ..families.family import Family, point_refusal, refused
+from ..gpu.jobs import CACHE_CONFIGS
+from ..core.paths import as_path
+from ..evaluate.engine import Pipeline, PipelineStats, Point
+from ..evaluate.options import RunOptions
+from ..core.progress import Progress
+from ..core.results import Row, Status, skipped_row
+from ..families.space import MAX_POINTS, Space, values_of
+from ..store.results_log import ResultLog, latest
+from ..core.table import text_table
+from ..gpu.workers import Executor
+
+SAMPLE = 5  # points a dry run shows
+ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: their size is said first
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    family: str
+    out: Path | None = None  # the folder for results.jsonl and results.csv; a preview needs none
+    params: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # a value on its own is a list of one
+    sizes: Sequence[str] = ()  # empty: the family's default sizes; a string on its own is one size
+    filter: str | None = None
+    resume: bool = False
+    cache_configs: Sequence[str] = ("none",)  # each once, in the order given (so are the sizes)
+    run: RunOptions = field(default_factory=RunOptions)
+    progress: bool = True
+    keep_skipped: bool = False  # a row per point not run; else one per reason, size and cache preference
+    max_points: int = MAX_POINTS  # refuse larger sweeps (points of the space x sizes x cache preferences)
+
+    def __post_init__(self) -> None:
+        """Options from Python are checked as the command line's are; lists given as one value are made lists."""
+        object.__setattr__(self, "out", None if self.out is None else as_path(self.out, "out"))
+        object.__setattr__(self, "sizes", () if self.sizes is None else values_of(self.sizes, "sizes"))
+        caches = values_of(self.cache_configs, "cache_configs")
+        if not caches:  # `--cache ''` would run no point at all
+            raise UsageError(f"--cache (cache_configs) needs at least one of: {', '.join(CACHE_CONFIGS)}")
+        for cache in caches:
+            if not isinstance(cache, str) or cache not in CACHE_CONFIGS:
+                raise UsageError(f"cache {cache!r} is not one of: {', '.join(CACHE_CONFIGS)}")
+        object.__setattr__(self, "cache_configs", tuple(dict.fromkeys(caches)))
+        checks.name_pattern(self.filter)
+        for name in ("resume", "progress", "keep_skipped"):
+            checks.flag(getattr(self, name), name)
+        checks.instance(self.run, RunOptions, "run")
+        object.__setattr__(self, "max_points", checks.whole(self.max_points, "max_points", 1))
+
+
+@dataclass
+class SkippedGroup:
+    """Points not run for one reason, at one size and cache preference."""
+
+    reason: str
+    example: Point
+    count: int = 0
+    points: list[Point] = field(default_factory=list)  # every one, kept only when rows per point are wanted
+
+
+@dataclass
+class Plan:
+    """What a sweep (or a compile) will do: the points to run, and those it will not run, by reason."""
+
+    family: Family
+    space: Space
+    runnable: list[Point]
+    skipped: dict[tuple[str, str, str], SkippedGroup]
+    sizes: int
+
+    @property
+    def skipped_count(self) -> int:
+        return sum(group.count for group in self.skipped.values())
+
+    def describe(self) -> str:
+        """Counts in one line: what is run, and what is not (for how many reasons)."""
+        reasons = f" ({len(self.skipped)} reasons)" if len(self.skipped) > 1 else ""
+        return (f"{space_line(self.space, self.sizes)}; {len(self.runnable):,} to run, {self.skipped_count:,} not "
+                f"run{reasons}")
+
+    def preview(self, sample: int = SAMPLE) -> str:
+        """The counts, a sample of the points to run, and every reason a point is not run."""
+        lines = [self.describe()]
+        lines += [f"  run: {_point_text(p)}" for p in self.runnable[:sample]]
+        if len(self.runnable) > sample:
+            lines.append(f"  ... and {len(self.runnable) - sample:,} more")
+        lines += [f"  not run ({g.count:,}, e.g. {_point_text(g.example)}): {g.reason}"
+                  for g in self.skipped.values()]
+        return "\n".join(lines)
+
+    def skipped_rows(self, provenance: Mapping[str, Any], keep: bool) -> list[Row]:
+        """A row per point not run (`keep`), or one summary row per group with its count."""
+        if keep:
+            return [_skipped(point, group.reason, provenance) for group in self.skipped.values()
+                    for point in group.points]
+        return [_skipped(group.example, group.reason, provenance, group.count) for group in self.skipped.values()]
+
+
+@dataclass
+class SweepReport:
+    rows: list[Row]  # the newest row of each point in the results file, earlier runs' (resumed) included
+    new_rows: int
+    ran_kernels: bool
+    note: str  # why no kernel ran, if none did
+    stats: PipelineStats
+    out: Path
+    notes: list[str] = field(default_factory=list)  # what the user should know (a dropped half-written line)
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        """Wall time, and the time nvcc and the GPUs were busy (they overlap)."""
+        return {"total": self.stats.wall_seconds, "nvcc": self.stats.compile_seconds,
+                "gpu": self.stats.gpu_seconds}
+
+
+def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepReport:
+    """Run the sweep `options` describes; rows go to options.out/results.jsonl as they finish. An
+    `executor` given is closed when the sweep ends, as tune and revalidate close theirs."""
+    if options.out is None:
+        raise UsageError("a sweep needs --out DIR, the folder for its results.jsonl and results.csv (a --dry-run "
+                         "needs none)")
+    family, space, shapes = _checked(options)
+    compiling = CompileOptions.local(options.run.arch, options.run.compile_jobs)  # --arch, --jobs, the cache
+    made_by = provenance(compiling, family)  # nvcc and the template are there
+    settings = run_settings(options, space, shapes, compiling.arch)
+    with ResultLog(options.out, options.resume, settings=settings) as log:
+        if len(space) >= ANNOUNCE_POINTS:
+            _say(options, f"sweep: {space_line(space, len(shapes))}; checking them")
+        plan = make_plan(family, space, shapes, options.cache_configs, options.filter, options.keep_skipped)
+        newest = latest(log.rows)
+        only_compiled = {row.key for row in newest if row.status is Status.COMPILED}  # no kernel ran: run again
+        done = {row.key for row in newest} - only_compiled
+        groups_done = {_group(row) for row in log.rows if row.skipped_count}
+        skipped = [row for row in plan.skipped_rows(made_by, options.keep_skipped)
+                   if row.key not in done and _group(row) not in groups_done]
+        todo = [p for p in plan.runnable if p.key not in done]
+        earlier = f" ({len(plan.runnable) - len(todo):,} done before)" if log.done_before else ""
+        _say(options, f"sweep: {plan.describe()}{earlier}")
+        pipeline = Pipeline(family, options.run, executor)
+        progress = Progress(len(todo), "sweep", enabled=options.progress)
+        try:
+            for row in skipped:
+                log.append(row)
+            with pipeline:
+                pipeline.submit(todo)
+                for row in pipeline.rows():
+                    if row.status is not Status.COMPILED or row.key not in only_compiled:  # else no GPU again
+                        log.append(row)
+                    progress.advance(_progress_text(row))
+        except KeyboardInterrupt:
+            raise RunInterrupted(f"{len(log.rows)} rows kept in {log.path} (and results.csv); run the same sweep "
+                                 f"with --resume to continue") from None
+        except RunFailed as failed:
+            raise RunFailed(f"{failed}; {len(log.rows)} rows kept in {log.path}: run the same sweep with --resume "
+                            f"to continue") from None
+        finally:
+            progress.close()
+            log.finish()
+            if executor is not None:
+                executor.close()
+        rows = latest(log.rows)
+        ran = pipeline.unavailable is None and any(r.status not in (Status.SKIPPED, Status.COMPILE_ERROR,
+                                                                    Status.COMPILED) for r in rows)
+        return SweepReport(rows, len(log.rows) - log.done_before, ran, pipeline.unavailable or "",
+                           pipeline.stats, options.out, log.notes)
+
+
+def preview(options: SweepOptions) -> Plan:
+    """What `sweep(options)` would run and skip, without compiling or writing anything."""
+    family, space, shapes = _checked(options)
+    return make_plan(family, space, shapes, options.cache_configs, options.filter, keep=False)
+
+
+def make_plan(family: Family, space: Space, shapes: Sequence[Any], cache_configs: Sequence[str],
+              pattern: str | None = None, keep: bool = False) -> Plan:
+    """Every point of the space at every shape (None: compile only) and cache preference, taken one
+    at a time: the runnable ones listed, the others counted per reason (and kept, with `keep`)."""
+    runnable: list[Point] = []
+    skipped: dict[tuple[str, str, str], SkippedGroup] = {}
+    matched = False
+    for variant in space.matching(pattern):
+        matched = True
+        invalid = point_refusal(family, variant)  # the same at every shape: checked once
+        for shape in shapes:
+            reason = invalid or (None if shape is None else refused(family, variant, shape))
+            for cache in cache_configs:
+                point = Point(variant, shape, cache)
+                if reason is None:
+                    runnable.append(point)
+                    continue
+                group = skipped.setdefault((reason, _shape_text(shape), cache), SkippedGroup(reason, point))
+                group.count += 1
+                if keep:
+                    group.points.append(point)
+    if not matched:
+        raise space.nothing_matches(pattern)
+    return Plan(family, space, runnable, skipped, len(shapes))
+
+
+def run_settings(options: SweepOptions, space: Space, shapes: Sequence[Any], arch: str) -> dict[str, Any]:
+    """What makes a run's rows what they are, named as the command line names it: a resumed run
+    must have the same (kept in DIR/run.json)."""
+    return {"family": space.family.name, "--size": [str(s) for s in shapes],
+            **{f"-p {name}": list(values) for name, values in space.values.items()},
+            "--filter": options.filter, "--cache": list(options.cache_configs), "--arch": arch,
+            "--timing-budget": options.run.timing.budget_s, "--warm": options.run.timing.warm,
+            "--sanitize": options.run.sanitize}
+
+
+def summary(report: SweepReport, top: int = 10) -> str:
+    """Counts per status and the fastest correct variants per problem."""
+    counts = status_counts(report.rows)
+    lines = ["status: " + ", ".join(f"{status} {count}" for status, count in sorted(counts.items()))]
+    measured = sorted((r for r in report.rows if r.throughput is not None and r.status == Status.OK),
+                      key=lambda r: (r.shape, -r.throughput))
+    for shape in dict.fromkeys(r.shape for r in measured):
+        best = [r for r in measured if r.shape == shape][:top]
+        body = [[r.name, r.cache_config, round(r.median_ms, 4), round(r.throughput, 2),
+                 f"{r.ceiling_share:.1%}" if r.ceiling_share else "", f"{r.error:.2g}"] for r in best]
+        unit = best[0].unit
+        lines += ["", f"fastest at {shape}:",
+                  text_table(["variant", "cache", "median ms", unit, "of ceiling", "error"], body)]
+    if report.note:
+        lines += ["", f"no kernel was run: {report.note}"]
+        if counts.get(str(Status.COMPILED)):
+            lines.append("rows that compiled are marked 'compiled'")
+    return "\n".join(lines)
+
+
+def status_counts(rows: Iterable[Row]) -> Counter[str]:
+    """Points per status (a summary row of skipped points counts each of them)."""
+    counts: Counter[str] = Counter()
+    for row in rows:
+        counts[str(row.status)] += row.points
+    return counts
+
+
+def _checked(options: SweepOptions) -> tuple[Family, Space, list[Any]]:
+    """The family, space and shapes the options name, each checked, before anything is written."""
+    family = get_family(options.family)
+    shapes = _distinct_shapes(family.parse_shape(size) for size in options.sizes or family.default_sizes)
+    if options.run.sanitize:
+        from ..gpu.sanitize import sanitizer_path
+
+        sanitizer_path()
+    space = Space.default(family, options.params)
+    space.check_size(options.max_points, len(shapes) * len(options.cache_configs))
+    return family, space, shapes
+
+
+def _distinct_shapes(shapes: Iterable[Any]) -> list[Any]:
+    """Each shape once, in the order given: a size given twice (or written two ways) is one size."""
+    by_text: dict[str, Any] = {}
+    for shape in shapes:
+        by_text.setdefault(str(shape), shape)
+    return list(by_text.values())
+
+
+def space_line(space: Space, sizes: int) -> str:
+    """'matmul: 18 points (tile: 3 x ...) at 2 sizes'."""
+    return f"{space.family.name}: {space.describe()}" + (f" at {sizes} sizes" if sizes > 1 else "")
+
+
+def _say(options: SweepOptions, line: str) -> None:
+    if options.progress:
+        print(line, file=sys.stderr)
+
+
+def _skipped(point: Point, reason: str, provenance: Mapping[str, Any], count: int | None = None) -> Row:
+    return skipped_row(point.variant, reason, _shape_text(point.shape), cache_config=point.cache_config,
+                       provenance=dict(provenance), skipped_count=count)
+
+
+def _group(row: Row) -> tuple[str, str, str]:
+    return (row.message, row.shape, row.cache_config)
+
+
+def _shape_text(shape: Any) -> str:
+    return "" if shape is None else str(shape)
+
+
+def _point_text(point: Point) -> str:
+    where = " ".join(part for part in (_shape_text(point.shape), point.cache_config) if part)
+    return f"{point.variant.name} {where}".strip()
+
+
+def _progress_text(row: Row) -> str:
+    text = f"{row.name} {row.shape} {row.status}"
+    if row.median_ms is not None:
+        text += f" {row.median_ms:.4g} ms"
+    return text

@@ -1,0 +1,1 @@
+"""gen.store.results_log."""
