@@ -41,6 +41,12 @@ class GpuModel:
         return f"{self.name} (cc {self.cc}, {self.sm_count} SMs, {self.memory_gib} GiB)"
 
     @property
+    def key(self) -> str:
+        """A stable key made of the fields alone (files keyed by a GPU model use it, not the display
+        string, which may be reworded): 'NVIDIA H100 80GB HBM3|9.0|132|79'."""
+        return f"{self.name}|{self.cc}|{self.sm_count}|{self.memory_gib}"
+
+    @property
     def arch(self) -> str:
         """The nvcc architecture of this model: cc 9.0 -> sm_90."""
         return "sm_" + self.cc.replace(".", "")
