@@ -19,7 +19,7 @@ from gen.store.plots import plot
 from gen.families.space import Space
 from gen.search.strategies import STRATEGIES, SearchSpace
 from gen.core.table import markdown_table
-from gen.search.tune import replay
+from gen.search.replay import replay
 from gen.store.plots import best_so_far
 from gen.store.tuning_db import TuningDB
 

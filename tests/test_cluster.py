@@ -27,7 +27,8 @@ from gen.gpu.jobs import Job  # noqa: E402
 from gen.evaluate.options import RunOptions  # noqa: E402
 from gen.core.results import DeviceInfo, Row, Status  # noqa: E402
 from gen.search.sweep import SweepOptions, sweep  # noqa: E402
-from gen.search.tune import TuneOptions, revalidate, tune  # noqa: E402
+from gen.search.revalidate import revalidate  # noqa: E402
+from gen.search.tune import TuneOptions, tune  # noqa: E402
 from gen.store.tuning_db import TuningDB  # noqa: E402
 
 from . import fakes  # noqa: E402
@@ -317,7 +318,7 @@ def test_a_cluster_revalidate_re_times_the_winners_of_every_family(tmp_path: Pat
     _store_winner(db, "matmul", "64x64x64", fakes.FAKE_DEVICE)
     _store_winner(db, "transpose", "64x64", fakes.FAKE_DEVICE)
     checked = revalidate(db, RunOptions(seed=1), DaskExecutor("local", gpus=[0], target=FAKE))
-    assert sorted((problem.family, new.status) for problem, _, new, _, _ in checked) == [
+    assert sorted((c.problem.family, c.new.status) for c in checked) == [
         ("matmul", Status.OK), ("transpose", Status.OK)]
 
 
@@ -329,8 +330,8 @@ def test_a_cluster_revalidate_times_each_models_winners_on_that_models_gpus(tmp_
             _store_winner(db, "matmul", shape, device)
     checked = revalidate(db, RunOptions(seed=1), DaskExecutor("local", gpus=[0, 2], target=FAKE))
     assert len(checked) == 6
-    for problem, _, new, _, _ in checked:
-        assert new.status == Status.OK and new.provenance["gpu_model"] == problem.gpu_model, (problem, new.provenance)
+    for c in checked:
+        assert c.new.status == Status.OK and c.new.provenance["gpu_model"] == c.problem.gpu_model, c
 
 
 class _StalledFuture:

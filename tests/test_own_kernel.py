@@ -23,6 +23,7 @@ from gen.kernels import Kernel
 from gen.families.registry import registry
 from gen.store.results_log import read_rows
 from gen.search.tune import TuneOptions, tune
+from gen.search.tune_result import describe
 
 from .conftest import REPO
 from .fakes import FAKE_DEVICE, FakeExecutor
@@ -205,11 +206,11 @@ def test_brute_force_covers_the_whole_space_unless_given_a_budget(tmp_path: Path
                         progress=False)
     (result,) = tune(whole, FakeExecutor())
     assert result.evaluations == result.space == 6 and result.covered_space
-    assert "the best of the whole space: all 6 variants evaluated" in gen.search.tune.describe(result)
+    assert "the best of the whole space: all 6 variants evaluated" in describe(result)
     (part,) = tune(TuneOptions(**{**whole.__dict__, "budget": 4, "db": tmp_path / "b.sqlite"}), FakeExecutor())
     assert part.evaluations == 4 and not part.covered_space
     assert "a subset of the 6 variants (brute force without --budget covers the whole space)" in \
-        gen.search.tune.describe(part)
+        describe(part)
     assert "evaluates 3,168 of them" in preview(TuneOptions("sgemm", "2048x2048x2048", strategy="brute"))
     assert "evaluates 100 of them" in preview(TuneOptions("sgemm", "2048x2048x2048", strategy="bayes"))
 

@@ -17,7 +17,8 @@ from gen.families.space import Space
 from gen.store.results_log import read_rows
 from gen.search.strategies import STRATEGIES, SearchSpace, make_strategy
 from gen.evaluate.options import RunOptions
-from gen.search.tune import TuneOptions, replay, tune, warm_start
+from gen.search.replay import replay
+from gen.search.tune import TuneOptions, tune, warm_start
 from gen.store.plots import best_so_far
 from gen.store.tuning_db import TuningDB
 
@@ -190,7 +191,7 @@ def test_revalidate_flags_stored_winners_that_moved(tmp_path: Path, compile_opti
     from gen.families import MatmulVariant
     from gen.gpu.jobs import Job
     from gen.core.results import Row, Status
-    from gen.search.tune import revalidate
+    from gen.search.revalidate import revalidate
 
     db = TuningDB(tmp_path / "t.sqlite")
     executor = fakes.FakeExecutor()
@@ -203,12 +204,11 @@ def test_revalidate_flags_stored_winners_that_moved(tmp_path: Path, compile_opti
         now.timing = replaced(now.timing, median_ms=now.timing.median_ms * stored_factor)
         now.apply_to(row)
         db.record([row])
-    checked = {problem.shape: (change, noise, new)
-               for problem, _, new, change, noise in revalidate(db, RunOptions(), executor)}
-    assert abs(checked["64x64x64"][0]) <= checked["64x64x64"][1]  # unchanged: within the noise
-    change, noise, new = checked["128x128x128"]
-    assert change < -0.5 and abs(change) > noise  # now three times faster: flagged as moved
-    assert new.provenance["driver"] == "13.0" and len(db.rows()) == 4  # the new measurements are stored too
+    checked = {c.problem.shape: c for c in revalidate(db, RunOptions(), executor)}
+    assert not checked["64x64x64"].moved and abs(checked["64x64x64"].change) <= checked["64x64x64"].noise
+    moved = checked["128x128x128"]  # now three times faster: flagged as moved
+    assert moved.change < -0.5 and moved.moved
+    assert moved.new.provenance["driver"] == "13.0" and len(db.rows()) == 4  # the new measurements are stored too
 
 
 def test_best_prints_the_stored_winner_for_a_named_gpu(tmp_path: Path, capsys) -> None:

@@ -1,11 +1,14 @@
 """Errors meant for people: each message is one line saying what is wrong and how to fix it."""
 
 
+EXIT_USAGE = 2  # bad input: the user can fix it
+
+
 class TilegenError(Exception):
     """Base of every error the command line reports as one line: exit code 2 (bad input), or
     `exit_code` where a subclass says otherwise."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class UsageError(TilegenError, ValueError):

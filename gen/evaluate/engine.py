@@ -1,67 +1,61 @@
-"""One evaluation pipeline, used by sweep, tune, compile and revalidate. Callers differ only in
-who proposes the points (a space, a search strategy, a stored winner).
+"""The engine: compiles ahead and drains the GPUs. Points submitted go to the compile pool; a
+compiled variant's points become jobs, which the executor's GPU workers take as they free up (or
+rows at once, for a compile error, a compile-only point, or no GPU); finished rows come back in
+completion order.
 
-    with Pipeline(family, options) as pipeline:
-        pipeline.submit(points)                 # a variant on a shape (and a cache preference)
-        for row in pipeline.rows():             # rows as they finish, in any order
-            ...
+    with Engine(CompilePool(compiling), executor, checking) as engine:
+        engine.submit(points)          # trusted: the plan checked them
+        rows = engine.finished()       # whatever finished since the last call
 
-Inside, compile threads (one per core) take variants as they are submitted, several to an nvcc
-run when many wait; a compiled variant's points go straight to the GPU queue, which the executor's
-workers drain one job per GPU at a time. So the GPU never waits for nvcc while there is compiled
-work, and nvcc never idles while points wait to be compiled. `prefetch` compiles variants that may
-be proposed later at low priority, when cores are free. The GPU workers start while the first
-variants compile.
-
-An interrupt (Ctrl-C, SIGTERM raised as KeyboardInterrupt) leaving the `with` block stops it all
-at once: queued compiles are dropped, running nvcc processes and GPU workers are killed, and no
-row is produced for work that was cut short.
+Callers see `submit`, `finished`, `room` (how many more points keep every compile thread and
+GPU busy) and `idle`; never the engine's queues. An error no row can hold (a template that does
+not render, a compiler that keeps failing, GPUs that cannot load the cubins) comes out of
+`finished` once the rows finished before it are out. Leaving the `with` block on an exception (an
+interrupt) kills the compiler runs and the GPU workers: work cut short gives no row.
 """
 
 from __future__ import annotations
 
 import queue
-import random
 import threading
 import time
-from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Iterable, Iterator, Sequence
 
-from .options import RunOptions, make_executor, runs_on  # noqa: F401 (RunOptions: until the engine is rewritten)
-from ..build.compiler import CompileOptions, Compiled, batch_size, compile_batch, compiled_row, provenance
+from ..build.compiler import Compiled, compiled_row, provenance
+from ..build.pool import CompilePool
 from ..core.errors import Interrupted, UsageError
-from ..families.family import Family, point_refusal
-from ..core.processes import ProcessGroup
-from ..gpu.jobs import Job, job_for
-from ..core.results import DeviceInfo, Measurement, Row, TimingOptions, row_key, skipped_row
+from ..core.results import DeviceInfo, Measurement, Row, TimingOptions
+from ..families import get_family
 from ..families.variant import Variant
-from ..gpu.workers import Executor, GpuUnavailable, LocalExecutor
+from ..gpu.jobs import Job, job_for
+from ..gpu.workers import Executor, GpuUnavailable
+from .options import runs_on
+from .plan import Point, shape_text
 
-POLL_S = 0.1  # how often waiting threads look for a stop
+POLL_S = 0.1  # how long a wait lasts before it looks for a stop
+QUEUED_PER_GPU = 2  # compiled points kept waiting per GPU, so that it never idles between jobs
 
 
 @dataclass(frozen=True)
-class Point:
-    """One evaluation: a variant on a shape (None: compile only) with a run-time cache preference."""
+class Checking:
+    """How the GPU checks and times each point."""
 
-    variant: Variant
-    shape: Any = None
-    cache_config: str = ""
-
-    @property
-    def key(self) -> str:
-        return row_key(self.variant.name, "" if self.shape is None else str(self.shape), self.cache_config)
+    seed: int  # of the random inputs
+    timing: TimingOptions | None  # None: check only
+    sanitize: bool = False  # compute-sanitizer on each variant, once, at a small size, before it is timed
 
 
 @dataclass
-class PipelineStats:
+class EngineStats:
     """Where the time went."""
 
     started: float = field(default_factory=time.perf_counter)
-    compiled: int = 0  # variants nvcc compiled
+    compiled: int = 0  # variants the compiler compiled
     cached: int = 0  # variants the compile cache held
-    compile_seconds: float = 0.0  # nvcc's wall time, summed over its runs
+    compile_seconds: float = 0.0  # the compiler's wall time, summed over its runs
     gpu_seconds: float = 0.0  # checking and timing in the workers, summed over GPUs
     check_seconds: float = 0.0
     time_seconds: float = 0.0
@@ -71,46 +65,43 @@ class PipelineStats:
     def wall_seconds(self) -> float:
         return time.perf_counter() - self.started
 
+    def count_compile(self, compiled: Compiled) -> None:
+        self.cached += compiled.cached
+        self.compiled += not compiled.cached
+        self.compile_seconds += 0.0 if compiled.cached else compiled.seconds
 
-class Pipeline:
-    """`executor`: the GPUs (None: local workers on `options.gpus`). With `gpus_later`, compiling
-    starts now and the GPUs come with `use_gpus` (tune learns the GPU models meanwhile). The
-    pipeline closes only an executor it made: one it was given stays open for the giver's next use."""
+    def count_measurement(self, measurement: Measurement) -> None:
+        self.measured += 1
+        self.check_seconds += measurement.check_seconds
+        self.time_seconds += measurement.time_seconds
+        self.gpu_seconds += measurement.check_seconds + measurement.time_seconds
 
-    def __init__(self, family: Family, options: RunOptions, executor: Executor | None = None,
-                 gpus_later: bool = False):
-        self.family, self.options = family, options
-        self.compile_options = CompileOptions.local(options.arch, options.compile_jobs)
-        self.provenance = provenance(self.compile_options, family)
-        self.seed = options.seed if options.seed is not None else random.randrange(1, 2**31)
-        self.stats = PipelineStats()
+
+class Engine:
+    """`compiler`: the pool the engine compiles with (it closes it when it ends); `executor`: the
+    GPUs (None: compile only), which the engine never closes: their owner does."""
+
+    def __init__(self, compiler: CompilePool, executor: Executor | None, checking: Checking):
+        self.compiler, self.checking = compiler, checking
+        self.stats = EngineStats()
         self.unavailable: str | None = None  # why no kernel can run here, once that is known
-        self._gpus_later = gpus_later and options.run_kernels
-        self._owns_executor = executor is None and options.run_kernels and not gpus_later
-        self._executor = make_executor(options) if self._owns_executor else executor
-        self._lock = threading.Condition()
-        self._urgent: deque[Variant] = deque()  # submitted points wait for these
-        self._later: deque[Variant] = deque()  # prefetched: compiled when cores are free
-        self._waiting: dict[Variant, list[Point]] = {}
-        self._compiled: dict[Variant, Compiled] = {}
-        self._sanitized: set[Variant] = set()
-        self._rows: queue.Queue[Row] = queue.Queue()
+        self._executor = executor
+        self._lock = threading.Lock()
+        self._events: queue.Queue[Row | BaseException] = queue.Queue()
         self._jobs: queue.Queue[tuple[Job, Row]] = queue.Queue()
-        self._pending_rows: dict[Job, list[Row]] = {}  # jobs with the GPU (two may be alike)
-        self._outstanding = 0  # submitted points whose row has not been taken yet
+        self._waiting_rows: dict[Job, list[Row]] = {}  # jobs with the GPU (two may be alike)
+        self._in_flight = 0  # submitted points whose row has not been taken yet
+        self._gpus = 1
+        self._counted: set[Variant] = set()
+        self._sanitized: set[Variant] = set()
+        self._provenance: dict[str, dict[str, str]] = {}
         self._failure: BaseException | None = None
-        self._stop = threading.Event()
-        self._children = ProcessGroup()  # nvcc runs
-        self._threads: list[threading.Thread] = []
-        self._nvcc_runs = 0  # started so far: the first wave compiles one variant each, to feed the GPU soon
+        self._stopping = threading.Event()
+        self._feeder = threading.Thread(target=self._feed_gpus, name="tilegen-gpus", daemon=True)
+        if executor is not None:
+            self._feeder.start()
 
-    # ---- the caller's side -----------------------------------------------------------------
-
-    def __enter__(self) -> "Pipeline":
-        for number in range(self.compile_options.jobs):
-            self._spawn(self._compile_loop, f"compile-{number}")
-        if self._executor is not None:
-            self._spawn(self._gpu_loop, "gpu")
+    def __enter__(self) -> "Engine":
         return self
 
     def __exit__(self, kind: type | None, error: BaseException | None, trace: Any) -> None:
@@ -119,229 +110,174 @@ class Pipeline:
         else:
             self.abort()
 
-    def use_gpus(self, executor: Executor) -> None:
-        """The GPUs for a pipeline made with `gpus_later`: compiled points waiting for them start."""
-        assert self._gpus_later and self._executor is None, "the pipeline has its GPUs already"
-        self._executor = executor
-        self._spawn(self._gpu_loop, "gpu")
-
-    def devices(self) -> list:
-        """The GPUs this pipeline runs on (starting their workers if need be); none for compile only."""
-        return [] if self._executor is None else self._executor.devices()
+    # ---- the caller's side -----------------------------------------------------------------------
 
     def submit(self, points: Iterable[Point]) -> int:
-        """Queue points for evaluation; each gives one row. Invalid variants and shapes a variant
-        refuses give their `skipped` row at once. Returns how many were queued."""
+        """Evaluate these points (checked already: see gen.evaluate.plan); each gives one row."""
         count = 0
         for point in points:
             count += 1
             with self._lock:
-                self._outstanding += 1
-            if (reason := self._refusal(point)) is not None:
-                self._rows.put(skipped_row(point.variant, reason, "" if point.shape is None else str(point.shape),
-                                           cache_config=point.cache_config, provenance=dict(self.provenance)))
-                continue
-            with self._lock:
-                variant = point.variant
-                if variant in self._compiled:
-                    self._after_compile(self._compiled[variant], [point])
-                    continue
-                if variant not in self._waiting:
-                    self._waiting[variant] = []
-                    self._urgent.append(variant)
-                    if variant in self._later:
-                        self._later.remove(variant)
-                self._waiting[variant].append(point)
-                self._lock.notify()
+                self._in_flight += 1
+            self.compiler.submit(point.variant).add_done_callback(partial(self._compiled, point))
         return count
 
     def prefetch(self, variants: Iterable[Variant]) -> None:
-        """Compile these when cores are free (proposals to come): speculation, never rows."""
+        """Compile these when threads are free (points that may come): never a row."""
+        self.compiler.prefetch(variants)
+
+    def room(self) -> int:
+        """How many more points keep every compile thread and GPU busy without queueing more."""
+        capacity = QUEUED_PER_GPU * self._gpus + self.compiler.workers
         with self._lock:
-            known = set(self._waiting) | set(self._compiled) | set(self._later)
-            self._later.extend(v for v in variants if v not in known)
-            self._lock.notify_all()
+            return max(0, capacity - self._in_flight)
 
     @property
-    def outstanding(self) -> int:
-        """Submitted points whose row has not been taken yet."""
-        return self._outstanding
-
-    @property
-    def uncompiled(self) -> int:
-        """Submitted points still waiting for their compile."""
+    def idle(self) -> bool:
+        """No submitted point is still without its row."""
         with self._lock:
-            return sum(len(points) for points in self._waiting.values())
+            return self._in_flight == 0
 
-    def rows(self) -> Iterator[Row]:
-        """Every submitted point's row as it finishes, until none is outstanding."""
-        while self._outstanding:
-            yield from self.take(timeout=POLL_S)
-
-    def take(self, timeout: float = POLL_S) -> list[Row]:
-        """Rows finished since the last call, waiting up to `timeout` seconds for the first. After a
-        failure (a compile that cannot be done, the GPUs gone), the rows finished before it come
-        first, so they are recorded; then it is raised."""
-        found = []
+    def finished(self, timeout: float = POLL_S) -> list[Row]:
+        """Rows finished since the last call, waiting up to `timeout` seconds for the first; after a
+        failure, the rows finished before it, then the failure."""
+        found: list[Row] = []
         try:
-            found.append(self._rows.get(timeout=0 if self._failure is not None else timeout))
+            self._take(self._events.get(timeout=0 if self._failure else timeout), found)
             while True:
-                found.append(self._rows.get_nowait())
+                self._take(self._events.get_nowait(), found)
         except queue.Empty:
             pass
         if self._failure is not None and not found:
             raise self._failure
         with self._lock:
-            self._outstanding -= len(found)
+            self._in_flight -= len(found)
         return found
 
     def close(self) -> None:
-        """After the last row: stop the threads, and the workers if the pipeline made them, and drop
-        speculative compiles."""
-        self._stop.set()
-        self._children.kill_all()
-        with self._lock:
-            self._lock.notify_all()
-        if self._executor is not None and self._owns_executor:
-            self._executor.close()
+        """After the last row: stop the threads; speculative compiles still running are killed."""
+        self._stopping.set()
+        self.compiler.kill()
 
     def abort(self) -> None:
-        """Stop now (an interrupt or an error): kill nvcc and the workers; nothing more is recorded."""
-        self._stop.set()
-        self._children.kill_all()
-        with self._lock:
-            self._lock.notify_all()
+        """Stop now (an interrupt or an error): kill the compiler runs and the GPU workers."""
+        self._stopping.set()
+        self.compiler.kill()
         if self._executor is not None:
             self._executor.kill()
         deadline = time.monotonic() + 1.0
-        for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.compiler.join(max(0.0, deadline - time.monotonic()))
+        if self._feeder.is_alive():
+            self._feeder.join(max(0.0, deadline - time.monotonic()))
 
-    # ---- compiling ---------------------------------------------------------------------------
+    # ---- compiled ------------------------------------------------------------------------------
 
-    def _refusal(self, point: Point) -> str | None:
-        return point_refusal(self.family, point.variant, point.shape)
+    def _take(self, event: Row | BaseException, found: list[Row]) -> None:
+        if isinstance(event, BaseException):
+            self._failure = self._failure or event
+        else:
+            found.append(event)
 
-    def _compile_loop(self) -> None:
-        """Compile what waits, urgent first, until the pipeline stops; any error ends the run."""
-        try:
-            while not self._stop.is_set():
-                batch = self._next_batch()
-                if batch:
-                    self._compiled_batch(compile_batch(batch, self.compile_options, self._children))
-        except Interrupted:
+    def _compiled(self, point: Point, future: Future[Compiled]) -> None:
+        """A row for what needs no GPU, else a job (in the thread that compiled the variant)."""
+        if future.cancelled() or self._stopping.is_set():
             return
-        except BaseException as error:  # a template that does not render, a plugin's property that raises, ...
-            self._fail(error)
+        if (error := future.exception()) is not None:
+            if not isinstance(error, Interrupted):
+                self._events.put(error)
+            return
+        try:
+            self._compiled_point(point, future.result())
+        except BaseException as failure:  # a family's property that raises, say: the run ends with it
+            self._events.put(failure)
 
-    def _next_batch(self) -> list[Variant]:
-        """The next variants to compile together (none after a short wait when nothing waits)."""
+    def _compiled_point(self, point: Point, compiled: Compiled) -> None:
         with self._lock:
-            source = self._urgent or self._later
-            if not source:
-                self._lock.wait(POLL_S)
-                return []
-            first_wave = self._nvcc_runs < self.compile_options.jobs
-            count = 1 if first_wave else batch_size(len(source), self.compile_options.jobs)
-            self._nvcc_runs += 1
-            return [source.popleft() for _ in range(min(count, len(source)))]
+            if compiled.variant not in self._counted:
+                self._counted.add(compiled.variant)
+                self.stats.count_compile(compiled)
+        row = compiled_row(compiled, shape_text(point.shape), cache_config=point.cache_config,
+                           provenance=dict(self._made_by(compiled.variant.family)))
+        if not compiled.ok or point.shape is None or self._executor is None:
+            self._events.put(row)
+            return
+        job = job_for(compiled, point.shape, point.cache_config or "none", self.checking.seed, self.checking.timing,
+                      self._sanitize_size(compiled.variant))
+        self._jobs.put((job, row))
 
-    def _compiled_batch(self, results: list[Compiled]) -> None:
+    def _made_by(self, family: str) -> dict[str, str]:
+        if family not in self._provenance:
+            self._provenance[family] = provenance(self.compiler.options, get_family(family))
+        return self._provenance[family]
+
+    def _sanitize_size(self, variant: Variant) -> str | None:
+        """compute-sanitizer's small shape for the first job of a variant, when asked for."""
         with self._lock:
-            for compiled in results:
-                self._compiled[compiled.variant] = compiled
-                self.stats.cached += compiled.cached
-                self.stats.compiled += not compiled.cached
-                self.stats.compile_seconds += 0.0 if compiled.cached else compiled.seconds
-                self._after_compile(compiled, self._waiting.pop(compiled.variant, []))
+            if not self.checking.sanitize or variant in self._sanitized:
+                return None
+            self._sanitized.add(variant)
+        return get_family(variant.family).sanitize_size(variant)
 
-    def _after_compile(self, compiled: Compiled, points: list[Point]) -> None:
-        """Rows for what needs no GPU, jobs for the rest (called holding the lock)."""
-        for point in points:
-            shape = "" if point.shape is None else str(point.shape)
-            row = compiled_row(compiled, shape, cache_config=point.cache_config, provenance=dict(self.provenance))
-            if not compiled.ok or point.shape is None or (self._executor is None and not self._gpus_later):
-                self._rows.put(row)
-                continue
-            sanitize = None
-            if self.options.sanitize and compiled.variant not in self._sanitized:
-                self._sanitized.add(compiled.variant)
-                sanitize = self.family.sanitize_size(compiled.variant)
-            job = job_for(compiled, point.shape, point.cache_config or "none", self.seed, self.options.timing,
-                          sanitize)
-            self._jobs.put((job, row))
+    # ---- the GPUs --------------------------------------------------------------------------------
 
-    # ---- the GPU -----------------------------------------------------------------------------
-
-    def _gpu_loop(self) -> None:
+    def _feed_gpus(self) -> None:
         """Start the workers, then feed them jobs as they come; without a GPU, every job becomes a
         `compiled` row that says why no kernel ran."""
         assert self._executor is not None
         try:
-            self._check_arch(self._executor.devices())
+            devices = self._executor.devices()
         except GpuUnavailable as reason:
             self.unavailable = str(reason)
-            while not self._stop.is_set():
-                try:
-                    _, row = self._jobs.get(timeout=POLL_S)
-                except queue.Empty:
-                    continue
-                row.message = f"not run: {reason}"
-                self._rows.put(row)
+            self._without_gpus(str(reason))
             return
         except BaseException as error:
-            self._fail(error)
+            self._events.put(error)
             return
         try:
+            self._check_arch(devices)
+            self._gpus = max(1, len(devices))
             for job, measurement in self._executor.run(self._job_stream()):
-                if self._stop.is_set():
+                if self._stopping.is_set():
                     return
                 self._measured(job, measurement)
-            if not self._stop.is_set():
+            if not self._stopping.is_set():
                 raise RuntimeError("the GPU workers stopped taking jobs")
-        except BaseException as error:
-            if not self._stop.is_set():
-                self._fail(error)
+        except BaseException as error:  # the GPUs lost (a cluster with no worker left), say
+            if not self._stopping.is_set():
+                self._events.put(error)
+
+    def _without_gpus(self, reason: str) -> None:
+        while not self._stopping.is_set():
+            try:
+                _, row = self._jobs.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            row.message = f"not run: {reason}"
+            self._events.put(row)
 
     def _check_arch(self, devices: Sequence[DeviceInfo]) -> None:
         """Refuse GPUs that cannot load what is compiled here (an --arch, or a cluster of other GPUs)."""
-        arch = self.compile_options.arch
+        arch = self.compiler.options.arch
         wrong = sorted({f"{d.name} (cc {d.cc})" for d in devices if not runs_on(arch, d.cc)})
         if wrong:
             raise UsageError(f"the variants are compiled for {arch}, which {', '.join(wrong)} cannot run; pass the "
                              f"GPUs' --arch (a sweep compiles for one; tune compiles per GPU model)")
 
     def _job_stream(self) -> Iterator[Job]:
-        while not self._stop.is_set():
+        while not self._stopping.is_set():
             try:
                 job, row = self._jobs.get(timeout=POLL_S)
             except queue.Empty:
                 continue
             with self._lock:
-                self._pending_rows.setdefault(job, []).append(row)
+                self._waiting_rows.setdefault(job, []).append(row)
             yield job
 
     def _measured(self, job: Job, measurement: Measurement) -> None:
         with self._lock:
-            row = self._pending_rows[job].pop(0)
-            if not self._pending_rows[job]:
-                del self._pending_rows[job]
+            row = self._waiting_rows[job].pop(0)
+            if not self._waiting_rows[job]:
+                del self._waiting_rows[job]
+            self.stats.count_measurement(measurement)
         measurement.apply_to(row)
-        self.stats.measured += 1
-        self.stats.check_seconds += measurement.check_seconds
-        self.stats.time_seconds += measurement.time_seconds
-        self.stats.gpu_seconds += measurement.check_seconds + measurement.time_seconds
-        self._rows.put(row)
-
-    # ---- plumbing ----------------------------------------------------------------------------
-
-    def _spawn(self, target: Any, name: str) -> None:
-        thread = threading.Thread(target=target, name=f"tilegen-{name}", daemon=True)
-        thread.start()
-        self._threads.append(thread)
-
-    def _fail(self, error: BaseException) -> None:
-        """An error no row can hold: the caller's next `take` raises it."""
-        if self._failure is None:
-            self._failure = error
-        self._stop.set()
+        self._events.put(row)

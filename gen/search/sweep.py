@@ -1,37 +1,41 @@
-"""Sweep a space on the GPU: every point of the space at every size through the evaluation
-pipeline, each row appended the moment it is finished, a killed or interrupted run resumed.
+"""Sweep a space on the GPU: every point of the space at every size through the evaluation loop,
+each row appended the moment it is finished, a killed or interrupted run resumed.
 
-Orchestration only: the stages live in space, pipeline (compile, run, sanitize) and store.
-Points that are not run (an invalid variant, a shape it refuses) are known before anything
-compiles; they are written first, one summary row per reason and size unless `keep_skipped` asks
-for a row per point. Everything the options say is checked before anything is written.
+The plan (gen.evaluate.plan) knows the points that are not run (an invalid variant, a shape it
+refuses) before anything compiles; they are written first, one summary row per reason and size
+unless `keep_skipped` asks for a row per point. Everything the options say is checked before
+anything is written.
 """
 
 from __future__ import annotations
 
+import random
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..core import checks
 from ..build.compiler import CompileOptions, provenance
-from ..core.errors import RunFailed, RunInterrupted, UsageError
-from ..families import get_family
-from ..families.family import Family, point_refusal, refused
-from ..gpu.jobs import CACHE_CONFIGS
+from ..build.pool import CompilePool
+from ..core import checks
+from ..core.errors import UsageError
 from ..core.paths import as_path
-from ..evaluate.engine import Pipeline, PipelineStats, Point
-from ..evaluate.options import RunOptions
 from ..core.progress import Progress
-from ..core.results import Row, Status, skipped_row
-from ..families.space import MAX_POINTS, Space, values_of
-from ..store.results_log import ResultLog, latest
+from ..core.results import Row, Status
 from ..core.table import text_table
+from ..evaluate.engine import Checking, Engine, EngineStats
+from ..evaluate.loop import evaluate
+from ..evaluate.options import RunOptions, make_executor
+from ..evaluate.plan import Plan, make_plan, space_line
+from ..families import get_family
+from ..families.family import Family
+from ..families.space import MAX_POINTS, Space, values_of
+from ..gpu.jobs import CACHE_CONFIGS
 from ..gpu.workers import Executor
+from ..store.results_log import ResultLog, latest
+from .proposers import PointList
 
-SAMPLE = 5  # points a dry run shows
 ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: their size is said first
 
 
@@ -68,68 +72,39 @@ class SweepOptions:
 
 
 @dataclass
-class SkippedGroup:
-    """Points not run for one reason, at one size and cache preference."""
-
-    reason: str
-    example: Point
-    count: int = 0
-    points: list[Point] = field(default_factory=list)  # every one, kept only when rows per point are wanted
-
-
-@dataclass
-class Plan:
-    """What a sweep (or a compile) will do: the points to run, and those it will not run, by reason."""
-
-    family: Family
-    space: Space
-    runnable: list[Point]
-    skipped: dict[tuple[str, str, str], SkippedGroup]
-    sizes: int
-
-    @property
-    def skipped_count(self) -> int:
-        return sum(group.count for group in self.skipped.values())
-
-    def describe(self) -> str:
-        """Counts in one line: what is run, and what is not (for how many reasons)."""
-        reasons = f" ({len(self.skipped)} reasons)" if len(self.skipped) > 1 else ""
-        return (f"{space_line(self.space, self.sizes)}; {len(self.runnable):,} to run, {self.skipped_count:,} not "
-                f"run{reasons}")
-
-    def preview(self, sample: int = SAMPLE) -> str:
-        """The counts, a sample of the points to run, and every reason a point is not run."""
-        lines = [self.describe()]
-        lines += [f"  run: {_point_text(p)}" for p in self.runnable[:sample]]
-        if len(self.runnable) > sample:
-            lines.append(f"  ... and {len(self.runnable) - sample:,} more")
-        lines += [f"  not run ({g.count:,}, e.g. {_point_text(g.example)}): {g.reason}"
-                  for g in self.skipped.values()]
-        return "\n".join(lines)
-
-    def skipped_rows(self, provenance: Mapping[str, Any], keep: bool) -> list[Row]:
-        """A row per point not run (`keep`), or one summary row per group with its count."""
-        if keep:
-            return [_skipped(point, group.reason, provenance) for group in self.skipped.values()
-                    for point in group.points]
-        return [_skipped(group.example, group.reason, provenance, group.count) for group in self.skipped.values()]
-
-
-@dataclass
 class SweepReport:
     rows: list[Row]  # the newest row of each point in the results file, earlier runs' (resumed) included
     new_rows: int
     ran_kernels: bool
     note: str  # why no kernel ran, if none did
-    stats: PipelineStats
+    stats: EngineStats
     out: Path
     notes: list[str] = field(default_factory=list)  # what the user should know (a dropped half-written line)
 
     @property
     def seconds(self) -> dict[str, float]:
-        """Wall time, and the time nvcc and the GPUs were busy (they overlap)."""
+        """Wall time, and the time the compiler and the GPUs were busy (they overlap)."""
         return {"total": self.stats.wall_seconds, "nvcc": self.stats.compile_seconds,
                 "gpu": self.stats.gpu_seconds}
+
+
+class LogSink:
+    """The sweep's rows, appended to its results log as they come. A point that only compiled
+    before (no GPU) and only compiles again gets no second row."""
+
+    def __init__(self, log: ResultLog, only_compiled: set[str]):
+        self.log, self.only_compiled = log, only_compiled
+
+    def record(self, rows: list[Row]) -> None:
+        for row in rows:
+            if row.status is not Status.COMPILED or row.key not in self.only_compiled:
+                self.log.append(row)
+
+    def recall(self, rows: list[Row]) -> None:
+        pass
+
+    def kept(self) -> str:
+        return f"{len(self.log.rows)} rows kept in {self.log.path} (and results.csv)"
 
 
 def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepReport:
@@ -140,80 +115,55 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
                          "needs none)")
     family, space, shapes = _checked(options)
     compiling = CompileOptions.local(options.run.arch, options.run.compile_jobs)  # --arch, --jobs, the cache
-    made_by = provenance(compiling, family)  # nvcc and the template are there
+    made_by = provenance(compiling, family)  # the compiler and the template are there
     settings = run_settings(options, space, shapes, compiling.arch)
-    with ResultLog(options.out, options.resume, settings=settings) as log:
-        if len(space) >= ANNOUNCE_POINTS:
-            _say(options, f"sweep: {space_line(space, len(shapes))}; checking them")
-        plan = make_plan(family, space, shapes, options.cache_configs, options.filter, options.keep_skipped)
-        newest = latest(log.rows)
-        only_compiled = {row.key for row in newest if row.status is Status.COMPILED}  # no kernel ran: run again
-        done = {row.key for row in newest} - only_compiled
-        groups_done = {_group(row) for row in log.rows if row.skipped_count}
-        skipped = [row for row in plan.skipped_rows(made_by, options.keep_skipped)
-                   if row.key not in done and _group(row) not in groups_done]
-        todo = [p for p in plan.runnable if p.key not in done]
-        earlier = f" ({len(plan.runnable) - len(todo):,} done before)" if log.done_before else ""
-        _say(options, f"sweep: {plan.describe()}{earlier}")
-        pipeline = Pipeline(family, options.run, executor)
-        progress = Progress(len(todo), "sweep", enabled=options.progress)
-        try:
-            for row in skipped:
-                log.append(row)
-            with pipeline:
-                pipeline.submit(todo)
-                for row in pipeline.rows():
-                    if row.status is not Status.COMPILED or row.key not in only_compiled:  # else no GPU again
-                        log.append(row)
-                    progress.advance(_progress_text(row))
-        except KeyboardInterrupt:
-            raise RunInterrupted(f"{len(log.rows)} rows kept in {log.path} (and results.csv); run the same sweep "
-                                 f"with --resume to continue") from None
-        except RunFailed as failed:
-            raise RunFailed(f"{failed}; {len(log.rows)} rows kept in {log.path}: run the same sweep with --resume "
-                            f"to continue") from None
-        finally:
-            progress.close()
-            log.finish()
-            if executor is not None:
-                executor.close()
-        rows = latest(log.rows)
-        ran = pipeline.unavailable is None and any(r.status not in (Status.SKIPPED, Status.COMPILE_ERROR,
-                                                                    Status.COMPILED) for r in rows)
-        return SweepReport(rows, len(log.rows) - log.done_before, ran, pipeline.unavailable or "",
-                           pipeline.stats, options.out, log.notes)
+    executor = executor or make_executor(options.run)
+    try:
+        with ResultLog(options.out, options.resume, settings=settings) as log:
+            return _sweep(options, family, space, shapes, log, Engine(CompilePool(compiling), executor,
+                                                                      checking(options.run)), made_by)
+    finally:
+        executor.close()
+
+
+def _sweep(options: SweepOptions, family: Family, space: Space, shapes: list[Any], log: ResultLog, engine: Engine,
+           made_by: dict[str, str]) -> SweepReport:
+    if len(space) >= ANNOUNCE_POINTS:
+        _say(options, f"sweep: {space_line(space, len(shapes))}; checking them")
+    plan = make_plan(family, space, shapes, options.cache_configs, options.filter, options.keep_skipped)
+    newest = latest(log.rows)
+    only_compiled = {row.key for row in newest if row.status is Status.COMPILED}  # no kernel ran: run again
+    done = {row.key for row in newest} - only_compiled
+    groups_done = {_group(row) for row in log.rows if row.skipped_count}
+    skipped = [row for row in plan.skipped_rows(made_by, options.keep_skipped)
+               if row.key not in done and _group(row) not in groups_done]
+    todo = [p for p in plan.runnable if p.key not in done]
+    earlier = f" ({len(plan.runnable) - len(todo):,} done before)" if log.done_before else ""
+    _say(options, f"sweep: {plan.describe()}{earlier}")
+    try:
+        with engine:
+            evaluate(PointList(todo, skipped), engine, LogSink(log, only_compiled),
+                     Progress(len(todo), "sweep", enabled=options.progress),
+                     "run the same sweep with --resume to continue")
+    finally:
+        log.finish()
+    rows = latest(log.rows)
+    ran = engine.unavailable is None and any(r.status not in (Status.SKIPPED, Status.COMPILE_ERROR, Status.COMPILED)
+                                             for r in rows)
+    return SweepReport(rows, len(log.rows) - log.done_before, ran, engine.unavailable or "", engine.stats,
+                       options.out, log.notes)
+
+
+def checking(run: RunOptions) -> Checking:
+    """How the GPU checks and times points, from the run's options (a seed drawn when none is given)."""
+    seed = run.seed if run.seed is not None else random.randrange(1, 2**31)
+    return Checking(seed, run.timing, run.sanitize)
 
 
 def preview(options: SweepOptions) -> Plan:
     """What `sweep(options)` would run and skip, without compiling or writing anything."""
     family, space, shapes = _checked(options)
     return make_plan(family, space, shapes, options.cache_configs, options.filter, keep=False)
-
-
-def make_plan(family: Family, space: Space, shapes: Sequence[Any], cache_configs: Sequence[str],
-              pattern: str | None = None, keep: bool = False) -> Plan:
-    """Every point of the space at every shape (None: compile only) and cache preference, taken one
-    at a time: the runnable ones listed, the others counted per reason (and kept, with `keep`)."""
-    runnable: list[Point] = []
-    skipped: dict[tuple[str, str, str], SkippedGroup] = {}
-    matched = False
-    for variant in space.matching(pattern):
-        matched = True
-        invalid = point_refusal(family, variant)  # the same at every shape: checked once
-        for shape in shapes:
-            reason = invalid or (None if shape is None else refused(family, variant, shape))
-            for cache in cache_configs:
-                point = Point(variant, shape, cache)
-                if reason is None:
-                    runnable.append(point)
-                    continue
-                group = skipped.setdefault((reason, _shape_text(shape), cache), SkippedGroup(reason, point))
-                group.count += 1
-                if keep:
-                    group.points.append(point)
-    if not matched:
-        raise space.nothing_matches(pattern)
-    return Plan(family, space, runnable, skipped, len(shapes))
 
 
 def run_settings(options: SweepOptions, space: Space, shapes: Sequence[Any], arch: str) -> dict[str, Any]:
@@ -275,36 +225,10 @@ def _distinct_shapes(shapes: Iterable[Any]) -> list[Any]:
     return list(by_text.values())
 
 
-def space_line(space: Space, sizes: int) -> str:
-    """'matmul: 18 points (tile: 3 x ...) at 2 sizes'."""
-    return f"{space.family.name}: {space.describe()}" + (f" at {sizes} sizes" if sizes > 1 else "")
-
-
 def _say(options: SweepOptions, line: str) -> None:
     if options.progress:
         print(line, file=sys.stderr)
 
 
-def _skipped(point: Point, reason: str, provenance: Mapping[str, Any], count: int | None = None) -> Row:
-    return skipped_row(point.variant, reason, _shape_text(point.shape), cache_config=point.cache_config,
-                       provenance=dict(provenance), skipped_count=count)
-
-
 def _group(row: Row) -> tuple[str, str, str]:
     return (row.message, row.shape, row.cache_config)
-
-
-def _shape_text(shape: Any) -> str:
-    return "" if shape is None else str(shape)
-
-
-def _point_text(point: Point) -> str:
-    where = " ".join(part for part in (_shape_text(point.shape), point.cache_config) if part)
-    return f"{point.variant.name} {where}".strip()
-
-
-def _progress_text(row: Row) -> str:
-    text = f"{row.name} {row.shape} {row.status}"
-    if row.median_ms is not None:
-        text += f" {row.median_ms:.4g} ms"
-    return text

@@ -1,42 +1,48 @@
-"""Autotune one problem per GPU model: a search strategy proposes variants, already-measured ones
-come from the tuning database, the rest go through the evaluation pipeline; the final top k are
-measured again, interleaved, to tell whether the winner's lead is larger than the noise.
+"""Autotune one problem per GPU model, through the evaluation loop: a search strategy proposes
+variants (measurements the tuning database already holds are recalled, not measured again), the
+finalists are measured again in interleaved rounds, to tell whether the winner's lead is larger
+than the noise, and the family's default variant is measured for comparison.
 
-The strategy proposes in batches (`ask(n)`), enough to keep the GPUs fed while nvcc compiles what
-they will need next; spaces of up to SPECULATE points are also compiled speculatively, at low
-priority, so that later proposals are ready when they are made.
+Brute force proposes the whole budget at once; a model-guided strategy proposes only what keeps
+the engine busy, so that each proposal knows of as many measurements as it can. Spaces of up to
+SPECULATE points are compiled speculatively, from the start, while the GPU workers start.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from ..build.compiler import CompileOptions
+from ..build.pool import CompilePool
 from ..core import checks
 from ..core.errors import RunInterrupted, UsageError
+from ..core.progress import Progress
+from ..core.results import GpuModel, Row, TimingOptions, is_ok
+from ..evaluate.engine import Checking, Engine
+from ..evaluate.loop import Outcome, evaluate
+from ..evaluate.options import RunOptions, make_executor
+from ..evaluate.plan import Point
 from ..families import get_family
 from ..families.family import Family, refused
-from ..evaluate.engine import Pipeline, Point
-from ..evaluate.options import RunOptions, make_executor
-from ..core.progress import Progress
-from ..core.results import Row, TimingOptions, is_ok
 from ..families.space import MAX_POINTS, Space
-from .strategies import STRATEGIES, SearchSpace, make_strategy
-from ..store.tuning_db import FINALIST_KEY, Problem, TuningDB, checked_db_path
 from ..families.variant import Variant
 from ..gpu.workers import Executor, GpuUnavailable
+from ..store.tuning_db import FINALIST_KEY, Problem, TuningDB, checked_db_path
+from .proposers import PointList, Rounds, Search
+from .strategies import STRATEGIES, SearchSpace, make_strategy
+from .tune_result import TuneResult
 
 INTERLEAVED_ROUNDS = 5
 WARM_START = 10  # the nearest tuned shape's top variants, evaluated before the strategy's own picks
 SPECULATE = 4000  # spaces up to this many valid points are compiled ahead of the strategy
-QUEUED_PER_GPU = 2  # compiled points kept waiting per GPU, so it never idles between jobs
 TUNE_TIMING = TimingOptions(budget_s=0.5)
 DEFAULT_BUDGET = 100  # evaluations of a search strategy given neither a budget nor a time
+RESUME_HINT = "tune again to go on (what is measured is not measured again)"
 
 
 @dataclass(frozen=True)
@@ -76,62 +82,6 @@ def _check(tune: TuneOptions) -> None:
     checks.name_pattern(tune.filter)
     checks.flag(tune.progress, "progress")
     checks.instance(tune.run, RunOptions, "run")
-
-
-@dataclass
-class Standing:
-    """A finalist after the interleaved rounds."""
-
-    name: str
-    medians_ms: list[float]
-
-    @property
-    def median_ms(self) -> float:
-        """The median round's median (the lower of the middle two for an even count: a measured value)."""
-        return statistics.median_low(self.medians_ms)
-
-    @property
-    def spread(self) -> float:
-        """Relative spread of its round medians: (max - min) / median."""
-        return (max(self.medians_ms) - min(self.medians_ms)) / self.median_ms
-
-
-@dataclass
-class TuneResult:
-    problem: Problem
-    strategy: str
-    winner: Row
-    standings: list[Standing]
-    default: Row | None
-    evaluations: int
-    gpu_evaluations: int
-    seconds: float
-    trace: list[float | None]
-    trace_seconds: list[float]  # when each evaluation finished, from the start of the tune
-    gpu_seconds: float  # the GPUs' busy time (checking and timing), summed
-    space: int  # variants the strategy searched among
-
-    @property
-    def covered_space(self) -> bool:
-        """Whether every variant of the space was evaluated: the winner is the space's best."""
-        return self.evaluations >= self.space
-
-    @property
-    def lead(self) -> float | None:
-        """How much slower the runner-up is than the winner, relatively."""
-        if len(self.standings) < 2:
-            return None
-        return self.standings[1].median_ms / self.standings[0].median_ms - 1
-
-    @property
-    def noise(self) -> float:
-        return max(s.spread for s in self.standings[:2])
-
-    @property
-    def speedup_over_default(self) -> float | None:
-        if self.default is None or not is_ok(self.default):
-            return None
-        return self.default.median_ms / self.standings[0].median_ms
 
 
 @dataclass(frozen=True)
@@ -201,149 +151,137 @@ def preview(options: TuneOptions) -> str:
 
 
 def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneResult]:
-    """Tune on every GPU model among the executor's GPUs; one result per model."""
+    """Tune on every GPU model among the executor's GPUs; one result per model. Compiling starts at
+    once, while the GPU workers start."""
     family = get_family(options.family)
     shape = family.parse_shape(options.size)
     chosen = candidates(family, shape, options)
-    valid = chosen.variants
     db_path = checked_db_path(options.db, create=True)  # a bad --db is refused now; made once a GPU answers
     run = replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31))
-    executor = executor or make_executor(run)
     started = time.monotonic()
+    compiling = CompileOptions.local(run.arch, run.compile_jobs)
+    first = CompilePool(compiling)
+    if len(chosen.variants) <= SPECULATE:
+        first.prefetch(chosen.variants)
+    executor = executor or make_executor(run)
     try:
-        with Pipeline(family, run, gpus_later=True) as first:  # compiling starts while the workers start
-            if len(valid) <= SPECULATE:
-                first.prefetch(valid)
-            try:
-                groups = executor.by_model()
-            except GpuUnavailable as reason:
-                raise UsageError(f"tune needs a GPU: {reason}") from None
-            db = TuningDB(db_path)  # only now: a tune that cannot run leaves no database behind
-            results, first_taken = [], False
-            for model, group in groups.items():
+        groups = _gpu_models(executor)
+        db = TuningDB(db_path)  # only now: a tune that cannot run leaves no database behind
+        results = []
+        for model, group in groups.items():
+            arch = run.arch or model.arch  # each model its own cubins
+            pool = first if first.options.arch == arch and not results else CompilePool(replace(compiling, arch=arch))
+            with Engine(pool, group, Checking(run.seed, run.timing, run.sanitize)) as engine:
                 problem = Problem(str(model), family.name, chosen.variants[0].dtype, str(shape))
-                model_run = run if run.arch else replace(run, arch=model.arch)  # each model its own cubins
-                if not first_taken and first.compile_options.arch == model_run.arch:
-                    first_taken = True
-                    first.use_gpus(group)
-                    results.append(_tune_model(options, family, shape, chosen, problem, first, db, started))
-                    continue
-                with Pipeline(family, model_run, group) as pipeline:
-                    results.append(_tune_model(options, family, shape, chosen, problem, pipeline, db,
-                                                   time.monotonic()))
-            return results
-    except KeyboardInterrupt:
-        raise RunInterrupted(f"evaluations so far are kept in the tuning database {db_path}; tune again to go on "
-                             f"(what is measured is not measured again)") from None
+                results.append(_tune_model(options, family, shape, chosen, problem, engine, db, started))
+            started = time.monotonic()
+        return results
+    except RunInterrupted:
+        raise
+    except KeyboardInterrupt:  # while the workers start
+        raise RunInterrupted(f"evaluations so far are kept in the tuning database {db_path}; {RESUME_HINT}") \
+            from None
     finally:
+        first.kill()
         executor.close()
 
 
-class Evaluator:
-    """Measures variants of one problem: from the database when already measured on this GPU model,
-    else through the pipeline; new rows go into the database as they arrive."""
+def _gpu_models(executor: Executor) -> dict[GpuModel, Executor]:
+    """The executor's GPUs by model (their workers started); a tune needs one."""
+    try:
+        return executor.by_model()
+    except GpuUnavailable as reason:
+        raise UsageError(f"tune needs a GPU: {reason}") from None
 
-    def __init__(self, pipeline: Pipeline, shape: Any, problem: Problem, db: TuningDB):
-        self.pipeline, self.shape, self.problem, self.db = pipeline, shape, problem, db
-        self.known = db.measured(problem)
-        self.gpu_evaluations = 0
 
-    def submit(self, variants: Iterable[Variant], fresh: bool = False) -> list[Row]:
-        """Rows the database already holds (unless `fresh`); the other variants go to the pipeline."""
-        known, queued = [], []
-        for variant in variants:
-            if not fresh and variant.name in self.known:
-                known.append(self.known[variant.name])
-            else:
-                queued.append(Point(variant, self.shape, "none"))
-        self.gpu_evaluations += self.pipeline.submit(queued)
-        return known
+def record_measured(db: TuningDB, rows: list[Row], problem: Problem) -> None:
+    """Rows of a problem into the database; a compile error (no GPU in its provenance) is kept as
+    the tuned GPU model's."""
+    for row in rows:
+        row.provenance.setdefault("gpu_model", problem.gpu_model)
+    db.record(rows)
 
-    def finished(self) -> list[Row]:
-        """Rows the pipeline finished since the last call, recorded in the database."""
-        rows = self.pipeline.take()
-        for row in rows:
-            row.provenance.setdefault("gpu_model", self.problem.gpu_model)  # compile errors: which GPU's tune
-        if rows:
-            self.db.record(rows)
-            self.known.update({row.name: row for row in rows})
-        return rows
 
-    def evaluate(self, variants: Sequence[Variant], fresh: bool = False) -> dict[str, Row]:
-        """Rows for every variant, waiting for the pipeline (by name)."""
-        rows = {row.name: row for row in self.submit(variants, fresh)}
-        while len(rows) < len(set(variants)):
-            rows.update((row.name, row) for row in self.finished())
-        return rows
+class TuneSink:
+    """A tune's rows, recorded in the tuning database as they come; with a `session`, every
+    evaluation (recalled ones too) also goes into that session's trace."""
+
+    def __init__(self, db: TuningDB, problem: Problem, session: int | None = None):
+        self.db, self.problem, self.session = db, problem, session
+        self.steps = 0
+
+    def record(self, rows: list[Row]) -> None:
+        record_measured(self.db, rows, self.problem)
+        self.recall(rows)
+
+    def recall(self, rows: list[Row]) -> None:
+        for row in rows if self.session is not None else ():
+            self.db.trace(self.session, self.steps, row.name, row.median_ms if is_ok(row) else None)
+            self.steps += 1
+
+    def kept(self) -> str:
+        return f"{self.steps} evaluations kept in the tuning database {self.db.path}"
+
 
 
 def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candidates, problem: Problem,
-                pipeline: Pipeline, db: TuningDB, started: float) -> TuneResult:
-    """Tune one GPU model through a running pipeline that holds that model's GPUs; times count from
-    `started`, when the tune began (compiling starts before the GPUs are known)."""
-    valid, limit = chosen.variants, chosen.budget
-    strategy = make_strategy(options.strategy, SearchSpace(valid), options.seed)
-    progress = Progress(limit, f"tune {family.name} {shape}", enabled=options.progress)
-    trace: list[float | None] = []
-    trace_seconds: list[float] = []
-    try:
-        evaluator = Evaluator(pipeline, shape, problem, db)
-        session = db.start_session(problem, options.strategy)
-
-        def told(rows: list[Row]) -> None:
-            for row in rows:
-                median = row.median_ms if is_ok(row) else None
-                strategy.tell(family.variant_type.from_name(row.name), median)
-                db.trace(session, len(trace), row.name, median)
-                trace.append(median)
-                trace_seconds.append(time.monotonic() - started)
-                progress.advance(f"{row.name} {_ms(median)}")
-
-        warmed = options.budget is None or options.budget >= 2 * WARM_START  # a budget worth a warm start
-        warm = warm_start(db, problem, family, shape, valid)[:limit] if warmed else []
-        gpus = max(1, len(pipeline.devices()))
-        while len(trace) < limit and not _out_of_time(started, options.time_s):
-            room = limit - len(trace) - pipeline.outstanding
-            wanted = min(room, _proposals_wanted(pipeline, gpus, options.strategy, limit))
-            if wanted > 0:
-                batch = [warm.pop(0) for _ in range(min(wanted, len(warm)))] or strategy.ask(wanted)
-                told(evaluator.submit(batch))
-                if not batch and not pipeline.outstanding:
-                    break  # the space is exhausted
-            told(evaluator.finished())
-        finalists = sorted((v for v, t in strategy.results.items() if t is not None),
-                           key=lambda v: strategy.results[v])
-        if not finalists and not trace and _out_of_time(started, options.time_s):
-            raise UsageError(f"the time limit (--time {options.time_s:g} s) ran out before any variant of "
-                             f"{family.name} was measured; give a longer --time (a variant takes about "
-                             f"{options.run.timing.budget_s:g} s to time, more to compile), or --budget N to count "
-                             f"evaluations instead")
-        if not finalists:
-            raise UsageError(f"no variant of {family.name} ran correctly on {problem.gpu_model} at {shape}")
-        while pipeline.outstanding:  # proposals still running when the budget ran out
-            evaluator.finished()
-        standings, rows = _interleaved(evaluator, finalists[: options.top])
-        default = _default_row(evaluator, family, shape, valid)
-    except KeyboardInterrupt:
-        raise RunInterrupted(f"{len(trace)} evaluations kept in the tuning database {db.path}; tune again to go "
-                             f"on (what is measured is not measured again)") from None
-    finally:
-        progress.close()
-    return TuneResult(problem, options.strategy, rows[standings[0].name], standings, default, len(trace),
-                      evaluator.gpu_evaluations, time.monotonic() - started, trace, trace_seconds,
-                      pipeline.stats.gpu_seconds, len(valid))
+                engine: Engine, db: TuningDB, started: float) -> TuneResult:
+    """Tune one GPU model on an engine that holds that model's GPUs: the search, the finalists'
+    interleaved rounds, and the family's default variant for comparison. Times count from
+    `started` (the first model's compiles start before the GPUs are known)."""
+    search = _search(options, family, shape, chosen, problem, db, started)
+    progress = Progress(chosen.budget, f"tune {family.name} {shape}", enabled=options.progress)
+    searched = evaluate(search, engine, TuneSink(db, problem, db.start_session(problem, options.strategy)), progress,
+                        RESUME_HINT)
+    finalists = search.finalists(options.top)
+    if not finalists:
+        raise UsageError(_nothing_ran(options, family, problem, shape, search))
+    rounds = Rounds(finalists, shape, INTERLEAVED_ROUNDS)
+    finals = evaluate(rounds, engine, TuneSink(db, problem), resume_hint=RESUME_HINT)
+    standings = rounds.standings()
+    if not standings:
+        raise UsageError("the finalists failed when measured again; the GPU or its driver may be unstable")
+    # Each finalist's median round recorded once more, as its latest: best and gen.tuned agree with the standings.
+    chosen_rows = {s.name: _marked(rounds.median_round(s), len(s.medians_ms)) for s in standings}
+    db.record(list(chosen_rows.values()))
+    default = _default_row(engine, family, shape, problem, db)
+    on_gpu = searched.fresh + finals.fresh + (default.fresh if default else 0)
+    return TuneResult(problem, options.strategy, chosen_rows[standings[0].name], standings,
+                      default.rows[0] if default else None, len(search.trace), on_gpu, time.monotonic() - started,
+                      search.trace, [t - started for t in search.trace_times], engine.stats.gpu_seconds,
+                      len(chosen.variants))
 
 
-def _proposals_wanted(pipeline: Pipeline, gpus: int, strategy: str, limit: int) -> int:
-    """How many new proposals to ask for now: brute force takes everything at once; a model-guided
-    search keeps QUEUED_PER_GPU compiled points waiting per GPU, plus one per compile thread while
-    its proposals still need compiling (fewer in flight = better informed proposals)."""
-    if strategy == "brute":
-        return limit
-    ready = pipeline.outstanding - pipeline.uncompiled
-    compiling = pipeline.uncompiled
-    return max(0, QUEUED_PER_GPU * gpus - ready) if compiling >= pipeline.compile_options.jobs else \
-        max(0, QUEUED_PER_GPU * gpus + pipeline.compile_options.jobs - pipeline.outstanding)
+def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates, problem: Problem, db: TuningDB,
+            started: float) -> Search:
+    strategy = make_strategy(options.strategy, SearchSpace(chosen.variants), options.seed)
+    warmed = options.budget is None or options.budget >= 2 * WARM_START  # a budget worth a warm start
+    warm = warm_start(db, problem, family, shape, chosen.variants)[:chosen.budget] if warmed else []
+    deadline = started + options.time_s if options.time_s is not None else None
+    return Search(strategy, shape, chosen.budget, warm, db.measured(problem), deadline,
+                  all_at_once=options.strategy == "brute")
+
+
+def _nothing_ran(options: TuneOptions, family: Family, problem: Problem, shape: Any, search: Search) -> str:
+    if not search.trace and options.time_s is not None:
+        return (f"the time limit (--time {options.time_s:g} s) ran out before any variant of {family.name} was "
+                f"measured; give a longer --time (a variant takes about {options.run.timing.budget_s:g} s to time, "
+                f"more to compile), or --budget N to count evaluations instead")
+    return f"no variant of {family.name} ran correctly on {problem.gpu_model} at {shape}"
+
+
+def _marked(row: Row, rounds: int) -> Row:
+    """A finalist's median-round row, marked as chosen from `rounds` interleaved rounds."""
+    return replace(row, provenance={**row.provenance, FINALIST_KEY: rounds})
+
+
+def _default_row(engine: Engine, family: Family, shape: Any, problem: Problem, db: TuningDB) -> Outcome | None:
+    """The family's default variant at this shape (measured before, or now), to say the speed-up."""
+    default = family.safe_variant(shape, problem.dtype)
+    if refused(family, default, shape) is not None:
+        return None
+    return evaluate(PointList([Point(default, shape, "none")], known=db.measured(problem)), engine,
+                    TuneSink(db, problem), resume_hint=RESUME_HINT)
 
 
 def warm_start(db: TuningDB, problem: Problem, family: Family, shape: Any, valid: list[Variant]) -> list[Variant]:
@@ -361,129 +299,3 @@ def warm_start(db: TuningDB, problem: Problem, family: Family, shape: Any, valid
         if variant in allowed and variant not in chosen:
             chosen.append(variant)
     return chosen[:WARM_START]
-
-
-def _interleaved(evaluator: Evaluator, finalists: list[Variant]) -> tuple[list[Standing], dict[str, Row]]:
-    """Measure the finalists again in rounds, A B C A B C ..., so drift hits them alike. Each
-    finalist's row of its median round is recorded once more, as its latest: `best`, `gen.tuned`
-    and the database's ranking then agree with the standings."""
-    rounds: dict[str, list[Row]] = {v.name: [] for v in finalists}
-    for _ in range(INTERLEAVED_ROUNDS):
-        for name, row in evaluator.evaluate(finalists, fresh=True).items():
-            if is_ok(row):
-                rounds[name].append(row)
-    standings = sorted((Standing(name, [row.median_ms for row in rows]) for name, rows in rounds.items() if rows),
-                       key=lambda s: s.median_ms)
-    if not standings:
-        raise UsageError("the finalists failed when measured again; the GPU or its driver may be unstable")
-    chosen = {s.name: _median_round(rounds[s.name], s) for s in standings}
-    evaluator.db.record(chosen.values())
-    return standings, chosen
-
-
-def _median_round(rows: list[Row], standing: Standing) -> Row:
-    """The row of the round whose median is the standing's median, marked as chosen from the rounds."""
-    row = next(row for row in rows if row.median_ms == standing.median_ms)
-    return replace(row, provenance={**row.provenance, FINALIST_KEY: len(rows)})
-
-
-def _default_row(evaluator: Evaluator, family: Family, shape: Any, valid: list[Variant]) -> Row | None:
-    default = family.safe_variant(shape, valid[0].dtype)
-    if refused(family, default, shape) is not None:
-        return None
-    return evaluator.evaluate([default])[default.name]
-
-
-def revalidate(db: TuningDB, run: RunOptions, executor: Executor | None = None
-               ) -> list[tuple[Problem, Row, Row, float, float]]:
-    """Time every stored winner on this machine's GPU models again, each model's on that model's
-    GPUs with cubins for its architecture: (problem, stored, new, change, noise) for each; a change
-    larger than the noise means the winner moved (driver, nvcc, clocks)."""
-    executor = executor or make_executor(run)
-    try:
-        groups = executor.by_model()
-    except GpuUnavailable as reason:
-        executor.close()
-        raise UsageError(f"revalidate needs a GPU: {reason}") from None
-    checked: list[tuple[Problem, Row, Row, float, float]] = []
-    try:
-        for model, group in groups.items():
-            model_run = replace(run, seed=1, arch=run.arch or model.arch)
-            problems = [p for p in db.problems() if p.gpu_model == str(model)]
-            for family_name in sorted({p.family for p in problems}):
-                family = get_family(family_name)
-                with Pipeline(family, model_run, group) as pipeline:
-                    checked.extend(_retimed(db, pipeline, family, p) for p in problems if p.family == family_name)
-    except KeyboardInterrupt:
-        raise RunInterrupted(f"{len(checked)} stored winners re-timed and kept in {db.path}") from None
-    finally:
-        executor.close()
-    return checked
-
-
-def _retimed(db: TuningDB, pipeline: Pipeline, family: Family, problem: Problem
-             ) -> tuple[Problem, Row, Row, float, float]:
-    """A problem's stored winner timed again: (problem, stored, new, change, noise)."""
-    stored = db.best(problem)
-    evaluator = Evaluator(pipeline, family.parse_shape(problem.shape), problem, db)
-    new = evaluator.evaluate([family.variant_type.from_name(stored.name)], fresh=True)[stored.name]
-    if not is_ok(new):
-        return problem, stored, new, float("inf"), 0.0
-    change = new.median_ms / stored.median_ms - 1
-    noise = max(0.02, 3 * max(stored.stdev_ms / stored.median_ms, new.stdev_ms / new.median_ms))
-    return problem, stored, new, change, noise
-
-
-def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpace, budget: int,
-           seed: int = 0, batch: int = 1) -> list[tuple[str, float | None]]:
-    """Run a strategy against recorded measurements (name -> median ms, None for failures), no GPU:
-    what it asked for and the median it would have seen, in order. With `batch`, it proposes that
-    many at a time, each batch told before the next is asked for (as while the GPU is busy)."""
-    search = make_strategy(strategy, space, seed)
-    seen: list[tuple[str, float | None]] = []
-    while len(seen) < min(budget, len(space.variants)):
-        proposed = search.ask(min(batch, budget - len(seen)))
-        if not proposed:
-            break
-        for variant in proposed:
-            median = recorded.get(variant.name)
-            search.tell(variant, median)
-            seen.append((variant.name, median))
-    return seen
-
-
-def _out_of_time(started: float, limit: float | None) -> bool:
-    return limit is not None and time.monotonic() - started > limit
-
-
-def _ms(median: float | None) -> str:
-    return f"{median:.4g} ms" if median is not None else "failed"
-
-
-def describe(result: TuneResult) -> str:
-    """The report a tuning run prints."""
-    winner, first = result.winner, result.standings[0]
-    busy = result.gpu_seconds / result.seconds if result.seconds else 0.0
-    lines = [f"{result.problem.gpu_model}, {result.problem.family} {result.problem.dtype} {result.problem.shape}: "
-             f"{result.evaluations} evaluations ({result.gpu_evaluations} on the GPU) by {result.strategy} "
-             f"in {result.seconds:.1f} s (GPU busy {busy:.0%})",
-             f"winner: {first.name}  {first.median_ms:.4g} ms, {winner.throughput:.2f} {winner.unit}",
-             f"  {_coverage(result)}"]
-    for standing in result.standings:
-        lines.append(f"  {standing.name:<70} median {standing.median_ms:.4g} ms over {len(standing.medians_ms)} "
-                     f"interleaved rounds, spread {standing.spread:.1%}")
-    if result.lead is not None:
-        verdict = "larger than the noise" if result.lead > result.noise else "within the noise: a tie"
-        lines.append(f"lead over the runner-up: {result.lead:.1%}; noise {result.noise:.1%}: {verdict}")
-    speedup = result.speedup_over_default
-    if speedup is not None:
-        lines.append(f"against the family's default variant {result.default.name}: {speedup:.2f}x faster")
-    return "\n".join(lines)
-
-
-def _coverage(result: TuneResult) -> str:
-    """Whether the winner is the best of the whole space or of the part evaluated."""
-    if result.covered_space:
-        return f"the best of the whole space: all {result.space:,} variants evaluated"
-    hint = " (brute force without --budget covers the whole space)" if result.strategy == "brute" else ""
-    return f"the best of the {result.evaluations:,} evaluated, a subset of the {result.space:,} variants{hint}"

@@ -1,0 +1,258 @@
+"""The `tilegen` command line: its parser, one function per command, and the argument types that
+refuse what the Python API refuses (gen.core.checks)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ..build.compiler import usable_cores
+from ..core import checks
+from ..core.results import TimingOptions
+from ..core.version import __version__
+from ..families.registry import FAMILY_PATH_ENV
+from ..families.space import MAX_POINTS
+from ..gpu.jobs import CACHE_CONFIGS
+from ..search.strategies import STRATEGIES
+from ..search.tune import TUNE_TIMING
+from ..store.tuning_db import DB_ENV
+from ..core.errors import EXIT_USAGE
+from . import commands as run
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is reported in one line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"tilegen: error: {message} (see '{self.prog} --help')\n")
+
+
+# ---- argument types: numbers the command line refuses are refused here ------------------------------
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    if problem := checks.seconds_problem(text):
+        raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
+    return float(text)
+
+
+def count(text: str) -> int:
+    """A whole number, at least 1."""
+    if problem := checks.whole_problem(text, 1):
+        raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
+    return int(text)
+
+
+def jobs(text: str) -> int:
+    """Parallel nvcc runs: a whole number, at least 1. More than the cores are capped (by
+    CompileOptions), and that is said."""
+    wanted = count(text)
+    if wanted > (cores := usable_cores()):
+        print(f"tilegen: note: --jobs {wanted} is more than the {cores} cores tilegen can use here: {cores} nvcc "
+              f"runs at a time", file=sys.stderr)
+    return wanted
+
+
+def whole(text: str) -> int:
+    """A whole number, at least 0."""
+    if problem := checks.whole_problem(text):
+        raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
+    return int(text)
+
+
+# ---- the parser ---------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tilegen", description="Jinja templates -> CUDA kernel variants: render, "
+                     "compile, check, time and tune them.")
+    parser.add_argument("--version", action="version", version=f"tilegen {__version__}")
+    _add_family_path(parser, "family_path")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _list_command(commands)
+    _render_command(commands)
+    _emit_command(commands)
+    _compile_command(commands)
+    _sweep_command(commands)
+    _tune_command(commands)
+    _best_command(commands)
+    _export_command(commands)
+    _report_command(commands)
+    _worker_command(commands)
+    _cache_command(commands)
+    return parser
+
+
+def _list_command(commands: Any) -> None:
+    parser = _command(commands, "list", help="families, their parameters, allowed values and defaults")
+    parser.add_argument("family", nargs="?")
+    parser.set_defaults(handler=run.cmd_list)
+
+
+def _render_command(commands: Any) -> None:
+    parser = _command(commands, "render", help="print one variant's CUDA source")
+    parser.add_argument("family")
+    _add_params(parser, "name=value; left out: the family's default")
+    parser.set_defaults(handler=run.cmd_render)
+
+
+def _emit_command(commands: Any) -> None:
+    parser = _command(commands, "emit", help="write each family's golden record (variants/) from scratch")
+    parser.add_argument("families", nargs="*", metavar="FAMILY", help="only these families (default: all)")
+    parser.add_argument("--out", type=Path, default=Path("variants"), help="folder (default: variants)")
+    parser.set_defaults(handler=run.cmd_emit)
+
+
+def _compile_command(commands: Any) -> None:
+    parser = _command(commands, "compile", help="compile a space with nvcc and print its resources")
+    _add_space_arguments(parser)
+    parser.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
+    parser.add_argument("--jobs", type=jobs, help="parallel nvcc runs, at most one per core (default: one per core)")
+    parser.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")
+    parser.set_defaults(handler=run.cmd_compile)
+
+
+def _sweep_command(commands: Any) -> None:
+    parser = _command(commands, "sweep", help="compile, check and time a space on the GPU, row by row")
+    _add_space_arguments(parser)
+    parser.add_argument("--size", dest="sizes", action="append", default=[], metavar="SIZE",
+                          help="problem size, e.g. 4096x4096x4096 (repeatable; default: the family's)")
+    parser.add_argument("--out", type=Path, help="folder for results.jsonl and results.csv (needed unless --dry-run)")
+    parser.add_argument("--resume", action="store_true", help="continue a killed or interrupted sweep in --out")
+    parser.add_argument("--sanitize", action="store_true",
+                          help="also run compute-sanitizer (racecheck, synccheck, memcheck) at a small size")
+    parser.add_argument("--warm", action="store_true", help="do not flush the L2 between timed launches")
+    parser.add_argument("--cache", default="none", metavar="LIST",
+                          help=f"cache preferences to run, from {','.join(CACHE_CONFIGS)} (default: none)")
+    parser.add_argument("--seed", type=whole, help="seed of the random inputs (default: a fresh one)")
+    parser.add_argument("--top", type=count, default=10, help="rows in the summary table (default: 10)")
+    parser.add_argument("--dry-run", action="store_true", help="print the points' count and a sample; run nothing")
+    parser.add_argument("--budget", type=_moved_budget, help=argparse.SUPPRESS)
+    _add_run_arguments(parser, TimingOptions().budget_s)
+    parser.set_defaults(handler=run.cmd_sweep)
+
+
+def _tune_command(commands: Any) -> None:
+    parser = _command(commands, "tune", help="search a space for the fastest variant on this GPU, into the DB")
+    parser.add_argument("family", nargs="?")
+    _add_params(parser, "name=v1,v2,... (repeatable); a parameter left out takes the default space")
+    parser.add_argument("--size", help="problem size, e.g. 2048x2048x2048")
+    parser.add_argument("--filter", metavar="PATTERN", help="keep variants whose name contains PATTERN (or a glob)")
+    _add_max_points(parser)
+    parser.add_argument("--strategy", default="bayes", choices=STRATEGIES, help="search strategy (default: bayes)")
+    limit = parser.add_mutually_exclusive_group()
+    limit.add_argument("--budget", type=count,
+                       help="evaluations, at most (default: the whole space for brute, else 100)")
+    limit.add_argument("--time", type=seconds, metavar="SECONDS", help="stop proposing after this long")
+    parser.add_argument("--db", type=Path, help=f"tuning database (default: ${DB_ENV}, else tilegen's cache folder)")
+    parser.add_argument("--seed", type=whole, default=0, help="seed of the strategy (default: 0)")
+    parser.add_argument("--top", type=count, default=3, help="finalists measured again, interleaved (default: 3)")
+    parser.add_argument("--revalidate", action="store_true",
+                        help="time the stored winners for this GPU again and flag those that moved")
+    parser.add_argument("--dry-run", action="store_true", help="print the space's count and a sample; run nothing")
+    _add_run_arguments(parser, TUNE_TIMING.budget_s)
+    parser.set_defaults(handler=run.cmd_tune)
+
+
+def _best_command(commands: Any) -> None:
+    parser = _command(commands, "best", help="the stored winner for a shape and GPU")
+    parser.add_argument("family")
+    parser.add_argument("--size", required=True, help="problem size, e.g. 2048x2048x2048")
+    parser.add_argument("--dtype", help="element type (default: the family's default variant's)")
+    parser.add_argument("--gpu", help="a GPU model, or part of its name (default: this machine's GPU)")
+    parser.add_argument("--db", type=Path, help="tuning database")
+    parser.set_defaults(handler=run.cmd_best)
+
+
+def _export_command(commands: Any) -> None:
+    parser = _command(commands, "export", help="the tuning database in another format")
+    parser.add_argument("--t4", type=Path, required=True, metavar="FILE",
+                           help="write T4 JSON (the Open Autotuning Results Schema)")
+    parser.add_argument("--db", type=Path, help="tuning database")
+    parser.add_argument("--family", help="only this family")
+    parser.add_argument("--gpu", help="only GPU models whose name contains this")
+    parser.add_argument("--force", action="store_true",
+                           help="replace FILE even if it is not a T4 file tilegen wrote (never a database or a "
+                                "run's results)")
+    parser.set_defaults(handler=run.cmd_export)
+
+
+def _report_command(commands: Any) -> None:
+    parser = _command(commands, "report", help="tables (and PNG plots) from sweep results or the tuning DB")
+    parser.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="folders holding results.jsonl")
+    parser.add_argument("--db", type=Path, help="report on a tuning database instead")
+    parser.add_argument("--family", help="only this family")
+    parser.add_argument("--top", type=count, default=10, help="rows in the top table (default: 10)")
+    parser.add_argument("--markdown", action="store_true", help="Markdown tables instead of plain text")
+    parser.add_argument("--plot", type=Path, metavar="OUT.png",
+                           help="also draw throughput heatmaps and strategy convergence (needs matplotlib)")
+    parser.set_defaults(handler=run.cmd_report)
+
+
+def _worker_command(commands: Any) -> None:
+    parser = _command(commands, "worker", help="serve this host's GPUs to a Dask scheduler (for --cluster)")
+    parser.add_argument("address", help="the scheduler, e.g. tcp://HOST:8786")
+    parser.add_argument("--gpus", default="all", help="GPU indices, e.g. 0,1, or 'all' (default: all)")
+    parser.set_defaults(handler=run.cmd_worker)
+
+
+def _cache_command(commands: Any) -> None:
+    parser = _command(commands, "cache", help="the compile cache: what it holds; clear it or purge failures")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--clear", action="store_true", help="remove every cached compile (tilegen's files only)")
+    action.add_argument("--purge-failed", action="store_true",
+                        help="remove the cached compile errors and damaged entries, so those variants compile again")
+    parser.set_defaults(handler=run.cmd_cache)
+
+
+def _command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """A subcommand's parser. The global options are taken after the command too, into their own
+    field: argparse would let the command's default replace what was given before it."""
+    return _add_family_path(commands.add_parser(name, help=help), "family_path_after")
+
+
+def _add_family_path(parser: argparse.ArgumentParser, dest: str) -> argparse.ArgumentParser:
+    parser.add_argument("--family-path", dest=dest, action="append", default=[], metavar="DIR",
+                        help=f"also load the families (modules and templates) in DIR; repeatable (also "
+                             f"${FAMILY_PATH_ENV})")
+    return parser
+
+
+def _add_params(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("-p", "--param", dest="params", action="append", default=[], metavar="NAME=VALUE",
+                        help=help_text)
+
+
+def _add_space_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("family")
+    _add_params(parser, "name=v1,v2,... (repeatable); a parameter left out takes the default space")
+    parser.add_argument("--filter", metavar="PATTERN",
+                        help="keep variants whose name contains PATTERN (a glob when it has * ? [)")
+    _add_max_points(parser)
+    parser.add_argument("--keep-skipped", action="store_true",
+                        help="a row for every point not run (default: one per reason and size, with its count)")
+
+
+def _add_max_points(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-points", type=count, default=MAX_POINTS, metavar="N",
+                        help=f"refuse more points than this (default: {MAX_POINTS:,})")
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser, timing_budget: float) -> None:
+    """How evaluations run: the same options, with the same meaning, on sweep and tune."""
+    parser.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
+    parser.add_argument("--jobs", type=jobs, help="parallel nvcc runs, at most one per core (default: one per core)")
+    parser.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
+    parser.add_argument("--timing-budget", type=seconds, default=timing_budget, metavar="SECONDS",
+                        help=f"time spent timing each variant at each size, at most (default: {timing_budget})")
+    parser.add_argument("--timeout", type=seconds, default=30.0, metavar="SECONDS",
+                        help="a worker silent this long is hung and killed (default: 30)")
+    parser.add_argument("--cluster", metavar="ADDRESS",
+                        help="run on a Dask cluster: 'local' (a worker per GPU in --gpus) or a scheduler's "
+                             "tcp://HOST:PORT (needs the extra: pip install 'tilegen[cluster]')")
+
+
+def _moved_budget(text: str) -> float:
+    raise argparse.ArgumentTypeError("on sweep, the timing budget per variant is --timing-budget SECONDS (tune's "
+                                     "--budget counts evaluations)")

@@ -1,0 +1,124 @@
+"""What to evaluate: points (a variant on a shape, with a run-time cache preference), and a plan
+that checks every point of a space exactly once, when it is made.
+
+A point the plan lets through is runnable: the engine trusts it and checks nothing again. The
+others are counted per reason, size and cache preference, so that they become `skipped` rows
+(one per reason, or one per point with `keep`), never silence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ..core.results import Row, row_key, skipped_row
+from ..families.family import Family, point_refusal, refused
+from ..families.space import Space
+from ..families.variant import Variant
+
+SAMPLE = 5  # points a dry run shows
+
+
+@dataclass(frozen=True)
+class Point:
+    """One evaluation: a variant on a shape (None: compile only) with a run-time cache preference."""
+
+    variant: Variant
+    shape: Any = None
+    cache_config: str = ""
+
+    @property
+    def key(self) -> str:
+        return row_key(self.variant.name, shape_text(self.shape), self.cache_config)
+
+    def __str__(self) -> str:
+        where = " ".join(part for part in (shape_text(self.shape), self.cache_config) if part)
+        return f"{self.variant.name} {where}".strip()
+
+
+@dataclass
+class SkippedGroup:
+    """Points not run for one reason, at one size and cache preference."""
+
+    reason: str
+    example: Point
+    count: int = 0
+    points: list[Point] = field(default_factory=list)  # every one, kept only when rows per point are wanted
+
+
+@dataclass
+class Plan:
+    """The points of a space at some shapes: those to run, and those not run, by reason."""
+
+    family: Family
+    space: Space
+    runnable: list[Point]
+    skipped: dict[tuple[str, str, str], SkippedGroup]
+    sizes: int
+
+    @property
+    def skipped_count(self) -> int:
+        return sum(group.count for group in self.skipped.values())
+
+    def describe(self) -> str:
+        """Counts in one line: what is run, and what is not (for how many reasons)."""
+        reasons = f" ({len(self.skipped)} reasons)" if len(self.skipped) > 1 else ""
+        return (f"{space_line(self.space, self.sizes)}; {len(self.runnable):,} to run, {self.skipped_count:,} not "
+                f"run{reasons}")
+
+    def preview(self, sample: int = SAMPLE) -> str:
+        """The counts, a sample of the points to run, and every reason a point is not run."""
+        lines = [self.describe()]
+        lines += [f"  run: {point}" for point in self.runnable[:sample]]
+        if len(self.runnable) > sample:
+            lines.append(f"  ... and {len(self.runnable) - sample:,} more")
+        lines += [f"  not run ({group.count:,}, e.g. {group.example}): {group.reason}"
+                  for group in self.skipped.values()]
+        return "\n".join(lines)
+
+    def skipped_rows(self, provenance: Mapping[str, Any], keep: bool) -> list[Row]:
+        """A row per point not run (`keep`), or one summary row per group with its count."""
+        if keep:
+            return [_skipped(point, group.reason, provenance) for group in self.skipped.values()
+                    for point in group.points]
+        return [_skipped(group.example, group.reason, provenance, group.count) for group in self.skipped.values()]
+
+
+def make_plan(family: Family, space: Space, shapes: Sequence[Any], cache_configs: Sequence[str],
+              pattern: str | None = None, keep: bool = False) -> Plan:
+    """Every point of the space at every shape (None: compile only) and cache preference, each
+    checked once: the runnable ones listed, the others counted per reason (and kept, with `keep`)."""
+    runnable: list[Point] = []
+    skipped: dict[tuple[str, str, str], SkippedGroup] = {}
+    matched = False
+    for variant in space.matching(pattern):
+        matched = True
+        invalid = point_refusal(family, variant)  # the same at every shape: checked once
+        for shape in shapes:
+            reason = invalid or (None if shape is None else refused(family, variant, shape))
+            for cache in cache_configs:
+                point = Point(variant, shape, cache)
+                if reason is None:
+                    runnable.append(point)
+                    continue
+                group = skipped.setdefault((reason, shape_text(shape), cache), SkippedGroup(reason, point))
+                group.count += 1
+                if keep:
+                    group.points.append(point)
+    if not matched:
+        raise space.nothing_matches(pattern)
+    return Plan(family, space, runnable, skipped, len(shapes))
+
+
+def space_line(space: Space, sizes: int) -> str:
+    """'matmul: 18 points (tile: 3 x ...) at 2 sizes'."""
+    return f"{space.family.name}: {space.describe()}" + (f" at {sizes} sizes" if sizes > 1 else "")
+
+
+def shape_text(shape: Any) -> str:
+    return "" if shape is None else str(shape)
+
+
+def _skipped(point: Point, reason: str, provenance: Mapping[str, Any], count: int | None = None) -> Row:
+    return skipped_row(point.variant, reason, shape_text(point.shape), cache_config=point.cache_config,
+                       provenance=dict(provenance), skipped_count=count)

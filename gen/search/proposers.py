@@ -1,0 +1,149 @@
+"""Proposers: what each command hands the evaluation loop (gen.evaluate.loop). They differ only in
+what they propose:
+
+- `PointList`: fixed points, all at once: a sweep's or a compile's plan, stored winners to time
+  again, a family's default variant. Rows decided beforehand (skipped points) come first.
+- `Search`: a search strategy's proposals, a warm start first, within a budget and a time limit.
+- `Rounds`: the finalists measured again in interleaved rounds, A B C A B C ..., so that drift
+  hits them alike.
+
+A point whose variant a store already measured (`known`) is recalled, not evaluated again.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..core.results import Row, is_ok
+from ..evaluate.loop import Proposal
+from ..evaluate.plan import Point
+from ..families.variant import Variant
+from .strategies import Strategy
+
+
+class PointList:
+    """Fixed points, all proposed at once, after the rows decided beforehand."""
+
+    def __init__(self, points: Iterable[Point], decided: Sequence[Row] = (), known: Mapping[str, Row] | None = None):
+        self.points, self.decided, self.known = list(points), list(decided), known or {}
+        self._proposed = False
+
+    def propose(self, room: int) -> Proposal:
+        if self._proposed:
+            return Proposal()
+        self._proposed = True
+        fresh = [p for p in self.points if p.variant.name not in self.known]
+        recalled = [self.known[p.variant.name] for p in self.points if p.variant.name in self.known]
+        return Proposal(fresh, self.decided, recalled)
+
+    def tell(self, row: Row) -> None:
+        pass
+
+    def done(self) -> bool:
+        return self._proposed
+
+
+class Search:
+    """A strategy's proposals at one shape: first `warm` (the nearest tuned shape's winners), then
+    what the strategy asks for, until `budget` evaluations are told, the space is exhausted or
+    `deadline` (time.monotonic) passes. `all_at_once` (brute force) proposes everything it may
+    at once; a model-guided strategy proposes only what keeps the engine busy, so that each
+    proposal knows of as many measurements as it can."""
+
+    def __init__(self, strategy: Strategy, shape: Any, budget: int, warm: Sequence[Variant] = (),
+                 known: Mapping[str, Row] | None = None, deadline: float | None = None, all_at_once: bool = False):
+        self.strategy, self.shape, self.budget = strategy, shape, budget
+        self.warm, self.known = list(warm), known or {}
+        self.deadline, self.all_at_once = deadline, all_at_once
+        self.trace: list[float | None] = []  # the median of each evaluation told, in order (None: failed)
+        self.trace_times: list[float] = []  # when each was told (time.monotonic)
+        self.evaluated = 0  # points proposed for the engine (the others were recalled)
+        self._pending = 0
+        self._exhausted = False
+        self._by_name = {v.name: v for v in strategy.space.variants}
+
+    def propose(self, room: int) -> Proposal:
+        wanted = self.budget - len(self.trace) - self._pending
+        if self.done() or wanted <= 0:
+            return Proposal()
+        count = wanted if self.all_at_once else min(wanted, room)
+        if count <= 0:
+            return Proposal()
+        batch = [self.warm.pop(0) for _ in range(min(count, len(self.warm)))] or self.strategy.ask(count)
+        self._exhausted = not batch
+        recalled = [self.known[v.name] for v in batch if v.name in self.known]
+        points = [Point(v, self.shape, "none") for v in batch if v.name not in self.known]
+        self._pending += len(batch)
+        self.evaluated += len(points)
+        return Proposal(points, recalled=recalled)
+
+    def tell(self, row: Row) -> None:
+        median = row.median_ms if is_ok(row) else None
+        self.strategy.tell(self._by_name[row.name], median)
+        self.trace.append(median)
+        self.trace_times.append(time.monotonic())
+        self._pending -= 1
+
+    def done(self) -> bool:
+        out_of_time = self.deadline is not None and time.monotonic() > self.deadline
+        return len(self.trace) + self._pending >= self.budget or self._exhausted or out_of_time
+
+    def finalists(self, count: int) -> list[Variant]:
+        """The fastest variants measured, fastest first."""
+        measured = [(t, v) for v, t in self.strategy.results.items() if t is not None]
+        return [v for _, v in sorted(measured, key=lambda item: item[0])][:count]
+
+
+@dataclass
+class Standing:
+    """A finalist after the interleaved rounds."""
+
+    name: str
+    medians_ms: list[float]
+
+    @property
+    def median_ms(self) -> float:
+        """The median round's median (the lower of the middle two for an even count: a measured value)."""
+        return statistics.median_low(self.medians_ms)
+
+    @property
+    def spread(self) -> float:
+        """Relative spread of its round medians: (max - min) / median."""
+        return (max(self.medians_ms) - min(self.medians_ms)) / self.median_ms
+
+
+class Rounds:
+    """The finalists measured again, `rounds` times, one round at a time."""
+
+    def __init__(self, finalists: Sequence[Variant], shape: Any, rounds: int):
+        self.finalists, self.shape, self.rounds = list(finalists), shape, rounds
+        self.rows: dict[str, list[Row]] = {v.name: [] for v in finalists}  # each finalist's correct rows
+        self._started = 0
+        self._waiting = 0  # rows of the current round still to come
+
+    def propose(self, room: int) -> Proposal:
+        if self._waiting or self._started >= self.rounds:
+            return Proposal()
+        self._started += 1
+        self._waiting = len(self.finalists)
+        return Proposal([Point(v, self.shape, "none") for v in self.finalists])
+
+    def tell(self, row: Row) -> None:
+        self._waiting -= 1
+        if is_ok(row):
+            self.rows[row.name].append(row)
+
+    def done(self) -> bool:
+        return self._started >= self.rounds and not self._waiting
+
+    def standings(self) -> list[Standing]:
+        """The finalists that were right in some round, the fastest median round first."""
+        standings = [Standing(name, [row.median_ms for row in rows]) for name, rows in self.rows.items() if rows]
+        return sorted(standings, key=lambda s: s.median_ms)
+
+    def median_round(self, standing: Standing) -> Row:
+        """The row of the round whose median is the standing's median."""
+        return next(row for row in self.rows[standing.name] if row.median_ms == standing.median_ms)

@@ -1,0 +1,76 @@
+"""What a tune found on one GPU model, and the report it prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.results import Row, is_ok
+from ..store.tuning_db import Problem
+from .proposers import Standing
+
+
+@dataclass
+class TuneResult:
+    problem: Problem
+    strategy: str
+    winner: Row
+    standings: list[Standing]
+    default: Row | None
+    evaluations: int
+    gpu_evaluations: int
+    seconds: float
+    trace: list[float | None]
+    trace_seconds: list[float]  # when each evaluation finished, from the start of the tune
+    gpu_seconds: float  # the GPUs' busy time (checking and timing), summed
+    space: int  # variants the strategy searched among
+
+    @property
+    def covered_space(self) -> bool:
+        """Whether every variant of the space was evaluated: the winner is the space's best."""
+        return self.evaluations >= self.space
+
+    @property
+    def lead(self) -> float | None:
+        """How much slower the runner-up is than the winner, relatively."""
+        if len(self.standings) < 2:
+            return None
+        return self.standings[1].median_ms / self.standings[0].median_ms - 1
+
+    @property
+    def noise(self) -> float:
+        return max(s.spread for s in self.standings[:2])
+
+    @property
+    def speedup_over_default(self) -> float | None:
+        if self.default is None or not is_ok(self.default):
+            return None
+        return self.default.median_ms / self.standings[0].median_ms
+
+
+def describe(result: TuneResult) -> str:
+    """The report a tuning run prints."""
+    winner, first = result.winner, result.standings[0]
+    busy = result.gpu_seconds / result.seconds if result.seconds else 0.0
+    lines = [f"{result.problem.gpu_model}, {result.problem.family} {result.problem.dtype} {result.problem.shape}: "
+             f"{result.evaluations} evaluations ({result.gpu_evaluations} on the GPU) by {result.strategy} "
+             f"in {result.seconds:.1f} s (GPU busy {busy:.0%})",
+             f"winner: {first.name}  {first.median_ms:.4g} ms, {winner.throughput:.2f} {winner.unit}",
+             f"  {_coverage(result)}"]
+    for standing in result.standings:
+        lines.append(f"  {standing.name:<70} median {standing.median_ms:.4g} ms over {len(standing.medians_ms)} "
+                     f"interleaved rounds, spread {standing.spread:.1%}")
+    if result.lead is not None:
+        verdict = "larger than the noise" if result.lead > result.noise else "within the noise: a tie"
+        lines.append(f"lead over the runner-up: {result.lead:.1%}; noise {result.noise:.1%}: {verdict}")
+    speedup = result.speedup_over_default
+    if speedup is not None:
+        lines.append(f"against the family's default variant {result.default.name}: {speedup:.2f}x faster")
+    return "\n".join(lines)
+
+
+def _coverage(result: TuneResult) -> str:
+    """Whether the winner is the best of the whole space or of the part evaluated."""
+    if result.covered_space:
+        return f"the best of the whole space: all {result.space:,} variants evaluated"
+    hint = " (brute force without --budget covers the whole space)" if result.strategy == "brute" else ""
+    return f"the best of the {result.evaluations:,} evaluated, a subset of the {result.space:,} variants{hint}"
