@@ -3,10 +3,9 @@ their quality."""
 
 from __future__ import annotations
 
-import time
+import os
 from pathlib import Path
 
-from gen.build import compiler
 from gen.families import get_family
 from gen.evaluate.engine import Pipeline, Point
 from gen.evaluate.options import RunOptions
@@ -20,37 +19,42 @@ from gen.search.tune import replay
 from . import fakes
 from .conftest import REPO
 
+GUARD_S = 120  # turns a hang into a failure; no test waits for it
 
-class StampedExecutor(fakes.FakeExecutor):
-    """Notes when each job reached the (fake) GPU."""
 
-    def __init__(self) -> None:
+class GatedExecutor(fakes.FakeExecutor):
+    """Opens a gate (writes to a FIFO the test holds open) when the first job reaches the (fake) GPU."""
+
+    def __init__(self, gate: int) -> None:
         super().__init__()
-        self.started: list[float] = []
+        self.gate = gate
 
     def run(self, jobs):
         for job, measurement in super().run(jobs):
-            self.started.append(time.monotonic())
+            if len(self.ran) == 1:
+                os.write(self.gate, b"go" * 50)  # one byte lets one held compile through
             yield job, measurement
 
 
-def test_the_gpu_starts_while_nvcc_still_compiles(tmp_path: Path, compile_options, monkeypatch) -> None:
-    finished: list[float] = []
-    real = compiler._run_nvcc
-
-    def noted(*args, **kwargs):
-        done = real(*args, **kwargs)
-        finished.append(time.monotonic())
-        return done
-
-    monkeypatch.setattr(compiler, "_run_nvcc", noted)
+def test_the_gpu_starts_while_nvcc_still_compiles(tmp_path: Path, compile_options, fake_nvcc, monkeypatch) -> None:
+    """Every nvcc run after the first waits until the first job is on the GPU: a pipeline that
+    compiled everything before it ran anything would hold them until their guard gives up."""
+    os.mkfifo(tmp_path / "gate")
+    gate = os.open(tmp_path / "gate", os.O_RDWR)  # held open: a reader never waits for a writer
+    held = (f'timeout {GUARD_S} dd if={tmp_path / "gate"} of=/dev/null bs=1 count=1 2>/dev/null '
+            f'|| touch {tmp_path / "gave-up"}')
+    fake = fake_nvcc(f'[ "$RUN" -gt 1 ] && {{ {held}; }}; exec "$REAL" "$@"')
+    monkeypatch.setenv("PATH", fake.path)
     monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path / "cold"))
-    executor = StampedExecutor()
-    report = sweep(SweepOptions("matmul", tmp_path / "run", params={"tile": ["8", "16", "32"], "padding": ["0", "1", "2"]},
-                                sizes=["64x64x64"], progress=False, run=RunOptions(compile_jobs=1)), executor)
-    assert len(finished) >= 3 and len(executor.started) == 27  # several nvcc runs, every variant measured
-    assert executor.started[0] < finished[-1]  # the first job ran before the last compile was done
-    assert report.stats.compiled == 27 and report.stats.measured == 27
+    executor = GatedExecutor(gate)
+    try:
+        report = sweep(SweepOptions("matmul", tmp_path / "run", params={"tile": ["8", "16", "32"],
+                                                                        "padding": ["0", "1", "2"]},
+                                    sizes=["64x64x64"], progress=False, run=RunOptions(compile_jobs=1)), executor)
+    finally:
+        os.close(gate)
+    assert fake.compiles >= 3 and not (tmp_path / "gave-up").exists()  # several nvcc runs, none waited in vain
+    assert len(executor.ran) == 27 and report.stats.compiled == 27 and report.stats.measured == 27
 
 
 def test_points_of_one_variant_compile_once_and_refusals_come_back_at_once(compile_options) -> None:
