@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from gen.core.errors import ToolMissing
 from gen.families import builtin_families, get_family, MatmulVariant, TransposeVariant
 from gen.families.space import Space
 
+from .conftest import REPO
 from .fakes import OtherCompiler
 
 # The whole golden record (every f32 tile/padding/bounds/sync/method combination), plus f64 and
@@ -141,3 +145,28 @@ def test_the_fastest_variants_measured_on_an_h200_compile_without_spills(compile
     assert all(c.ok and c.resources.spill_bytes == 0 and c.resources.stack_bytes == 0 for c in results)
     assert [c.resources.registers for c in results] == [r.registers for r in fastest]
 
+
+FAKE_CUOBJDUMP = """#!/bin/sh
+[ "$1" = -sass ] && [ -f "$2" ] || { echo "usage: cuobjdump -sass CUBIN" >&2; exit 1; }
+cat <<'SASS'
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   FFMA R2, R3, R4, R5 ;
+        /*0020*/                   LDS.128 R4, [R2] ;
+        /*0030*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+SASS
+"""
+
+
+def test_inspect_variant_says_what_limits_a_variant_and_which_compiler_made_it(
+        compile_options, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "cuobjdump").write_text(FAKE_CUOBJDUMP)
+    (tmp_path / "cuobjdump").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(sys, "argv", ["inspect_variant.py", "matmul_f32_t16_p1_guard_both"])
+    runpy.run_path(str(REPO / "scripts" / "inspect_variant.py"), run_name="__main__")
+    header, _, row = capsys.readouterr().out.splitlines()
+    assert header.split()[:3] == ["variant", "compiler", "regs"]
+    registers = compile_variant(MatmulVariant(tile=16, padding=1), compile_options).resources.registers
+    # no spills; 4 instructions, a quarter FFMA; FFMA, LDS.128 and BAR.SYNC once each among the watched
+    assert row.split() == ["matmul_f32_t16_p1_guard_both", "nvcc", nvcc_version(), str(registers), "0", "4", "25%",
+                           "1", "1", "0", "0", "0", "0", "0", "0", "1"]
