@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""What limits a variant: ptxas resources, the SASS instruction mix, and (with --ncu SIZE, on a GPU)
-Nsight Compute's bank conflicts, occupancy and DRAM throughput for one launch.
+"""What limits a variant: the compiler that made its cubin, ptxas resources, the SASS instruction mix,
+and (with --ncu SIZE, on a GPU) Nsight Compute's bank conflicts, occupancy and DRAM throughput for
+one launch.
 
 Usage: scripts/inspect_variant.py NAME [NAME ...] [--ncu SIZE]
 Needs cuobjdump (and ncu for --ncu) from the CUDA toolkit.
@@ -9,16 +10,18 @@ Needs cuobjdump (and ncu for --ncu) from the CUDA toolkit.
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import asdict
 
 from gen.build.compiler import CompileOptions, compile_variant
+from gen.core.table import text_table
 from gen.families import get_family, variant_from_name
 from gen.gpu.jobs import Job
-from gen.core.table import text_table
-from gen.gpu.workers import job_json
 
 NCU_METRICS = {
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "shared load bank conflicts",
@@ -49,7 +52,7 @@ def sass_mix(cubin: str) -> tuple[Counter, int]:
 def ncu_metrics(name: str, cubin: str, size: str) -> dict[str, str]:
     job = Job(name, variant_from_name(name).family, cubin, size, timing=None)
     command = ["ncu", "--metrics", ",".join(NCU_METRICS), "--kernel-name", name, "--csv", sys.executable, "-m",
-               "gen.gpu.workers", "--once", job_json(job)]
+               "gen.gpu.workers", "--once", json.dumps(asdict(job))]
     output = subprocess.run(command, capture_output=True, text=True).stdout
     values = {}
     for line in output.splitlines():
@@ -65,6 +68,8 @@ def main() -> None:
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--ncu", metavar="SIZE", help="also profile one launch at this size with Nsight Compute")
     args = parser.parse_args()
+    if shutil.which("cuobjdump") is None:
+        sys.exit("inspect_variant: cuobjdump not found: put the CUDA toolkit's bin/ on PATH")
     rows = []
     for name in args.names:
         variant = variant_from_name(name)
@@ -75,12 +80,12 @@ def main() -> None:
             continue
         mix, total = sass_mix(str(compiled.cubin))
         r = compiled.resources
-        rows.append([name, r.registers, r.spill_bytes, total, f"{mix['FFMA'] / total:.0%}"]
+        rows.append([name, compiled.compiler, r.registers, r.spill_bytes, total, f"{mix['FFMA'] / total:.0%}"]
                     + [mix[op] for op in WATCHED])
         if args.ncu:
             for metric, value in ncu_metrics(name, str(compiled.cubin), args.ncu).items():
                 print(f"{name} @ {args.ncu}: {metric} = {value}")
-    print(text_table(["variant", "regs", "spill", "SASS", "FFMA share", *WATCHED], rows))
+    print(text_table(["variant", "compiler", "regs", "spill", "SASS", "FFMA share", *WATCHED], rows))
 
 
 if __name__ == "__main__":

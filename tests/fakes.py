@@ -1,5 +1,6 @@
-"""Stand-ins for the GPU: worker processes that hang or crash, and an in-process executor; and for
-nvcc: a script put first on PATH that can announce it started, hang, fail or call the real one.
+"""Stand-ins for the GPU: worker processes that hang or crash, and an in-process executor; for
+nvcc: a script put first on PATH that can announce it started, hang, fail or call the real one; and
+for a compiler passed in (CompileOptions.compiler): nvcc under another name or version.
 
 Worker targets live at module level so that spawned processes can import them.
 """
@@ -19,6 +20,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from gen.build.nvcc import Nvcc
 from gen.gpu.jobs import Job
 from gen.core.results import DeviceInfo, Measurement, Status, Timing
 
@@ -236,3 +238,25 @@ class Announcements(LineReader):
     def __init__(self, path: Path):
         os.mkfifo(path)
         super().__init__(os.open(path, os.O_RDWR))
+
+
+# ---- compilers passed in -------------------------------------------------------------------------------
+
+class OtherCompiler:
+    """The real nvcc under another name, version or batching (a gen.build.compilers.Compiler that
+    tilegen has not met); notes the kernels of each run it is asked for."""
+
+    def __init__(self, name: str = "nvcc", version: str | None = None, batches: bool = True):
+        self.name, self.release, self.batches = name, version, batches
+        self.nvcc = Nvcc()
+        self.runs: list[list[str]] = []
+
+    def version(self) -> str:
+        return self.release or self.nvcc.version()
+
+    def archs(self) -> tuple[str, ...]:
+        return self.nvcc.archs()
+
+    def compile(self, sources, arch, flags, deadline_s, children):
+        self.runs.append(list(sources))
+        return self.nvcc.compile(sources, arch, flags, deadline_s, children)

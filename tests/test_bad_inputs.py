@@ -22,7 +22,8 @@ import pytest
 
 import gen
 from gen.cli.main import main
-from gen.build.compiler import CompileOptions, compile_variants
+from gen.build.compiler import CompileOptions
+from gen.build.pool import compile_variants
 from gen.core.errors import TilegenError
 from gen.store.export import write_t4
 from gen.families import get_family, variant_from_name

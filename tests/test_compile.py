@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import runpy
+import sys
+from pathlib import Path
+
 import pytest
 
-from gen.build import compiler
-from gen.build.compiler import CompileOptions, compile_variant, compile_variants, parse_ptxas
+from gen.build import compiler, nvcc
+from gen.build.compiler import (CompileOptions, Compiled, compile_batch, compile_variant, nvcc_version, parse_ptxas,
+                                provenance)
+from gen.build.pool import compile_variants
+from gen.core.processes import ProcessGroup
+from gen.build.nvcc import Nvcc
 from gen.core.errors import ToolMissing
-from gen.families import builtin_families, MatmulVariant, TransposeVariant
+from gen.families import builtin_families, get_family, MatmulVariant, TransposeVariant
 from gen.families.space import Space
+
+from .conftest import REPO
+from .fakes import OtherCompiler
 
 # The whole golden record (every f32 tile/padding/bounds/sync/method combination), plus f64 and
 # dynamic shared memory: well over the 60 representative variants the toolkit promises.
@@ -39,13 +51,11 @@ def test_the_seed_kernels_do_not_spill(compiled) -> None:
     assert all(c.resources.spill_bytes == 0 and c.resources.registers > 0 for c in compiled)
 
 
-def test_a_repeated_compile_is_served_from_the_cache(compiled, compile_options, monkeypatch) -> None:
-    def no_nvcc(*args, **kwargs):
-        raise AssertionError("nvcc ran although every variant was cached")
-
-    monkeypatch.setattr(compiler, "_run_nvcc", no_nvcc)
+def test_a_repeated_compile_is_served_from_the_cache(compiled, compile_options, monkeypatch, fake_nvcc) -> None:
+    fake = fake_nvcc("exit 1")  # the real nvcc's version, but no compile
+    monkeypatch.setenv("PATH", fake.path)
     again = compile_variants(REPRESENTATIVE, compile_options)
-    assert all(c.cached for c in again)
+    assert all(c.cached for c in again) and fake.compiles == 0
     assert [c.resources for c in again] == [c.resources for c in compiled]
 
 
@@ -57,6 +67,31 @@ def test_another_arch_is_another_cache_entry(compile_options, tmp_path) -> None:
     assert compile_variant(variant, CompileOptions(arch="sm_80", cache=tmp_path)).cached
 
 
+def test_the_cache_key_and_provenance_name_the_compiler_and_its_version(compile_options, tmp_path: Path) -> None:
+    def compile_with(compiler: object) -> Compiled:
+        return compile_variant(MatmulVariant(tile=8), CompileOptions(arch="sm_90", cache=tmp_path, compiler=compiler))
+
+    made = compile_with(Nvcc())
+    assert not made.cached and made.compiler == f"nvcc {nvcc_version()}"
+    assert compile_with(OtherCompiler()).cached  # the same name and version: the same compiler
+    renamed, newer = compile_with(OtherCompiler("nvcc-fork")), compile_with(OtherCompiler(version="99.9"))
+    assert not renamed.cached and renamed.compiler == f"nvcc-fork {nvcc_version()}"
+    assert not newer.cached and newer.compiler == "nvcc 99.9"
+    assert compile_with(OtherCompiler("nvcc-fork")).cached
+    made_by = provenance(CompileOptions(compiler=OtherCompiler("nvcc-fork")), get_family("matmul"))
+    assert made_by["compiler"] == "nvcc-fork" and made_by["nvcc-fork"] == nvcc_version()
+
+
+def test_variants_compile_together_only_where_the_compiler_batches(compile_options, tmp_path: Path) -> None:
+    variants = [MatmulVariant(tile=8, padding=0), MatmulVariant(tile=16, padding=0)]  # a family that batches
+    batching, alone = OtherCompiler(), OtherCompiler(batches=False)
+    for other in (batching, alone):
+        options = CompileOptions(arch="sm_90", cache=tmp_path / str(other.batches), jobs=1, compiler=other)
+        assert all(c.ok and not c.cached for c in compile_batch(variants, options, ProcessGroup()))
+    assert batching.runs == [[v.name for v in variants]]
+    assert alone.runs == [[v.name] for v in variants]
+
+
 def test_a_compile_error_is_a_result_with_the_log(compile_options, monkeypatch) -> None:
     monkeypatch.setattr(compiler, "render", lambda variant: "this is not CUDA;\n")
     result = compile_variant(MatmulVariant(tile=8, padding=7), compile_options)
@@ -65,7 +100,7 @@ def test_a_compile_error_is_a_result_with_the_log(compile_options, monkeypatch) 
 
 
 def test_missing_nvcc_is_one_clear_message(monkeypatch) -> None:
-    monkeypatch.setattr(compiler, "nvcc_path", lambda: None)
+    monkeypatch.setattr(nvcc, "nvcc_path", lambda: None)
     with pytest.raises(ToolMissing, match="nvcc not found: install the CUDA toolkit"):
         compile_variants([MatmulVariant()], CompileOptions())
 
@@ -111,3 +146,29 @@ def test_the_fastest_variants_measured_on_an_h200_compile_without_spills(compile
     results = compile_variants([variant_from_name(r.name) for r in fastest], compile_options)
     assert all(c.ok and c.resources.spill_bytes == 0 and c.resources.stack_bytes == 0 for c in results)
     assert [c.resources.registers for c in results] == [r.registers for r in fastest]
+
+
+FAKE_CUOBJDUMP = """#!/bin/sh
+[ "$1" = -sass ] && [ -f "$2" ] || { echo "usage: cuobjdump -sass CUBIN" >&2; exit 1; }
+cat <<'SASS'
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   FFMA R2, R3, R4, R5 ;
+        /*0020*/                   LDS.128 R4, [R2] ;
+        /*0030*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+SASS
+"""
+
+
+def test_inspect_variant_says_what_limits_a_variant_and_which_compiler_made_it(
+        compile_options, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "cuobjdump").write_text(FAKE_CUOBJDUMP)
+    (tmp_path / "cuobjdump").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(sys, "argv", ["inspect_variant.py", "matmul_f32_t16_p1_guard_both"])
+    runpy.run_path(str(REPO / "scripts" / "inspect_variant.py"), run_name="__main__")
+    header, _, row = capsys.readouterr().out.splitlines()
+    assert header.split()[:3] == ["variant", "compiler", "regs"]
+    registers = compile_variant(MatmulVariant(tile=16, padding=1), compile_options).resources.registers
+    # no spills; 4 instructions, a quarter FFMA; FFMA, LDS.128 and BAR.SYNC once each among the watched
+    assert row.split() == ["matmul_f32_t16_p1_guard_both", "nvcc", nvcc_version(), str(registers), "0", "4", "25%",
+                           "1", "1", "0", "0", "0", "0", "0", "0", "1"]

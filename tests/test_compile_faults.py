@@ -21,7 +21,9 @@ import pytest
 
 from gen.build import compiler
 from gen.cli.main import main
-from gen.build.compiler import CompileOptions, cache_summary, compile_variant, compile_variants
+from gen.build.compiler import CompileOptions, cache_summary, compile_batch, compile_variant
+from gen.build.pool import compile_variants
+from gen.core.processes import ProcessGroup
 from gen.families import MatmulVariant
 from gen.evaluate.options import RunOptions
 from gen.core.results import Row, Status
@@ -91,8 +93,8 @@ def compiled(tmp_path_factory: pytest.TempPathFactory, compile_options: CompileO
     and its tile-16 twin from one nvcc run, in one cubin."""
     folder = tmp_path_factory.mktemp("compiled")
     assert compile_variant(MatmulVariant(tile=8, padding=0), CompileOptions(arch="sm_90", cache=folder / "one")).ok
-    twins = compile_variants([MatmulVariant(tile=8, padding=0), MatmulVariant(tile=16, padding=0)],
-                             CompileOptions(arch="sm_90", cache=folder / "batch", jobs=1))
+    twins = compile_batch([MatmulVariant(tile=8, padding=0), MatmulVariant(tile=16, padding=0)],
+                          CompileOptions(arch="sm_90", cache=folder / "batch", jobs=1), ProcessGroup())
     assert all(c.ok for c in twins) and len({c.cubin for c in twins}) == 1
     return {"one": folder / "one", "batch": folder / "batch"}
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from concurrent.futures import Future
-from typing import Iterable
+from concurrent.futures import Future, as_completed
+from typing import Callable, Iterable
 
 from ..core.errors import Interrupted
 from ..core.processes import ProcessGroup
 from ..families.variant import Variant
 from .compiler import CompileOptions, Compiled, batch_size, compile_batch
+from .options import check_arch
 
 
 class CompilePool:
@@ -123,3 +124,23 @@ class CompilePool:
             count = 1 if first_wave else batch_size(len(source), self.workers)
             self._runs += 1
             return [source.popleft() for _ in range(min(count, len(source)))]
+
+
+def compile_variants(variants: Iterable[Variant], options: CompileOptions,
+                     on_done: Callable[[Compiled], None] | None = None) -> list[Compiled]:
+    """Compile every variant (each once), `options.jobs` compiler runs at a time; results in the
+    order of `variants`. `on_done` is called as each variant finishes (from this thread)."""
+    variants = list(variants)
+    check_arch(options.arch, options.compiler)
+    pool = CompilePool(options)
+    try:
+        futures = {variant: pool.submit(variant) for variant in dict.fromkeys(variants)}
+        for future in as_completed(futures.values()):
+            if on_done:
+                on_done(future.result())
+        return [futures[variant].result() for variant in variants]
+    except BaseException:
+        pool.kill()  # Ctrl-C, or a run that cannot go on: no compile goes on behind our back
+        raise
+    finally:
+        pool.close()

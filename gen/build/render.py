@@ -26,6 +26,7 @@ from ..core.errors import TemplateProblem
 from ..families import get_family
 from ..families.family import Family, signature
 from ..core.limits import DTYPE_CTYPE
+from ..core.paths import builtin_templates_dir
 from ..families.registry import family_path_of
 from ..families.variant import Variant
 
@@ -193,6 +194,4 @@ def _where(filename: str | None) -> str:
     if not filename:
         return "template"
     path = Path(filename)
-    from ..core.paths import builtin_templates_dir
-
     return path.name if path.parent == builtin_templates_dir() else str(path)

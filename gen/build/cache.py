@@ -1,0 +1,266 @@
+"""The compile cache, the same for every compiler (`CompileCache`): each variant's compile, a cubin
+and its resources or a compile error with the compiler's diagnostic, under a key that names the
+source, the options, and the compiler and its version (`compiler.cache_key`). Every entry is proven
+before it is trusted; one that fails the proof is removed, with a note on stderr, and compiled
+again. Only tilegen's own files here are ever removed.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import RunFailed, UsageError
+from ..core.paths import cache_dir
+from .ptxas import Resources
+from .verdict import has_diagnostic, note
+
+CACHE_FORMAT = 2  # part of every cache key: records of another format are never read as entries
+
+_RECORD_NAME = re.compile(r"^[0-9a-f]{32}\.json$")
+_CUBIN_NAME = re.compile(r"^[0-9a-f]{32}\.cubin$")
+# Every name tilegen gives a file in the cache: records, cubins, older tilegens' batch cubins, and
+# the temporaries of writes cut short. Nothing else there is tilegen's to remove.
+_OWN_NAME = re.compile(r"^(?:batch-)?[0-9a-f]{32}\.(?:json|cubin)(?:\.[a-z0-9_]{8})?$")
+
+
+@dataclass(frozen=True)
+class CubinFile:
+    """A cubin in the cache, named after its content's sha256: a batch's variants share one."""
+
+    name: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One variant's compile as the cache keeps it: a cubin and its resources, or a compile error."""
+
+    log: str
+    seconds: float
+    cubin: CubinFile | None = None  # None: a compile error, whose log diagnoses the source
+    resources: Resources | None = None
+
+
+class DamagedEntry(Exception):
+    """A cache record that fails its proof; the message says how. `cubin`: a cubin it names that is
+    not what was compiled, and no entry can use."""
+
+    def __init__(self, problem: str, cubin: Path | None = None):
+        super().__init__(problem)
+        self.cubin = cubin
+
+
+@dataclass(frozen=True)
+class CacheSummary:
+    folder: Path
+    entries: int  # proven entries
+    failed: int  # of them, compile errors
+    damaged: int  # records that fail their proof, and stray files: cubins no entry names, cut-short writes
+    bytes: int  # of every file tilegen wrote there
+
+
+class CompileCache:
+    """A folder of entries. An entry is a record, `<key>.json`, that names its cubin with the cubin's
+    sha256 and size; the cubin is written first and the record last, each atomically, so a record
+    whose cubin matches it is a whole entry. `load` proves an entry before it returns it."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def load(self, key: str, what: str) -> CacheEntry | None:
+        """The proven entry under `key`, else None. A damaged one is removed, with a note naming `what`."""
+        record = self.folder / f"{key}.json"
+        try:
+            return self._proven(record, key)
+        except FileNotFoundError:
+            return None
+        except DamagedEntry as damage:
+            note(f"the compile cache's entry for {what} was damaged ({damage}): removed, compiling it again")
+            record.unlink(missing_ok=True)
+            if damage.cubin is not None:
+                damage.cubin.unlink(missing_ok=True)
+            return None
+
+    def put_cubin(self, cubin: bytes) -> CubinFile:
+        digest = hashlib.sha256(cubin).hexdigest()
+        named = CubinFile(f"{digest[:32]}.cubin", digest, len(cubin))
+        self._write(self.folder / named.name, cubin)
+        return named
+
+    def put(self, key: str, entry: CacheEntry) -> None:
+        """Record an entry; its cubin must be in the cache already (`put_cubin`)."""
+        record = {"format": CACHE_FORMAT, "key": key, "seconds": entry.seconds, "log": entry.log,
+                  "cubin": asdict(entry.cubin) if entry.cubin else None,
+                  "resources": asdict(entry.resources) if entry.resources else None}
+        self._write(self.folder / f"{key}.json", json.dumps(record).encode())
+
+    def summary(self) -> CacheSummary:
+        proven, failed, damaged, own, _ = self._survey()
+        return CacheSummary(self.folder, len(proven), len(failed), len(damaged), sum(_size(p) for p in own))
+
+    def purge_failed(self) -> tuple[int, int]:
+        """Remove the compile errors and the damaged entries (and stray files); their counts."""
+        _, failed, damaged, _, _ = self._survey()
+        for path in failed + damaged:
+            path.unlink(missing_ok=True)
+        return len(failed), len(damaged)
+
+    def clear(self) -> tuple[int, int]:
+        """Remove every file tilegen wrote here, and nothing else: how many entries it held, and
+        how many other files stay."""
+        _, _, _, own, others = self._survey()
+        for path in own:
+            path.unlink(missing_ok=True)
+        return sum(bool(_RECORD_NAME.match(p.name)) for p in own), len(others)
+
+    def _survey(self) -> tuple[list[Path], list[Path], list[Path], list[Path], list[Path]]:
+        """The files here: proven entries' records, compile errors among them, damaged records and
+        stray files, every file tilegen named, and the files it did not."""
+        proven: list[Path] = []
+        failed: list[Path] = []
+        damaged: list[Path] = []
+        own: list[Path] = []
+        others: list[Path] = []
+        used: set[str] = set()
+        files = sorted(p for p in self.folder.iterdir() if p.is_file()) if self.folder.is_dir() else []
+        for path in files:
+            (own if _OWN_NAME.match(path.name) else others).append(path)
+        for record in (p for p in own if _RECORD_NAME.match(p.name)):
+            try:
+                entry = self._proven(record, record.stem)
+            except (DamagedEntry, FileNotFoundError):
+                damaged.append(record)
+                continue
+            proven.append(record)
+            if entry.cubin is None:
+                failed.append(record)
+            else:
+                used.add(entry.cubin.name)
+        damaged += [p for p in own if not _RECORD_NAME.match(p.name) and p.name not in used]
+        return proven, failed, damaged, own, others
+
+    def _proven(self, record: Path, key: str) -> CacheEntry:
+        """The entry `record` holds, if it proves whole: DamagedEntry says why not."""
+        try:
+            text = record.read_bytes()
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            raise DamagedEntry(f"cannot be read: {error.strerror}") from None
+        try:
+            fields_ = json.loads(text)
+        except ValueError:
+            raise DamagedEntry("empty" if not text.strip() else "not JSON") from None
+        if not isinstance(fields_, dict):
+            raise DamagedEntry(f"a JSON {type(fields_).__name__}, not a record")
+        if fields_.get("format") != CACHE_FORMAT or fields_.get("key") != key:
+            raise DamagedEntry("not a record of this tilegen's for this entry")
+        log, seconds = _field(fields_, "log", str), _field(fields_, "seconds", (int, float))
+        if fields_.get("cubin") is None:
+            if not has_diagnostic(log):
+                raise DamagedEntry("a compile error without the compiler's diagnostic")
+            return CacheEntry(log, seconds)
+        cubin = _cubin_file(_field(fields_, "cubin", dict))
+        resources = _resources(_field(fields_, "resources", dict))
+        self._prove_cubin(cubin)
+        return CacheEntry(log, seconds, cubin, resources)
+
+    def _prove_cubin(self, cubin: CubinFile) -> None:
+        path = self.folder / cubin.name
+        try:
+            found = path.stat()
+        except FileNotFoundError:
+            raise DamagedEntry(f"its cubin {cubin.name} is missing") from None
+        if found.st_size != cubin.size:
+            raise DamagedEntry(f"its cubin {cubin.name} has {found.st_size} bytes, not {cubin.size}", path)
+        if _sha256_of(path, found.st_size, found.st_mtime_ns, found.st_ino) != cubin.sha256:
+            raise DamagedEntry(f"its cubin {cubin.name} has other contents than were compiled", path)
+
+    def _write(self, path: Path, data: bytes) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            _write_atomically(path, data)
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise RunFailed(f"cannot write the compile cache {self.folder} ({error.strerror}); free space there "
+                                f"(or set $TILEGEN_CACHE to a folder with room), then run again") from None
+            raise UsageError(f"cannot write the compile cache {self.folder} ({error.strerror}); set $TILEGEN_CACHE "
+                             f"to a writable folder") from None
+
+
+def cubin_cache() -> Path:
+    """The compile cache's folder: cubins/ in tilegen's cache folder."""
+    return cache_dir() / "cubins"
+
+
+def cache_summary(folder: Path) -> CacheSummary:
+    return CompileCache(folder).summary()
+
+
+def purge_failed(folder: Path) -> tuple[int, int]:
+    """Remove the cached compile errors and damaged entries (the next run compiles those variants
+    again): how many of each."""
+    return CompileCache(folder).purge_failed()
+
+
+def clear_cache(folder: Path) -> tuple[int, int]:
+    """Remove every cached compile, and only tilegen's files: how many entries, and how many other files kept."""
+    return CompileCache(folder).clear()
+
+
+def _field(record: dict, name: str, kind: type | tuple[type, ...]) -> Any:
+    value = record.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise DamagedEntry(f"its field {name!r} is {'missing' if value is None else 'malformed'}")
+    return value
+
+
+def _cubin_file(fields_: dict) -> CubinFile:
+    name, sha256, size = fields_.get("name"), fields_.get("sha256"), fields_.get("size")
+    if not (isinstance(name, str) and _CUBIN_NAME.match(name) and isinstance(sha256, str)
+            and isinstance(size, int) and not isinstance(size, bool)):
+        raise DamagedEntry("its field 'cubin' is malformed")
+    return CubinFile(name, sha256, size)
+
+
+def _resources(fields_: dict) -> Resources:
+    names = [f.name for f in fields(Resources)]
+    if sorted(fields_) != sorted(names) or not all(type(fields_[n]) is int and fields_[n] >= 0 for n in names):
+        raise DamagedEntry("its field 'resources' is malformed")
+    return Resources(**fields_)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sha256_of(path: Path, size: int, mtime_ns: int, inode: int) -> str:
+    """A file's sha256, kept while its size, time and inode stay (a batch's cubin proves 8 entries)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write through a temporary file and rename, so a reader never sees half a file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+

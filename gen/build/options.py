@@ -1,0 +1,79 @@
+"""What a compile is asked for (`CompileOptions`): the architecture, the flags, the cache, how many
+compiles at once, each one's deadline, and the compiler; each field checked when made."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ..core.errors import UsageError
+from .cache import cubin_cache
+from .compilers import Compiler, default_compiler
+from .deadlines import compile_timeout, seconds
+
+DEFAULT_ARCH = "sm_90"
+DEFAULT_FLAGS = ("-lineinfo",)
+_ARCH_PATTERN = re.compile(r"^sm_\d{2,3}[af]?$")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    arch: str = DEFAULT_ARCH
+    flags: tuple[str, ...] = DEFAULT_FLAGS
+    cache: Path = field(default_factory=lambda: cubin_cache())
+    jobs: int = field(default_factory=lambda: usable_cores())  # capped at usable_cores(): more would only wait
+    timeout_s: float | None = None  # one compile's deadline; None: $TILEGEN_COMPILE_TIMEOUT, else DEFAULT_TIMEOUT_S
+    compiler: Compiler = field(default_factory=default_compiler)
+
+    @classmethod
+    def local(cls, arch: str | None = None, jobs: int | None = None) -> "CompileOptions":
+        """Options for this machine: the given architecture or the local GPU's, refused unless the
+        compiler compiles for it; `jobs` or one per core."""
+        chosen = cls(arch=arch or local_arch())
+        check_arch(chosen.arch, chosen.compiler)
+        return replace(chosen, jobs=jobs) if jobs else chosen
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.arch, str) or not _ARCH_PATTERN.match(self.arch):
+            raise UsageError(f"--arch {self.arch!r} is not a GPU architecture like sm_90 or sm_90a")
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
+            raise UsageError(f"--jobs must be a whole number of parallel compiles, at least 1; got {self.jobs!r}")
+        if not isinstance(self.compiler, Compiler):
+            raise UsageError(f"compiler must be a gen.build.compilers.Compiler, like gen.build.nvcc.Nvcc(); got "
+                             f"{self.compiler!r}")
+        object.__setattr__(self, "jobs", min(self.jobs, usable_cores()))
+        object.__setattr__(self, "timeout_s", compile_timeout() if self.timeout_s is None
+                           else seconds(self.timeout_s, "timeout_s"))
+
+
+def check_arch(arch: str, compiler: Compiler) -> None:
+    """UsageError unless `compiler` compiles for `arch` (sm_90a and sm_100f by their base)."""
+    archs = compiler.archs()
+    base = re.sub(r"[af]$", "", arch)
+    if arch not in archs and base not in archs:
+        raise UsageError(f"--arch {arch}: {compiler.name} {compiler.version()} does not compile for it; it compiles "
+                         f"for {', '.join(archs)}")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: the most compiles that can make progress at once."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity masks on this system
+        return os.cpu_count() or 1
+
+
+@functools.cache
+def local_arch() -> str:
+    """The architecture of the first local GPU (via nvidia-smi), else sm_90."""
+    try:
+        output = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout
+        major, minor = output.splitlines()[0].strip().split(".")
+        return f"sm_{int(major)}{int(minor)}"
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return DEFAULT_ARCH
