@@ -221,7 +221,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
             db = TuningDB(db_path)  # only now: a tune that cannot run leaves no database behind
             results, first_taken = [], False
             for model, group in groups.items():
-                problem = Problem(str(model), family.name, chosen.variants[0].dtype, str(shape))
+                problem = Problem(model, family.name, chosen.variants[0].dtype, str(shape))
                 model_run = run if run.arch else replace(run, arch=model.arch)  # each model its own cubins
                 if not first_taken and first.compile_options.arch == model_run.arch:
                     first_taken = True
@@ -263,9 +263,9 @@ class Evaluator:
         """Rows the pipeline finished since the last call, recorded in the database."""
         rows = self.pipeline.take()
         for row in rows:
-            row.provenance.setdefault("gpu_model", self.problem.gpu_model)  # compile errors: which GPU's tune
+            row.provenance.setdefault("gpu_model", str(self.problem.gpu_model))  # compile errors: which GPU's tune
         if rows:
-            self.db.record(rows)
+            self.db.record(rows, self.problem.gpu_model)
             self.known.update({row.name: row for row in rows})
         return rows
 
@@ -409,7 +409,7 @@ def revalidate(db: TuningDB, run: RunOptions, executor: Executor | None = None
     try:
         for model, group in groups.items():
             model_run = replace(run, seed=1, arch=run.arch or model.arch)
-            problems = [p for p in db.problems() if p.gpu_model == str(model)]
+            problems = [p for p in db.problems() if p.gpu_model == model]
             for family_name in sorted({p.family for p in problems}):
                 family = get_family(family_name)
                 with Pipeline(family, model_run, group) as pipeline:
