@@ -21,7 +21,7 @@ from gen.families import get_family
 from gen.families.registry import registry
 from gen.families.space import Space
 from gen.search.lookup import tuned_with_reason
-from gen.search.tune import INTERLEAVED_ROUNDS, TuneOptions, tune
+from gen.search.tune import INTERLEAVED_ROUNDS, TuneOptions, tune, warm_start
 from gen.store.tuning_db import TuningDB
 
 from .conftest import REPO
@@ -203,3 +203,43 @@ def test_a_tune_migrates_a_0_1_database_once_keeping_every_row(tmp_path: Path, c
     code, out, err = run_main(capsys, ["best", "sgemm", "--size", "4096x4096x4096", "--gpu", "H200", "--db", str(db)])
     assert code == 0 and "the exact shape on this GPU" in err, err
     assert TuningDB(db).integrity() == "ok"
+
+
+# ---- a 0.2 database: display strings, and dtype '' for a family without dtype -------------------------
+
+def test_readers_find_rows_stored_with_dtype_blank_as_the_familys_element_type(database_0_2: Path, capsys) -> None:
+    before = snapshot(database_0_2.parent)
+    fastest = stencil_rows()[-1].name
+    code, out, err = run_main(capsys, ["best", "stencil", "--size", "512x512", "--gpu", "Fake", "--db",
+                                       str(database_0_2)])
+    assert code == 0 and out.strip() == fastest and "the exact shape on this GPU" in err, (out, err)
+    assert gen.tuned("stencil", 512, 512, db=database_0_2, device=FAKE_DEVICE).name == fastest
+    assert gen.tuned("stencil", 512, 512, dtype="f32", db=database_0_2, device=FAKE_DEVICE).name == fastest
+    (problem,) = TuningDB(database_0_2, create=False).problems("stencil")
+    assert problem.dtype == "f32" and len(TuningDB(database_0_2, create=False).traces(problem)) == 1
+    assert snapshot(database_0_2.parent) == before
+
+
+def test_a_later_tune_does_not_measure_again_what_a_0_2_database_holds(database_0_2: Path, compile_options) -> None:
+    executor = FakeExecutor()
+    (result,) = tune(TuneOptions("stencil", "512x512", params=STENCIL_SPACE, strategy="brute", db=database_0_2,
+                                 progress=False, top=1), executor)
+    stored = {row.name for row in stencil_rows()}
+    assert result.problem.dtype == "f32"
+    # every variant is known: only the finalist's interleaved rounds run
+    assert len(executor.ran) == INTERLEAVED_ROUNDS and {job.name for job in executor.ran} <= stored
+    db = TuningDB(database_0_2, create=False)
+    assert set(db.measured(result.problem)) == stored and len(db.traces(result.problem)) == 2  # 0.2's session too
+    assert not [value for value in key_values(database_0_2) if "GiB)" in value]  # migrated
+
+
+def test_a_new_shape_starts_from_the_winners_a_0_2_database_holds(database_0_2: Path, compile_options) -> None:
+    other = {"bx": ["32"], "by": ["8"], "rows": ["1"]}  # tuned at 256x256, farther from 1024x1024 than 512x512
+    (result,) = tune(TuneOptions("stencil", "256x256", params=other, strategy="brute", db=database_0_2,
+                                 progress=False, top=1), FakeExecutor())
+    family = get_family("stencil")
+    shape = family.parse_shape("1024x1024")
+    valid = Space.default(family).expand().valid
+    leaders = [row.name for row in reversed(stencil_rows())]  # fastest first
+    problem = type(result.problem)(result.problem.gpu_model, "stencil", "f32", str(shape))
+    assert [v.name for v in warm_start(TuningDB(database_0_2), problem, family, shape, valid)] == leaders

@@ -3,8 +3,9 @@ databases of tilegen 0.1 and 0.2, read as they are and migrated once by a writer
 
 A GPU model is stored as its fields (name, compute capability, SM count, memory), never as its
 display string, which may be reworded. Tilegen 0.1 and 0.2 keyed rows by that string
-("NVIDIA H100 80GB HBM3 (cc 9.0, 132 SMs, 79 GiB)"). A Layout says how a connection's database
-names the model. Readers never change a
+("NVIDIA H100 80GB HBM3 (cc 9.0, 132 SMs, 79 GiB)") and stored the rows of a family without a
+`dtype` parameter with dtype ''. A Layout says how a connection's database names the model; the
+SQL expression ELEMENT_TYPE reads '' as the family's one element type. Readers never change a
 database (no migration, no journal switch); a writer migrates an old one in one transaction,
 keeping every row and its id.
 """
@@ -21,6 +22,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.errors import RunFailed, TilegenError, UsageError
 from ..core.results import GpuModel, strict_json
+from ..families import registry
 
 WRITE_WAIT_S = 60.0  # a writer waits this long for another's transaction (two tunes into one file)
 READ_WAIT_S = 1.0  # a reader waits this long: in WAL mode only a crash's recovery or a locking program holds one up
@@ -81,7 +83,9 @@ LEGACY_TABLES = {
 LEGACY_VIEWS = ("ranked", "latest")
 # How 0.1 and 0.2 displayed a GPU model: a format of the past, kept to read their databases.
 _LEGACY_DISPLAY = re.compile(r"(?P<name>.+) \(cc (?P<cc>[0-9.]+), (?P<sms>[0-9]+) SMs, (?P<gib>[0-9]+) GiB\)")
-ELEMENT_TYPE = "dtype"  # a row's element type
+# A row's element type: its dtype, or for a row stored with '' (tilegen 0.2, a family without a
+# dtype parameter) that family's one element type ('' where the family is not loaded here).
+ELEMENT_TYPE = "CASE dtype WHEN '' THEN only_element_type(family) ELSE dtype END"
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,7 @@ def connect(path: Path, writer: bool) -> sqlite3.Connection:
     connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode={mode}", uri=True, timeout=wait)
     if not writer:
         connection.execute("PRAGMA query_only = ON")
+    connection.create_function("only_element_type", 1, _only_element_type, deterministic=True)
     return connection
 
 
@@ -220,6 +225,13 @@ def _legacy_model(connection: sqlite3.Connection, text: str) -> GpuModel:
         if model is not None:
             return model
     return GpuModel(text, "", 0, 0)
+
+
+def _only_element_type(family: str) -> str:
+    """The one element type of `family` ('' when it has several, or is not loaded here)."""
+    found = registry().families.get(family)
+    types = found.dtypes if found is not None else ()
+    return types[0] if len(types) == 1 else ""
 
 
 def _database_failure(path: Path, error: sqlite3.DatabaseError) -> TilegenError:
