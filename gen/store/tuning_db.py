@@ -227,9 +227,12 @@ class TuningDB:
 
     @contextmanager
     def _reading(self) -> Iterator[tuple[sqlite3.Connection, Layout]]:
+        """A connection and its database's layout, read in one transaction: a tune may migrate the
+        file between the reading of its layout and a query (closing the connection ends it)."""
         with database_errors(self.path):
             connection = connect(self.path, writer=self.writer)
             try:
+                connection.execute("BEGIN")
                 yield connection, layout(connection)
             finally:
                 connection.close()
