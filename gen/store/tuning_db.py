@@ -43,6 +43,9 @@ class Problem:
     dtype: str
     shape: str
 
+    def __post_init__(self) -> None:
+        _check_model(self.gpu_model, "a Problem's gpu_model")
+
     def __str__(self) -> str:
         return f"{self.family} {self.dtype} {self.shape} on {self.gpu_model}"
 
@@ -111,6 +114,8 @@ class TuningDB:
         """Insert rows in one transaction, each under the GPU model its provenance names (a row
         that ran on a GPU), else under `model` (the model a tune compiled it for: a compile
         error). Rows with neither are not recorded."""
+        if model is not None:
+            _check_model(model, "TuningDB.record: model")
         keyed = [(found, row) for row in rows if (found := GpuModel.from_provenance(row.provenance) or model)]
         with self._transaction() as connection:
             connection.executemany(
@@ -191,6 +196,8 @@ class TuningDB:
 
     def rows(self, family: str | None = None, gpu_model: GpuModel | None = None) -> list[Row]:
         """Every measurement, oldest first, optionally of one family and GPU model."""
+        if gpu_model is not None:
+            _check_model(gpu_model, "TuningDB.rows: gpu_model")
         with self._reading() as (connection, found):
             where, parameters = found.where(gpu_model) if gpu_model is not None else ("1", ())
             query = f"SELECT id, row FROM measurements WHERE (? IS NULL OR family = ?) AND {where} ORDER BY id"
@@ -251,6 +258,13 @@ class TuningDB:
                 raise
             finally:
                 connection.close()
+
+
+def _check_model(model: Any, what: str) -> None:
+    """Refuse anything but a GpuModel: a model is its fields (tilegen 0.2 took its display string)."""
+    if not isinstance(model, GpuModel):
+        raise UsageError(f"{what} is a gen.core.results.GpuModel (its fields), got {model!r}; a device's is "
+                         f"DeviceInfo.model")
 
 
 def _values(model: GpuModel, row: Row) -> tuple:
