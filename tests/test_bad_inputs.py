@@ -35,7 +35,7 @@ from gen.families.space import Space
 from gen.store.results_log import read_rows
 from gen.search.sweep import SweepOptions, preview, sweep
 from gen.search.tune import TuneOptions, tune
-from gen.store.tuning_db import TuningDB
+from gen.store.tuning_db import Problem, TuningDB
 
 from .conftest import REPO, _gpu_missing
 from .fakes import FakeExecutor
@@ -666,6 +666,12 @@ API_CASES = [
         "measurement 1 is not a result row (its field 'status'", "TuningDB.rows: a bad row"),
     api(lambda: gen.tuned("matmul", 1024, 1024, 1024, db=Path("bad-json.sqlite"), device=H100),
         "the row of measurement 1 is not a result row", "tuned: a bad row"),
+    api(lambda: Problem(str(H100.model), "matmul", "f32", "1024x1024x1024"), "a Problem's gpu_model is a "
+        "gen.core.results.GpuModel (its fields), got 'NVIDIA H100", "Problem: a GPU model's display string"),
+    api(lambda: TuningDB(Path("tuned.sqlite"), create=False).rows("matmul", str(H100.model)),
+        "TuningDB.rows: gpu_model is a gen.core.results.GpuModel", "TuningDB.rows: a GPU model's display string"),
+    api(lambda: TuningDB(Path("tuned.sqlite")).record([_measured(MatmulVariant(tile=8), "64x64x64")], "H100"),
+        "TuningDB.record: model is a gen.core.results.GpuModel", "TuningDB.record: a GPU model's name"),
     api(lambda: read_rows(Path("row-params/results.jsonl")), "its field 'params' must be an object",
         "read_rows: params as text"),
     api(_sweep(out=Path("mine-csv")), "holds results.csv that tilegen did not write", "out: the user's folder"),

@@ -25,7 +25,7 @@ from gen.core.errors import TilegenError  # noqa: E402
 from gen.families import get_family  # noqa: E402
 from gen.gpu.jobs import Job  # noqa: E402
 from gen.evaluate.options import RunOptions  # noqa: E402
-from gen.core.results import DeviceInfo, Row, Status  # noqa: E402
+from gen.core.results import DeviceInfo, GpuModel, Row, Status  # noqa: E402
 from gen.search.sweep import SweepOptions, sweep  # noqa: E402
 from gen.search.revalidate import revalidate  # noqa: E402
 from gen.search.tune import TuneOptions, tune  # noqa: E402
@@ -125,13 +125,13 @@ def test_a_cluster_tune_tunes_each_gpu_model_on_its_own_workers(tmp_path: Path) 
     executor = DaskExecutor("local", gpus=[0, 1, 2], target=FAKE)  # GPUs 0, 1: one model; 2: another
     results = tune(TuneOptions("matmul", "64x64x64", strategy="brute", db=db, progress=False, run=RunOptions(seed=1)),
                    executor=executor)
-    assert sorted(r.problem.gpu_model.split(" (")[0] for r in results) == ["Fake GPU", "Fake GPU B"]
+    assert sorted(r.problem.gpu_model.name for r in results) == ["Fake GPU", "Fake GPU B"]
     stored = TuningDB(db)
     for result in results:
         rows = stored.measured(result.problem)
         assert len(rows) == result.evaluations > 5
         indices = {row.provenance["gpu_index"] for row in rows.values() if row.median_ms is not None}
-        assert indices == ({2} if result.problem.gpu_model.startswith("Fake GPU B") else {0, 1}), indices
+        assert indices == ({2} if result.problem.gpu_model.name == "Fake GPU B" else {0, 1}), indices
 
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -275,7 +275,7 @@ def test_a_cluster_tune_goes_on_when_a_models_only_worker_is_restarted(tmp_path:
         executor.kill()
     assert any(victim in name for name in executor.lost), executor.lost
     (problem,) = TuningDB(db).problems()
-    assert problem.gpu_model.startswith("Fake GPU B")
+    assert problem.gpu_model.name == "Fake GPU B"
 
 
 def test_a_cluster_tune_whose_model_lost_every_worker_stops_with_a_clear_error(tmp_path: Path) -> None:
@@ -331,7 +331,7 @@ def test_a_cluster_revalidate_times_each_models_winners_on_that_models_gpus(tmp_
     checked = revalidate(db, RunOptions(seed=1), DaskExecutor("local", gpus=[0, 2], target=FAKE))
     assert len(checked) == 6
     for c in checked:
-        assert c.new.status == Status.OK and c.new.provenance["gpu_model"] == c.problem.gpu_model, c
+        assert c.new.status == Status.OK and GpuModel.from_provenance(c.new.provenance) == c.problem.gpu_model, c
 
 
 class _StalledFuture:

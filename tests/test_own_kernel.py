@@ -18,9 +18,12 @@ import pytest
 import gen
 from gen.cli.main import main
 from gen.core.errors import UsageError
+from gen.core.results import Row, Status
 from gen.families import get_family
+from gen.families.space import Space
 from gen.kernels import Kernel
 from gen.families.registry import registry
+from gen.store.plots import plot
 from gen.store.results_log import read_rows
 from gen.search.tune import TuneOptions, tune
 from gen.search.tune_result import describe
@@ -99,6 +102,36 @@ def test_a_parameter_named_smem_means_what_its_family_says(own_families: Path, t
     staged = get_family("blur").variant({"smem": "1"})
     assert rows[1].static_shared_bytes == staged.tile_bytes > 0 and rows[1].dynamic_shared_bytes == 0
     assert rows[0].static_shared_bytes == 0 and rows[0].dynamic_shared_bytes == 0
+
+
+def _measured_rows(family_name: str, shape: str, params: dict[str, list[str]]) -> list[Row]:
+    """A correct, timed row of every variant of a space."""
+    family = get_family(family_name)
+    variants = Space.from_options(family, [f"{k}={','.join(v)}" for k, v in params.items()]).expand().valid
+    return [Row(v.name, family_name, v.params(), Status.OK, shape=shape, median_ms=1.0 + n, error=1e-7,
+                throughput=1.0 / (1 + n), unit="GB/s") for n, v in enumerate(variants)]
+
+
+def _png_width(path: Path) -> int:
+    return int.from_bytes(path.read_bytes()[16:20], "big")  # the IHDR chunk's width
+
+
+def test_a_plot_splits_its_heatmaps_as_the_family_says_not_by_a_parameters_name(own_families: Path,
+                                                                                 tmp_path: Path) -> None:
+    """blur has a parameter named bounds, with its own meaning: one heatmap; the built-ins split
+    theirs by their bounds parameter; stencil has no heatmap axes: its plot is the convergence alone."""
+    pytest.importorskip("matplotlib")
+    trace = {"brute": [[2.0, 1.0]]}
+    one_panel = _png_width(plot(_measured_rows("stencil", "64x64", {"bx": ["32", "64"], "by": ["4"]}), trace,
+                                tmp_path / "stencil.png", "stencil"))
+    with pytest.raises(UsageError, match="nothing to plot"):
+        plot(_measured_rows("stencil", "64x64", {"bx": ["32", "64"], "by": ["4"]}), {}, tmp_path / "no.png", "-")
+    blur = _measured_rows("blur", "64x64", {"dtype": ["f32"], "smem": ["0", "1"], "bounds": ["check", "trust"],
+                                            "vec": ["1", "2"], "cache": ["plain"]})
+    assert _png_width(plot(blur, {}, tmp_path / "blur.png", "blur")) == one_panel
+    matmul = _measured_rows("matmul", "64x64x64", {"tile": ["8", "16"], "padding": ["0", "1"],
+                                                   "bounds": ["none", "guard"], "sync": ["both"]})
+    assert _png_width(plot(matmul, {}, tmp_path / "matmul.png", "matmul")) == 2 * one_panel
 
 
 def test_a_variant_without_shared_bytes_sweeps_without_a_gpu(tmp_path: Path, compile_options) -> None:

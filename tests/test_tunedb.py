@@ -19,28 +19,28 @@ from gen.store.tuning_db import Problem, TuningDB
 
 from .conftest import REPO
 
-MODEL = "NVIDIA H100 80GB HBM3 (cc 9.0, 132 SMs, 79 GiB)"
-PROBLEM = Problem(MODEL, "matmul", "f32", "256x256x256")
+H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 80 * 2**30, 50 * 2**20, "580")
+OTHER = DeviceInfo("other GPU", "9.0", 1, 2**30, 2**20, "580")
+PROBLEM = Problem(H100.model, "matmul", "f32", "256x256x256")
 
 
-def measured_row(tile: int, median_ms: float, status: Status = Status.OK, model: str = MODEL,
+def measured_row(tile: int, median_ms: float, status: Status = Status.OK, device: DeviceInfo = H100,
                  shape: str = "256x256x256") -> Row:
     variant = MatmulVariant(tile=tile)
     return Row(variant.name, "matmul", variant.params(), status, shape=shape, median_ms=median_ms, error=1e-7,
                stdev_ms=median_ms / 100, throughput=1 / median_ms, unit="TFLOP/s",
-               provenance={"gpu_model": model, "cc": "9.0", "driver": "580", "nvcc": "13.0.88"})
+               provenance={**device.provenance(), "nvcc": "13.0.88"})
 
 
 def test_best_and_top_k_rank_the_latest_correct_measurement_of_each_variant(tmp_path: Path) -> None:
     db = TuningDB(tmp_path / "t.sqlite")
     db.record([measured_row(8, 3.0), measured_row(16, 1.0), measured_row(32, 2.0),
-               measured_row(8, 0.5, Status.WRONG), measured_row(16, 9.0, model="other GPU (cc 9.0, 1 SMs, 1 GiB)")])
+               measured_row(8, 0.5, Status.WRONG), measured_row(16, 9.0, device=OTHER)])
     assert [r.params["tile"] for r in db.top(PROBLEM, 5)] == [16, 32]  # the wrong t8 is the latest t8 row
     db.record([measured_row(32, 0.9)])  # measured again: the latest counts
     assert db.best(PROBLEM).params["tile"] == 32
     assert {name: row.status for name, row in db.measured(PROBLEM).items()}["matmul_f32_t8_p0_guard_both"] is Status.WRONG
-    assert db.problems("matmul") == sorted([PROBLEM, Problem("other GPU (cc 9.0, 1 SMs, 1 GiB)", "matmul", "f32",
-                                                             "256x256x256")])
+    assert db.problems("matmul") == sorted([PROBLEM, Problem(OTHER.model, "matmul", "f32", "256x256x256")])
 
 
 def test_rows_without_a_gpu_are_not_recorded(tmp_path: Path) -> None:
@@ -50,29 +50,24 @@ def test_rows_without_a_gpu_are_not_recorded(tmp_path: Path) -> None:
     assert db.record([row]) == 0 and db.count() == 0
 
 
-def test_a_failed_transaction_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_transaction_leaves_nothing_behind(tmp_path: Path) -> None:
     db = TuningDB(tmp_path / "t.sqlite")
-    values = TuningDB._values
-    monkeypatch.setattr(TuningDB, "_values", staticmethod(
-        lambda row: values(row)[:-1] + (None,) if row.params["tile"] == 16 else values(row)))  # NULL row: fails
+    without_family = replace(measured_row(16, 1.0), family=None)  # a NULL family: the second insert fails
     with pytest.raises(sqlite3.IntegrityError):
-        db.record([measured_row(8, 1.0), measured_row(16, 1.0)])
+        db.record([measured_row(8, 1.0), without_family])
     assert db.count() == 0
 
 
-
 def test_a_model_whose_newest_row_is_a_compile_error_is_still_known(tmp_path: Path, capsys) -> None:
-    """A compile error has no GPU in its provenance, only the model it was compiled for: the GPU
-    model comes from the newest row that ran on it."""
-    device = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 80 * 2**30, 50 * 2**20, "580")
-    ran = measured_row(16, 1.0, model=str(device.model))
-    ran.provenance = {**device.provenance(), "nvcc": "13.0.88"}
+    """A compile error has no GPU in its provenance, only the model a tune compiled it for: a model
+    is one to look up once a kernel ran on it."""
+    device, ran = H100, measured_row(16, 1.0)
     broken = MatmulVariant(tile=32)
     failed = Row(broken.name, "matmul", broken.params(), Status.COMPILE_ERROR, shape="256x256x256",
                  provenance={"gpu_model": str(device.model), "arch": "sm_90", "nvcc": "13.0.88"})
-    only_failed = replace(failed, provenance={**failed.provenance, "gpu_model": "other GPU (cc 8.0, 1 SMs, 1 GiB)"})
     db = TuningDB(tmp_path / "t.sqlite")
-    db.record([ran, failed, only_failed])
+    db.record([ran, failed], device.model)  # the model a tune compiled the failed variant for
+    db.record([failed], OTHER.model)
     assert db.models() == [device.model]  # a model that never ran a kernel is not one to look up
     assert main(["best", "matmul", "--size", "256x256x256", "--gpu", "H100", "--db", str(db.path)]) == 0
     assert capsys.readouterr().out.strip() == ran.name

@@ -162,7 +162,7 @@ def cmd_export(args: argparse.Namespace) -> None:
     db = TuningDB(args.db, create=False)
     checked_t4_path(args.t4, args.force)
     model = _pick_model(db, args.gpu) if args.gpu else None
-    rows = db.rows(args.family, str(model) if model else None)
+    rows = db.rows(args.family, model)
     if not rows:
         raise UsageError(f"{db.path} holds no measurements for that family and GPU")
     print(f"wrote {write_t4(rows, args.t4, args.force)} results to {args.t4}")

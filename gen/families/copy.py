@@ -63,6 +63,7 @@ class CopyFamily(Family):
     problem = COPY
     template = "copy.cu.j2"
     heatmap_axes = ("tile", "rows")
+    heatmap_panels = "bounds"
     compile_together = True
 
     def launch(self, variant: CopyVariant, shape: Dims) -> Launch:

@@ -263,6 +263,7 @@ class Family(ABC):
     problem: ClassVar[Problem]
     template: ClassVar[str]  # file name, found beside the family's module (or in tilegen's templates/)
     heatmap_axes: ClassVar[tuple[str, str] | None] = None  # the report's throughput heatmap
+    heatmap_panels: ClassVar[str | None] = None  # a parameter: one heatmap per value of it (None: one heatmap)
     # Compile several variants in one nvcc run (wrapped in namespaces): only for templates whose
     # file scope holds nothing but the kernel and helper functions (no macros, no globals).
     compile_together: ClassVar[bool] = False

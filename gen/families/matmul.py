@@ -91,6 +91,7 @@ class MatmulFamily(Family):
     problem = GEMM
     template = "matmul.cu.j2"
     heatmap_axes = ("tile", "padding")
+    heatmap_panels = "bounds"
     compile_together = True
 
     def launch(self, variant: MatmulVariant, shape: MatmulShape) -> Launch:

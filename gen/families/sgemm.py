@@ -147,6 +147,7 @@ class SgemmFamily(Family):
     problem = GEMM
     template = "sgemm.cu.j2"
     heatmap_axes = ("bm", "bn")
+    heatmap_panels = "bounds"
     compile_together = True
 
     def launch(self, variant: SgemmVariant, shape: MatmulShape) -> Launch:

@@ -118,6 +118,7 @@ class TransposeFamily(Family):
     problem = TRANSPOSE
     template = "transpose.cu.j2"
     heatmap_axes = ("tile", "padding")
+    heatmap_panels = "bounds"
     compile_together = True
 
     def launch(self, variant: TransposeVariant, shape: Dims) -> Launch:

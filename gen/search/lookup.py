@@ -49,10 +49,9 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
         return chosen_family.safe_variant(shape, dtype), "the family's safe default (no tuning database yet)"
     database = TuningDB(db, create=False)
     tuned_here = [p for p in database.problems(family) if p.dtype == dtype]
-    models = {str(m): m for m in database.models()}
-    same_model = [p for p in tuned_here if p.gpu_model == str(model)]
-    same_cc = [p for p in tuned_here if p.gpu_model != str(model) and p.gpu_model in models
-               and models[p.gpu_model].cc == model.cc]
+    models = set(database.models())
+    same_model = [p for p in tuned_here if p.gpu_model == model]
+    same_cc = [p for p in tuned_here if p.gpu_model != model and p.gpu_model in models and p.gpu_model.cc == model.cc]
     bucket = _bucket(shape.dims)
     searches = [
         ("the exact shape on this GPU", [p for p in same_model if p.shape == str(shape)]),

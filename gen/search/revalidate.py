@@ -51,7 +51,7 @@ def revalidate(db: TuningDB, run: RunOptions, executor: Executor | None = None) 
 
 
 def _retime_model(db: TuningDB, run: RunOptions, model: GpuModel, group: Executor) -> list[Retimed]:
-    problems = [p for p in db.problems() if p.gpu_model == str(model)]
+    problems = [p for p in db.problems() if p.gpu_model == model]
     winners = {problem: db.best(problem) for problem in problems}
     points = {problem: Point(get_family(problem.family).variant_type.from_name(stored.name),
                              get_family(problem.family).parse_shape(problem.shape), "none")

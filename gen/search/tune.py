@@ -172,7 +172,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
             arch = run.arch or model.arch  # each model its own cubins
             pool = first if first.options.arch == arch and not results else CompilePool(replace(compiling, arch=arch))
             with Engine(pool, group, Checking(run.seed, run.timing, run.sanitize)) as engine:
-                problem = Problem(str(model), family.name, chosen.variants[0].dtype, str(shape))
+                problem = Problem(model, family.name, chosen.variants[0].dtype, str(shape))
                 results.append(_tune_model(options, family, shape, chosen, problem, engine, db, started))
             started = time.monotonic()
         return results
@@ -198,8 +198,8 @@ def record_measured(db: TuningDB, rows: list[Row], problem: Problem) -> None:
     """Rows of a problem into the database; a compile error (no GPU in its provenance) is kept as
     the tuned GPU model's."""
     for row in rows:
-        row.provenance.setdefault("gpu_model", problem.gpu_model)
-    db.record(rows)
+        row.provenance.setdefault("gpu_model", str(problem.gpu_model))
+    db.record(rows, problem.gpu_model)
 
 
 class TuneSink:
@@ -243,7 +243,7 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candid
         raise UsageError("the finalists failed when measured again; the GPU or its driver may be unstable")
     # Each finalist's median round recorded once more, as its latest: best and gen.tuned agree with the standings.
     chosen_rows = {s.name: _marked(rounds.median_round(s), len(s.medians_ms)) for s in standings}
-    db.record(list(chosen_rows.values()))
+    db.record(list(chosen_rows.values()), problem.gpu_model)
     default = _default_row(engine, family, shape, problem, db)
     on_gpu = searched.fresh + finals.fresh + (default.fresh if default else 0)
     return TuneResult(problem, options.strategy, chosen_rows[standings[0].name], standings,

@@ -17,7 +17,8 @@ from ..core.version import __version__
 from ..core.errors import UsageError
 from ..core.paths import writable_file
 from ..core.results import Row, Status
-from .results_log import RUN_FILES, RUN_MARKER, write_failure, write_whole_file
+from .files import write_failure, write_whole_file
+from .run_folder import RUN_FILES, RUN_MARKER
 
 T4_VERSION = "1.0.0"
 SQLITE_HEADER = b"SQLite format 3\0"

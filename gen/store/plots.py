@@ -1,5 +1,6 @@
-"""PNG plots for `tilegen report --plot`: throughput heatmaps per bounds mode, and how fast each
-tuning strategy converged. Needs matplotlib (pip install 'tilegen[plot]')."""
+"""PNG plots for `tilegen report --plot`: throughput heatmaps over the family's two heatmap axes (one
+per value of its heatmap_panels parameter, if it names one), and how fast each tuning strategy
+converged. Needs matplotlib (pip install 'tilegen[plot]')."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ def check_plot_path(path: Path) -> None:
 
 
 def plot(rows: Sequence[Row], traces: dict[str, list[list[float | None]]], path: Path, title: str) -> Path:
-    """One figure: a heatmap per bounds mode of the largest problem in `rows`, then the convergence
-    of every strategy in `traces` (strategy -> one median trace per session)."""
+    """One figure: the heatmaps of the problem with the most rows (see the module doc), then the
+    convergence of every strategy in `traces` (strategy -> one median trace per session)."""
     pyplot = _pyplot()
     panels = _heatmap_panels(rows)
     count = len(panels) + (1 if traces else 0)
@@ -68,23 +69,28 @@ def _pyplot() -> Any:
 
 
 def _heatmap_panels(rows: Sequence[Row]) -> list[tuple]:
+    """(label, x name, y name, x values, y values, grid) per heatmap; none for a family that names
+    no heatmap axes."""
     ok = measured(rows)
     if not ok:
         return []
     problem = max({(r.family, r.shape) for r in ok}, key=lambda p: sum((r.family, r.shape) == p for r in ok))
     family = get_family(problem[0])
+    if family.heatmap_axes is None:
+        return []
     x_name, y_name = family.heatmap_axes
+    split = family.heatmap_panels
     chosen = [r for r in ok if (r.family, r.shape) == problem]
     panels = []
-    for bounds in sorted({r.params.get("bounds", "") for r in chosen}):
-        subset = [r for r in chosen if r.params.get("bounds", "") == bounds]
+    for value in sorted({r.params.get(split) for r in chosen}) if split else [None]:
+        subset = [r for r in chosen if split is None or r.params.get(split) == value]
         x_values = sorted({r.params[x_name] for r in subset})
         y_values = sorted({r.params[y_name] for r in subset})
         if len(x_values) * len(y_values) < 2:
             continue  # a single cell (say, the default variant measured for comparison) says nothing
         grid = [[max((r.throughput for r in subset if r.params[x_name] == x and r.params[y_name] == y),
                      default=float("nan")) for x in x_values] for y in y_values]
-        label = f"bounds={bounds}: best {chosen[0].unit}\n(over the other parameters)"
+        label = (f"{split}={value}: " if split else "") + f"best {chosen[0].unit}\n(over the other parameters)"
         panels.append((label, x_name, y_name, x_values, y_values, grid))
     return panels
 

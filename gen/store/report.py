@@ -9,7 +9,8 @@ from typing import Callable, Iterable, Sequence
 from ..core.errors import UsageError
 from ..families import element_type
 from ..core.results import Row, Status
-from .results_log import RESULTS_JSONL, latest, read_rows
+from .results_log import latest, read_rows
+from .run_folder import RESULTS_JSONL
 from ..core.table import markdown_table, text_table
 
 Table = Callable[[Sequence[str], Sequence[Sequence[object]]], str]

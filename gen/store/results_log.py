@@ -8,39 +8,28 @@ field by field. Nothing is written before the first row: a run refused or failin
 leaves the folder as it was. A run's settings are kept beside its rows (run.json), so that a
 resumed run with other settings is refused, naming each difference.
 
-Tilegen writes only in folders that are its own: a folder holding results.jsonl, results.csv or
-run.json is written only when it carries tilegen's marker (.tilegen-run), written with the
-folder's first row, or when its results.jsonl holds tilegen's rows (a run of tilegen 0.2, which
-wrote no marker: it is given one). A folder is locked while a run writes it (FolderLock): a
-second writer, or a resume of a live run, is refused, naming the process that holds it.
+The folder itself (the names of its files, the marker that says it is tilegen's, the lock held
+while a run writes it) is run_folder's; writing files whole is files'.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import errno
-import fcntl
 import io
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..core.version import __version__
-from ..core.errors import RunFailed, TilegenError, UsageError
+from ..core.errors import TilegenError, UsageError
 from ..core.paths import writable_folder
 from ..core.results import Row, row_from_json, strict_json
+from .files import append_whole, write_failure, write_whole_file
+from .run_folder import RESULTS_CSV, RESULTS_JSONL, RUN_JSON, RUN_LOCK, RUN_MARKER, FolderLock, check_ours, mark
 
-RESULTS_JSONL = "results.jsonl"
-RESULTS_CSV = "results.csv"
-RUN_JSON = "run.json"
-RUN_FILES = (RESULTS_JSONL, RESULTS_CSV, RUN_JSON)  # what a run writes in its folder
-RUN_MARKER = ".tilegen-run"  # says a folder is tilegen's: written with its first row
-RUN_LOCK = ".tilegen-run.lock"  # there while a run writes the folder: the writer's pid and host
-# A full disk, a file size limit, a failing disk: no other input would do better, so the run failed.
-_NO_ROOM = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO}
+# The run folder's file names are importable from here too, as before the folder had its module.
+__all__ = ["RESULTS_CSV", "RESULTS_JSONL", "RUN_JSON", "RUN_LOCK", "RUN_MARKER", "ResultLog", "latest", "read_rows",
+           "stored_settings", "write_csv"]
 
 
 class ResultLog:
@@ -75,7 +64,7 @@ class ResultLog:
         if self._fd is None:
             self._open()
         try:
-            _append_whole(self._fd, (row.to_json() + "\n").encode())
+            append_whole(self._fd, (row.to_json() + "\n").encode())
         except OSError as error:
             raise self._failure(error) from None
         self.rows.append(row)
@@ -127,7 +116,7 @@ class ResultLog:
             raise UsageError(f"{self.path} already holds results: {advice}")
         self.rows, self._torn = _read(self.path) if held else ([], b"")
         self._size_seen = _size(self.path)
-        _check_ours(self.directory, tilegen_rows=bool(self.rows))
+        check_ours(self.directory, tilegen_rows=bool(self.rows))
         if held and self.settings is not None:
             _check_same_run(self.directory, self.rows, self.settings)
         if self._torn and not _parses(self._torn):
@@ -162,10 +151,7 @@ class ResultLog:
                     raise UsageError(f"another tilegen run wrote {self.path} since this one began; run again (with "
                                      f"--resume to continue that run), or choose another --out")
                 self._lock = lock
-            marker = self.directory / RUN_MARKER
-            if not marker.exists():
-                write_whole_file(marker, f"This folder holds a run of tilegen {__version__}: tilegen writes only in "
-                                          f"folders marked so.\n")
+            mark(self.directory)
         except OSError as error:
             raise self._failure(error) from None
         self._claimed = True
@@ -182,40 +168,6 @@ class ResultLog:
         kept = f"the {len(self.rows)} rows before it are kept; make room, then {self.again}" if self.rows else \
             "nothing was recorded; make room, then run it again"
         return write_failure(path or self.path, error, kept, "choose another --out")
-
-
-class FolderLock:
-    """A run folder held by the run that writes it: DIR/.tilegen-run.lock, locked with flock and
-    holding the writer's pid and host. Another writer is refused, naming the holder. The kernel
-    drops the lock of a process that dies, so a dead run's lock is taken over; the file goes when
-    the lock is released."""
-
-    def __init__(self, directory: Path):
-        self.path = directory / RUN_LOCK
-        self._fd: int | None = _lock_file(self.path, directory)
-        try:
-            os.ftruncate(self._fd, 0)
-            os.write(self._fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
-        except OSError:
-            self.release()
-            raise
-
-    def release(self) -> None:
-        if self._fd is None:
-            return
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()  # while still locked: no one takes a file on its way out
-        os.close(self._fd)
-        self._fd = None
-
-
-def write_failure(path: Path, error: OSError, kept: str, elsewhere: str) -> TilegenError:
-    """A write that failed, in one line: a full disk (or a file size limit) is a failed run
-    (RunFailed, saying what is `kept`); anything else (no permission) needs another place
-    (UsageError, `elsewhere` says where)."""
-    if error.errno in _NO_ROOM:
-        return RunFailed(f"cannot write {path} ({error.strerror}); {kept}")
-    return UsageError(f"cannot write {path} ({error.strerror}); {elsewhere}")
 
 
 def read_rows(path: Path) -> list[Row]:
@@ -284,78 +236,6 @@ def _read(path: Path) -> tuple[list[Row], bytes]:
             except ValueError as error:
                 raise UsageError(f"{path}:{number} is not a result row ({error}); fix or remove that line") from None
     return rows, torn
-
-
-def _check_ours(directory: Path, tilegen_rows: bool) -> None:
-    """Refuse a folder holding files a run writes that tilegen did not write: it has no marker,
-    and no rows of tilegen's (a tilegen 0.2 run, from before the marker, is tilegen's)."""
-    if tilegen_rows or (directory / RUN_MARKER).exists():
-        return
-    found = [name for name in RUN_FILES if (directory / name).exists()]
-    if found:
-        raise UsageError(f"--out {directory} holds {' and '.join(found)} that tilegen did not write (the folders "
-                         f"it writes carry a {RUN_MARKER} file); choose another --out, or move them away")
-
-
-def _lock_file(path: Path, directory: Path) -> int:
-    """The lock file at `path`, open and locked; UsageError naming the holder when a live run holds it."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(fd)
-            os.close(fd)
-            raise UsageError(f"--out {directory} is being written by another tilegen run ({holder}); wait until it "
-                             f"ends, or choose another --out") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        if _same_file(fd, path):
-            return fd
-        os.close(fd)  # its holder removed it as this run opened it: lock the file there now
-
-
-def _holder(fd: int) -> str:
-    """'pid 1234 on host', as the lock file's holder wrote it."""
-    try:
-        pid, host = os.pread(fd, 512, 0).decode(errors="replace").split()
-    except (OSError, ValueError):
-        return "its pid not written yet"
-    return f"pid {pid} on {host}"
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        return os.path.samestat(os.fstat(fd), os.stat(path))
-    except FileNotFoundError:
-        return False
-
-
-def _append_whole(fd: int, data: bytes) -> None:
-    """Append `data` whole, or take back what was written of it: a file never ends in a torn row."""
-    start = os.lseek(fd, 0, os.SEEK_END)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, start)
-        raise
-
-
-def write_whole_file(path: Path, text: str) -> None:
-    """Write a file whole or leave what was there: through a temporary file moved into place."""
-    temporary = path.with_name(path.name + ".tmp")
-    try:
-        with open(temporary, "w", newline="", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
 
 
 def _size(path: Path) -> int:

@@ -63,6 +63,7 @@ class Blur(Family):
     variant_type = BlurVariant
     problem = Grid()
     template = "blur.cu.j2"
+    heatmap_axes = ("smem", "vec")
 
     def launch(self, variant: BlurVariant, shape: Dims) -> Launch:
         return Launch(grid=(blocks(shape.w, BX * variant.vec), blocks(shape.h, BY)), block=(BX, BY))
