@@ -120,7 +120,7 @@ def killed_sweep(args: argparse.Namespace) -> dict:
     from gen.evaluate.options import RunOptions
     from gen.core.results import TimingOptions
     from gen.search.sweep import SweepOptions, sweep as run_sweep
-    from gen.gpu.workers import parse_gpus
+    from gen.core.nvidia_smi import parse_gpus
 
     out = args.out / "killed"
     executor = DaskExecutor("local", parse_gpus(args.gpus))

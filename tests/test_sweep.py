@@ -23,7 +23,8 @@ from gen.store.results_log import read_rows
 from gen.evaluate.options import RunOptions
 from gen.core.processes import python_environment
 from gen.search.sweep import SweepOptions, summary, sweep
-from gen.gpu.workers import GpuUnavailable, IsolatedWorker, LocalExecutor, parse_gpus
+from gen.core.nvidia_smi import parse_gpus
+from gen.gpu.workers import GpuUnavailable, IsolatedWorker, LocalExecutor
 from gen.gpu.sanitize import count_hazards
 
 from . import fakes

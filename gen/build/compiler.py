@@ -48,6 +48,7 @@ from ..families import get_family
 from ..families.family import Family
 from ..core.paths import cache_dir
 from ..core.processes import ProcessGroup
+from ..core import nvidia_smi
 from .render import render, template_hash
 from ..core.results import Row, Status
 from ..families.variant import Variant
@@ -670,11 +671,9 @@ def check_arch(arch: str) -> None:
 def local_arch() -> str:
     """The architecture of the first local GPU (via nvidia-smi), else sm_90."""
     try:
-        output = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=20).stdout
-        major, minor = output.splitlines()[0].strip().split(".")
+        major, minor = nvidia_smi.query(["compute_cap"])[0].split(".")
         return f"sm_{int(major)}{int(minor)}"
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+    except (ValueError, IndexError):
         return DEFAULT_ARCH
 
 

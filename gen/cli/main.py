@@ -42,7 +42,7 @@ from ..core.table import text_table
 from ..search.tune import TUNE_TIMING, TuneOptions, describe, revalidate, tune
 from ..search.tune import preview as tune_preview
 from ..store.tuning_db import DB_ENV, TuningDB
-from ..gpu.workers import parse_gpus
+from ..core.nvidia_smi import parse_gpus
 
 EXIT_USAGE = 2
 DEBUG_ENV = "TILEGEN_DEBUG"  # set: an unexpected error shows its traceback

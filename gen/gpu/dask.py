@@ -41,7 +41,8 @@ from ..core.errors import UsageError
 from .jobs import Job
 from ..core.processes import ProcessGroup, visible_devices_for
 from ..core.results import DeviceInfo, GpuModel, Measurement, Status
-from .workers import WORKER, GpuUnavailable, IsolatedWorker, run_job, visible_gpus
+from ..core.nvidia_smi import visible_gpus
+from .workers import WORKER, GpuUnavailable, IsolatedWorker, run_job
 
 GPU = "GPU"  # the Dask worker resource: one per GPU, so one job per GPU at a time
 CONNECT_TIMEOUT_S = 10.0

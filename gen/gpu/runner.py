@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
 from pycuda.reduction import ReductionKernel
 
+from ..core import nvidia_smi
 from ..core.errors import UsageError
 from ..families import get_family
 from ..families.family import COPY_BANDWIDTH, GEMM_F32, GEMM_F64, NUMPY_DTYPE, Family, Launch, Problem
@@ -337,13 +337,9 @@ def current_device_info() -> DeviceInfo | None:
 
 def driver_version(physical_index: int) -> str:
     """The driver's version as nvidia-smi prints it (580.159.04), else the CUDA API version it serves."""
-    try:
-        listed = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader",
-                                 "-i", str(physical_index)], capture_output=True, text=True, timeout=20).stdout
-        if listed.strip():
-            return listed.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
+    listed = nvidia_smi.query(["driver_version"], gpu=physical_index)
+    if listed:
+        return listed[0]
     api = cuda.get_driver_version()
     return f"CUDA {api // 1000}.{api % 1000 // 10}"
 

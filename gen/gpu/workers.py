@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import queue
 import signal
 import socket
@@ -30,8 +29,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
-from ..core.checks import whole_text
-from ..core.errors import Interrupted, TilegenError, UsageError
+from ..core.errors import Interrupted, TilegenError
 from ..core.processes import ProcessGroup, kill_session, python_environment
 from .jobs import Job
 from ..core.results import DeviceInfo, GpuModel, Measurement, Status, TimingOptions
@@ -289,33 +287,6 @@ def run_job(worker: IsolatedWorker, job: Job, children: ProcessGroup) -> Measure
     measurement = worker.run(job)
     measurement.hazards, measurement.hazard_note = hazards, note
     return measurement
-
-
-def parse_gpus(text: str) -> list[int]:
-    """'0,1' -> [0, 1]; 'all' -> every GPU nvidia-smi lists (or [0] when it lists none)."""
-    if text.strip() == "all":
-        return visible_gpus() or [0]
-    gpus = [whole_text(part.strip(), negative=True) for part in text.split(",")]  # -1 read, to be named below
-    if None in gpus:
-        raise UsageError(f"--gpus {text!r} must be 'all' or GPU indices like 0,1")
-    if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
-        raise UsageError(f"--gpus {text!r} must list distinct GPU indices like 0,1")
-    return gpus
-
-
-def visible_gpus() -> list[int]:
-    """The indices nvidia-smi lists (within CUDA_VISIBLE_DEVICES when that is set), else []."""
-    try:
-        listed = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=20).stdout.split()
-        indices = [int(index) for index in listed]
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return []
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        allowed = {int(part) for part in visible.split(",") if part.strip().isdigit()}
-        indices = [i for i in indices if i in allowed]
-    return indices
 
 
 def describe_exit(code: int | None) -> str:
