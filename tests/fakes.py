@@ -126,7 +126,7 @@ class NoGpuExecutor(FakeExecutor):
     """A machine without a usable GPU: a sweep compiles its points and marks them `compiled`."""
 
     def devices(self) -> list[DeviceInfo]:
-        from gen.gpu.workers import GpuUnavailable
+        from gen.gpu.executor import GpuUnavailable
 
         raise GpuUnavailable("no usable CUDA GPU 0: fake")
 

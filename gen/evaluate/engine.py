@@ -36,7 +36,7 @@ from ..core.processes import ProcessGroup
 from ..gpu.jobs import Job, job_for
 from ..core.results import DeviceInfo, Measurement, Row, TimingOptions, row_key, skipped_row
 from ..families.variant import Variant
-from ..gpu.workers import Executor, GpuUnavailable, LocalExecutor
+from ..gpu.executor import Executor, GpuUnavailable
 
 POLL_S = 0.1  # how often waiting threads look for a stop
 

@@ -5,7 +5,7 @@
     tilegen worker tcp://HOST:8786               # one Dask worker per GPU, each pinned to it
 
 Each Dask worker offers one `GPU` resource and runs one job at a time, in the same isolated
-subprocess (`gen.gpu.workers.IsolatedWorker`) with the same hang timeout as on one host, so a crashing
+subprocess (`gen.gpu.isolated.IsolatedWorker`) with the same hang timeout as on one host, so a crashing
 kernel never kills a Dask worker. The coordinator compiles (once per architecture, with its own
 compile cache), ships each cubin with its job, and is the only writer of results and of the
 tuning database: rows come back as futures finish.
@@ -42,7 +42,10 @@ from .jobs import Job
 from ..core.processes import ProcessGroup, visible_devices_for
 from ..core.results import DeviceInfo, GpuModel, Measurement, Status
 from ..core.nvidia_smi import visible_gpus
-from .workers import WORKER, GpuUnavailable, IsolatedWorker, run_job
+from .executor import GpuUnavailable
+from .isolated import IsolatedWorker
+from .local import run_job
+from .worker_process import WORKER
 
 GPU = "GPU"  # the Dask worker resource: one per GPU, so one job per GPU at a time
 CONNECT_TIMEOUT_S = 10.0

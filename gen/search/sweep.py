@@ -29,7 +29,7 @@ from ..core.results import Row, Status, skipped_row
 from ..families.space import MAX_POINTS, Space, values_of
 from ..store.results_log import ResultLog, latest
 from ..core.table import text_table
-from ..gpu.workers import Executor
+from ..gpu.executor import Executor
 
 SAMPLE = 5  # points a dry run shows
 ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: their size is said first

@@ -29,7 +29,7 @@ from ..families.space import MAX_POINTS, Space
 from .strategies import STRATEGIES, SearchSpace, make_strategy
 from ..store.tuning_db import FINALIST_KEY, Problem, TuningDB, checked_db_path
 from ..families.variant import Variant
-from ..gpu.workers import Executor, GpuUnavailable
+from ..gpu.executor import Executor, GpuUnavailable
 
 INTERLEAVED_ROUNDS = 5
 WARM_START = 10  # the nearest tuned shape's top variants, evaluated before the strategy's own picks
