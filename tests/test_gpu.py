@@ -159,10 +159,10 @@ def test_every_cache_configuration_runs(tmp_path: Path) -> None:
 
 def test_the_device_checker_catches_unwritten_stray_and_wrong_elements() -> None:
     import numpy as np
-    import pycuda.autoprimaryctx  # noqa: F401  (importing gen.gpu.runner makes no context: the caller brings one)
+    import pycuda.autoprimaryctx  # noqa: F401  (importing gen.gpu.checker makes no context: the caller brings one)
     import pycuda.gpuarray as gpuarray
 
-    from gen.gpu import runner as gpu
+    from gen.gpu import checker as gpu
 
     reference = np.random.default_rng(3).uniform(-1, 1, (5, 7))
     expected = np.full((5, 9), np.nan)  # two padding columns (ld 9) outside the output region

@@ -90,7 +90,7 @@ def current_device() -> DeviceInfo:
     from ..gpu.local import LocalExecutor
 
     if "pycuda.driver" in sys.modules:
-        from ..gpu.runner import current_device_info
+        from ..gpu.device import current_device_info
 
         found = current_device_info()
         if found is not None:
