@@ -318,7 +318,7 @@ def _moved_budget(text: str) -> float:
 
 def _run_options(args: argparse.Namespace, **extra: Any) -> RunOptions:
     if args.cluster and args.cluster != "local":
-        from ..gpu.dask import check_reachable
+        from ..gpu.dask_cluster import check_reachable
 
         check_reachable(args.cluster)  # before anything is written
     timing = TimingOptions(budget_s=args.timing_budget, warm=getattr(args, "warm", False))
@@ -516,7 +516,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from ..gpu.dask import serve_gpus
+    from ..gpu.dask_worker import serve_gpus
 
     return serve_gpus(args.address, parse_gpus(args.gpus))
 
