@@ -24,7 +24,7 @@ from ..core.results import Measurement, Status, Timing
 from ..families import get_family
 from ..families.family import NUMPY_DTYPE, Family, Launch, Problem
 from ..families.variant import Variant
-from .ceilings import known_ceilings
+from .ceilings import Ceilings
 from .checker import DeviceProblem, OutputChecker
 from .device import read_device_info
 from .jobs import Job
@@ -44,7 +44,7 @@ class Runner:
         self._problems: OrderedDict[tuple, DeviceProblem] = OrderedDict()
         self._checker = OutputChecker()
         self._flush_buffer = cuda.mem_alloc(2 * self.device.l2_bytes)
-        self._ceilings: dict[str, float] | None = None
+        self._ceilings = Ceilings(self.device.model)
 
     def run(self, job: Job, report: Callable[[str], None] = lambda phase: None) -> Measurement:
         """Check the job's variant on fresh inputs for every seed, then time it if it is right."""
@@ -62,12 +62,6 @@ class Runner:
             return Measurement(Status.LAUNCH_ERROR, f"{type(error).__name__}: {error}", device=self.device,
                                context_lost=True)
 
-    def ceilings(self, report: Callable[[str], None] = lambda phase: None) -> dict[str, float]:
-        """Copy bandwidth and cuBLAS rates of this GPU model, measured once and kept on disk."""
-        if self._ceilings is None:
-            self._ceilings = known_ceilings(self.device.model, report)
-        return self._ceilings
-
     # ---- stages ------------------------------------------------------------------------------
 
     def _check_and_time(self, job: Job, family: Family, variant: Variant, shape: Any, launch: Launch, function: Any,
@@ -78,8 +72,7 @@ class Runner:
         measurement.check_seconds = time.perf_counter() - started
         if measurement.status is not Status.OK or job.timing is None:
             return measurement
-        ceiling = problem.ceiling(variant.dtype)
-        measurement.ceiling = self.ceilings(report).get(ceiling.key)
+        measurement.ceiling = self._ceilings.rate(problem.ceiling(variant.dtype), report)
         report("time")
         started = time.perf_counter()
         flush = None if job.timing.warm else self._flush_l2
