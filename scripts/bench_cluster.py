@@ -138,7 +138,7 @@ def killed_sweep(args: argparse.Namespace) -> dict:
         count = len(results.read_text().splitlines()) if results.exists() else 0
         if victim is None and count >= kill_at:
             victim = executor.gpu_workers()[-1]
-            pid = executor._client.run(os.getpid, workers=[victim])[victim]
+            pid = executor.client.run(os.getpid, workers=[victim])[victim]
             os.kill(pid, signal.SIGKILL)
             killed_after = count
     result = summary("cluster, a worker killed", out, time.perf_counter() - started)
