@@ -1,5 +1,5 @@
 """Ready-to-call kernels: the tuned variant of any family, run on the caller's device arrays in the
-caller's own CUDA context. pycuda is reached only through gen.gpu.runner.
+caller's own CUDA context. pycuda is reached only through gen.gpu.launch.
 
     kernel = gen.kernel("reduce", "4096x8192")     # the tuned variant for this GPU and shape
     kernel(data=rows_gpu, sums=out_gpu)            # arrays by argument name (or in order)
@@ -148,13 +148,13 @@ def loaded(variant: Variant) -> Any:
 
 
 def _gpu() -> Any:
-    """gen.gpu.runner, the one module that imports pycuda; UsageError where pycuda is missing."""
+    """gen.gpu.launch, the kernels' way to pycuda; UsageError where pycuda is missing."""
     try:
-        from .gpu import runner as run
+        from .gpu import launch
     except ImportError as error:
         raise UsageError(f"running a kernel needs pycuda ({error}): pip install 'tilegen[cuda]' on a machine with "
                          f"an NVIDIA GPU and its driver") from None
-    return run
+    return launch
 
 
 def _matrix(array: Any, label: str) -> tuple[int, int]:

@@ -120,7 +120,7 @@ def killed_sweep(args: argparse.Namespace) -> dict:
     from gen.evaluate.options import RunOptions
     from gen.core.results import TimingOptions
     from gen.search.sweep import SweepOptions, sweep as run_sweep
-    from gen.gpu.workers import parse_gpus
+    from gen.core.nvidia_smi import parse_gpus
 
     out = args.out / "killed"
     executor = DaskExecutor("local", parse_gpus(args.gpus))
@@ -138,7 +138,7 @@ def killed_sweep(args: argparse.Namespace) -> dict:
         count = len(results.read_text().splitlines()) if results.exists() else 0
         if victim is None and count >= kill_at:
             victim = executor.gpu_workers()[-1]
-            pid = executor._client.run(os.getpid, workers=[victim])[victim]
+            pid = executor.client.run(os.getpid, workers=[victim])[victim]
             os.kill(pid, signal.SIGKILL)
             killed_after = count
     result = summary("cluster, a worker killed", out, time.perf_counter() - started)

@@ -33,7 +33,7 @@ from gen.families import get_family  # noqa: E402
 from gen.kernels import Kernel  # noqa: E402
 from gen.search.lookup import tuned_with_reason  # noqa: E402
 from gen.core.results import TimingOptions  # noqa: E402
-from gen.gpu.runner import event_samples  # noqa: E402
+from gen.gpu.timing import event_samples  # noqa: E402
 from gen.core.table import markdown_table, text_table  # noqa: E402
 
 SGEMM_SHAPES = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
@@ -182,7 +182,7 @@ def l2_flusher() -> Callable[[int], None]:
 def paired_medians_ms(ours: Callable[[], Any], theirs: Callable[[], Any], flush: Callable[[int], None],
                       samples: int = SAMPLES) -> tuple[float, float]:
     """Median event times of both, sampled in alternation so that clock or thermal drift hits
-    both alike; each sample starts from a flushed L2 (gen.gpu.runner's one timing loop, one sample a turn)."""
+    both alike; each sample starts from a flushed L2 (gen.gpu.timing's one timing loop, one sample a turn)."""
     for _ in range(3):
         ours(), theirs()
     one = TimingOptions(min_samples=1, max_samples=1, warmup=0)

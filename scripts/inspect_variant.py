@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from dataclasses import asdict
 
@@ -22,6 +21,8 @@ from gen.build.compiler import CompileOptions, compile_variant
 from gen.core.table import text_table
 from gen.families import get_family, variant_from_name
 from gen.gpu.jobs import Job
+from gen.core.table import text_table
+from gen.gpu.worker_process import once_command
 
 NCU_METRICS = {
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "shared load bank conflicts",
@@ -51,8 +52,7 @@ def sass_mix(cubin: str) -> tuple[Counter, int]:
 
 def ncu_metrics(name: str, cubin: str, size: str) -> dict[str, str]:
     job = Job(name, variant_from_name(name).family, cubin, size, timing=None)
-    command = ["ncu", "--metrics", ",".join(NCU_METRICS), "--kernel-name", name, "--csv", sys.executable, "-m",
-               "gen.gpu.workers", "--once", json.dumps(asdict(job))]
+    command = ["ncu", "--metrics", ",".join(NCU_METRICS), "--kernel-name", name, "--csv", *once_command(job)]
     output = subprocess.run(command, capture_output=True, text=True).stdout
     values = {}
     for line in output.splitlines():

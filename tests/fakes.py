@@ -93,6 +93,21 @@ def visible_devices_worker(connection: Connection, index: int) -> None:
     connection.recv()  # None: stop
 
 
+def ceiling_worker(connection: Connection, index: int) -> None:
+    """Fake timings against the ceiling of the job's family, as the ceilings code gives it in a GPU
+    worker process: measured once per GPU model (by the family's own `measure`), then kept."""
+    from gen.families import get_family
+    from gen.gpu.ceilings import Ceilings
+
+    ceilings = Ceilings(FAKE_DEVICE.model)
+    connection.send(("ready", FAKE_DEVICE))
+    while (job := connection.recv()) is not None:
+        family = get_family(job.family)
+        ceiling = family.problem.ceiling(family.variant_type.from_name(job.name).dtype)
+        rate = ceilings.rate(ceiling, lambda phase: connection.send(("phase", phase)))
+        connection.send(("done", replace(fake_measurement(job), unit=ceiling.unit, ceiling=rate)))
+
+
 def unavailable_worker(connection: Connection, index: int) -> None:
     connection.send(("unavailable", "no usable CUDA GPU 0: fake"))
 
@@ -128,7 +143,7 @@ class NoGpuExecutor(FakeExecutor):
     """A machine without a usable GPU: a sweep compiles its points and marks them `compiled`."""
 
     def devices(self) -> list[DeviceInfo]:
-        from gen.gpu.workers import GpuUnavailable
+        from gen.gpu.executor import GpuUnavailable
 
         raise GpuUnavailable("no usable CUDA GPU 0: fake")
 

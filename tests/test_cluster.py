@@ -1,12 +1,16 @@
 """A real local Dask cluster (worker processes, no GPU): each Dask worker runs the fake GPU worker
-of tests/fakes.py in its isolated subprocess, exactly where a real one would run PyCUDA."""
+of tests/fakes.py in its isolated subprocess, exactly where a real one would run PyCUDA.
+
+No test here can hang: every sweep, tune and revalidate runs in a thread that the test waits for
+with a deadline (`_InThread`); past it the executor is killed and the test fails.
+"""
 
 from __future__ import annotations
 
 import collections
 import json
 import os
-import queue
+from concurrent.futures import CancelledError
 import signal
 import subprocess
 import sys
@@ -14,14 +18,16 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
 pytest.importorskip("distributed", reason="the cluster extra is not installed (pip install 'tilegen[cluster]')")
 
-from gen.gpu import dask as cluster  # noqa: E402
-from gen.gpu.dask import DaskExecutor  # noqa: E402
-from gen.core.errors import TilegenError  # noqa: E402
+from gen.gpu import dask_worker  # noqa: E402
+from gen.gpu.dask import MAX_RESENDS, DaskExecutor, lost_verdict  # noqa: E402
+from gen.gpu.dask_cluster import gather_within, local_cluster  # noqa: E402
+from gen.core.errors import Interrupted, TilegenError  # noqa: E402
 from gen.families import get_family  # noqa: E402
 from gen.gpu.jobs import Job  # noqa: E402
 from gen.evaluate.options import RunOptions  # noqa: E402
@@ -32,6 +38,8 @@ from gen.search.tune import TuneOptions, tune  # noqa: E402
 from gen.store.tuning_db import TuningDB  # noqa: E402
 
 from . import fakes  # noqa: E402
+from .conftest import REPO  # noqa: E402
+from .fakes import LineReader  # noqa: E402
 
 FAKE = "tests.fakes:steady_worker"
 SIZES = ["64x64x64", "96x96x96", "128x128x128"]  # 54 points of the default matmul space
@@ -45,6 +53,41 @@ def _sweep(out: Path, executor: DaskExecutor) -> None:
     sweep(SweepOptions("matmul", out, sizes=SIZES, progress=False, run=RunOptions(seed=1)), executor=executor)
 
 
+class _InThread:
+    """`call(*args)` in a daemon thread, while the test acts; `result` waits for it with a deadline,
+    past which the executor is killed and the test fails, rather than hanging (pytest too)."""
+
+    def __init__(self, executor: DaskExecutor, call: Callable[..., Any], *args: Any):
+        self.executor, self.value, self.error = executor, None, None
+        self.thread = threading.Thread(target=self._run, args=(call, args), daemon=True)
+        self.thread.start()
+
+    def _run(self, call: Callable[..., Any], args: tuple) -> None:
+        try:
+            self.value = call(*args)
+        except BaseException as error:  # raised again by `result`
+            self.error = error
+
+    def result(self, seconds: float = 180) -> Any:
+        self.thread.join(seconds)
+        if self.thread.is_alive():
+            self.executor.kill()
+            pytest.fail(f"still running after {seconds:.0f} s")
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _within(executor: DaskExecutor, call: Callable[..., Any], *args: Any, seconds: float = 180) -> Any:
+    return _InThread(executor, call, *args).result(seconds)
+
+
+def _wait_for_lines(path: Path, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not path.exists() or len(path.read_text().splitlines()) < count):
+        time.sleep(0.05)
+
+
 def _assert_complete(rows: list[dict]) -> None:
     keys = [(row["name"], row["shape"]) for row in rows]
     assert len(keys) == len(set(keys)) == 54, collections.Counter(keys).most_common(3)
@@ -54,7 +97,7 @@ def _assert_complete(rows: list[dict]) -> None:
 
 def test_a_local_cluster_spreads_a_sweep_over_its_workers_and_writes_each_row_once(tmp_path: Path) -> None:
     executor = DaskExecutor("local", gpus=[0, 1, 2], target=FAKE)
-    _sweep(tmp_path, executor)
+    _within(executor, _sweep, tmp_path, executor)
     rows = _rows(tmp_path)
     _assert_complete(rows)
     used = collections.Counter(row["provenance"]["gpu_index"] for row in rows if row["status"] == "ok")
@@ -63,68 +106,40 @@ def test_a_local_cluster_spreads_a_sweep_over_its_workers_and_writes_each_row_on
 
 def test_a_worker_killed_mid_sweep_loses_no_row_and_is_named(tmp_path: Path) -> None:
     executor = DaskExecutor("local", gpus=[0, 1, 2], target=FAKE)
-    client = executor._client
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            _sweep(tmp_path, executor)
-        except BaseException as error:  # reported below
-            failure.append(error)
-
-    sweeping = threading.Thread(target=run)
-    sweeping.start()
-    results = tmp_path / "results.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not results.exists() or len(results.read_text().splitlines()) < 25):
-        time.sleep(0.05)
+    sweeping = _InThread(executor, _sweep, tmp_path, executor)
+    _wait_for_lines(tmp_path / "results.jsonl", 25)
     victim = sorted(executor.gpu_workers())[1]
-    pid = client.run(os.getpid, workers=[victim])[victim]
+    pid = executor.client.run(os.getpid, workers=[victim])[victim]
     os.kill(pid, signal.SIGKILL)  # the Dask worker process, mid-job: its nanny starts a fresh one
-    sweeping.join(120)
-    assert not sweeping.is_alive() and not failure, failure
+    sweeping.result(120)
     _assert_complete(_rows(tmp_path))
     assert any(victim in name for name in executor.lost), executor.lost
 
 
 def test_a_worker_that_joins_mid_sweep_gets_work(tmp_path: Path) -> None:
     executor = DaskExecutor("local", gpus=[0], target="tests.fakes:slow_steady_worker")
-    address = executor._client.scheduler.address
-    failure: list[BaseException] = []
-    sweeping = threading.Thread(target=lambda: _guarded(failure, _sweep, tmp_path, executor))
-    sweeping.start()
-    results = tmp_path / "results.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not results.exists() or len(results.read_text().splitlines()) < 20):
-        time.sleep(0.05)  # the skipped rows come first, then a few measured ones
+    address = executor.client.scheduler.address
+    sweeping = _InThread(executor, _sweep, tmp_path, executor)
+    _wait_for_lines(tmp_path / "results.jsonl", 20)  # the skipped rows come first, then a few measured ones
     joiner = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
                                "--resources", "GPU=1", "--name", "joiner", "--no-dashboard"],
                               env=dict(os.environ, CUDA_VISIBLE_DEVICES="1"), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
-        sweeping.join(180)
+        sweeping.result(180)
     finally:
-        joiner.terminate()
-        joiner.wait(30)
-    assert not sweeping.is_alive() and not failure, failure
+        _stop(joiner)
     rows = _rows(tmp_path)
     _assert_complete(rows)
     used = collections.Counter(row["provenance"]["gpu_index"] for row in rows if row["status"] == "ok")
     assert used[1] >= 3, used  # the worker that joined (pinned to GPU 1) measured its share
 
 
-def _guarded(failure: list[BaseException], call, *args) -> None:
-    try:
-        call(*args)
-    except BaseException as error:  # reported by the test
-        failure.append(error)
-
-
 def test_a_cluster_tune_tunes_each_gpu_model_on_its_own_workers(tmp_path: Path) -> None:
     db = tmp_path / "tuning.sqlite"
     executor = DaskExecutor("local", gpus=[0, 1, 2], target=FAKE)  # GPUs 0, 1: one model; 2: another
-    results = tune(TuneOptions("matmul", "64x64x64", strategy="brute", db=db, progress=False, run=RunOptions(seed=1)),
-                   executor=executor)
+    options = TuneOptions("matmul", "64x64x64", strategy="brute", db=db, progress=False, run=RunOptions(seed=1))
+    results = _within(executor, tune, options, executor)
     assert sorted(r.problem.gpu_model.name for r in results) == ["Fake GPU", "Fake GPU B"]
     stored = TuningDB(db)
     for result in results:
@@ -154,22 +169,16 @@ def test_tilegen_worker_refuses_an_unreachable_scheduler(tmp_path: Path) -> None
 
 # ---- the GPU worker state on a Dask worker (in this process: the functions a Dask worker runs) ----
 
-def _stop_held(target: str) -> None:
-    held = cluster._held.pop(target, None)
-    if held is not None:
-        held.stop()
-
-
 def test_a_later_runs_hang_timeout_reaches_a_dask_workers_gpu_process() -> None:
     target = "tests.fakes:hanging_worker"  # hangs on every _t8_ variant
     try:
-        cluster.device_task(30.0, target)  # a first run, with a 30 s hang timeout, started the GPU process
+        dask_worker.device_task(30.0, target)  # a first run, with a 30 s hang timeout, started the GPU process
         started = time.monotonic()
-        measurement = cluster.job_task(Job("matmul_f32_t8_p0_guard", "matmul", "", "64x64x64", timing=None),
+        measurement = dask_worker.job_task(Job("matmul_f32_t8_p0_guard", "matmul", "", "64x64x64", timing=None),
                                        b"not a cubin", 1.0, target)  # a later run's: 1 s
         assert measurement.status == Status.TIMEOUT and time.monotonic() - started < 10, measurement
     finally:
-        _stop_held(target)
+        dask_worker.stop_gpu_worker(target)
 
 
 @pytest.mark.parametrize("visible", ["GPU-5c3a1f2e-8d2e-4b1a-9f00-0123456789ab",
@@ -179,16 +188,16 @@ def test_a_dask_worker_pinned_by_uuid_mig_or_list_keeps_that_pin_for_its_gpu_pro
     target = "tests.fakes:visible_devices_worker"  # names its GPU after the CUDA_VISIBLE_DEVICES it got
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     try:
-        assert cluster.device_task(5.0, target).name == visible
+        assert dask_worker.device_task(5.0, target).name == visible
     finally:
-        _stop_held(target)
+        dask_worker.stop_gpu_worker(target)
 
 
 # ---- which workers take jobs ------------------------------------------------------------------
 
 def test_a_sweep_sends_no_job_to_a_worker_whose_gpu_was_refused(tmp_path: Path) -> None:
     executor = DaskExecutor("local", gpus=[0, 3], target=FAKE)  # GPU 3 has no usable GPU (tests/fakes.py)
-    _sweep(tmp_path, executor)
+    _within(executor, _sweep, tmp_path, executor)
     rows = _rows(tmp_path)
     _assert_complete(rows)
     assert {row["provenance"]["gpu_index"] for row in rows if row["status"] == "ok"} == {0}
@@ -215,17 +224,14 @@ def test_a_worker_that_joins_mid_sweep_without_a_usable_gpu_of_the_runs_model_ge
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     executor = DaskExecutor("local", gpus=[0], target="tests.fakes:slow_steady_worker")
     executor.devices()  # the run's GPUs are known: the two below join mid-run
-    address = executor._client.scheduler.address
-    failure: list[BaseException] = []
-    sweeping = threading.Thread(target=lambda: _guarded(failure, _sweep, tmp_path, executor))
-    sweeping.start()
+    address = executor.client.scheduler.address
+    sweeping = _InThread(executor, _sweep, tmp_path, executor)
     joiners = [_join(address, "joiner-no-gpu", "3"), _join(address, "joiner-model-b", "2")]
     try:
-        sweeping.join(180)
+        sweeping.result(180)
     finally:
         for joiner in joiners:
             _stop(joiner)
-    assert not sweeping.is_alive() and not failure, failure
     rows = _rows(tmp_path)
     _assert_complete(rows)
     assert {row["provenance"]["gpu_index"] for row in rows if row["status"] == "ok"} == {0}
@@ -237,20 +243,23 @@ def test_a_worker_that_joins_mid_sweep_without_a_usable_gpu_of_the_runs_model_ge
 
 def test_a_job_that_keeps_killing_its_only_worker_is_a_launch_error_not_an_endless_retry(tmp_path: Path) -> None:
     executor = DaskExecutor("local", gpus=[0], target="tests.fakes:dask_worker_killing_worker")
-    sweep(SweepOptions("matmul", tmp_path, params={"tile": ["8", "16"], "padding": ["0"], "bounds": ["guard"]},
-                       sizes=["64x64x64"], progress=False, run=RunOptions(seed=1)), executor=executor)
+    _within(executor, _sweep_two, tmp_path, executor)
     rows = {row["params"]["tile"]: row for row in _rows(tmp_path)}  # each row once: no endless retry
     assert sorted(rows) == [8, 16] and rows[8]["status"] == "launch_error", rows
-    assert f"lost {cluster.MAX_RESENDS + 1} times" in rows[8]["message"], rows[8]
+    assert f"lost {MAX_RESENDS + 1} times" in rows[8]["message"], rows[8]
     # (the tile-16 job, in flight on the same worker each time, may share that fate, as Dask's own
     # count of a task's lost workers would have it)
 
 
-def _tune_in_thread(db: Path, executor: DaskExecutor, failure: list[BaseException]) -> threading.Thread:
+def _sweep_two(out: Path, executor: DaskExecutor) -> None:
+    """Two variants (tile 8 and 16) at one size."""
+    sweep(SweepOptions("matmul", out, params={"tile": ["8", "16"], "padding": ["0"], "bounds": ["guard"]},
+                       sizes=["64x64x64"], progress=False, run=RunOptions(seed=1)), executor=executor)
+
+
+def _tune_in_thread(db: Path, executor: DaskExecutor) -> _InThread:
     options = TuneOptions("matmul", "64x64x64", strategy="brute", db=db, progress=False, run=RunOptions(seed=1))
-    tuning = threading.Thread(target=lambda: _guarded(failure, tune, options, executor), daemon=True)
-    tuning.start()
-    return tuning
+    return _InThread(executor, tune, options, executor)
 
 
 def _wait_for_rows(db: Path, count: int) -> None:
@@ -262,15 +271,13 @@ def _wait_for_rows(db: Path, count: int) -> None:
 def test_a_cluster_tune_goes_on_when_a_models_only_worker_is_restarted(tmp_path: Path) -> None:
     db = tmp_path / "tuning.sqlite"
     executor = DaskExecutor("local", gpus=[2], target=FAKE)  # the only worker of its model
-    failure: list[BaseException] = []
     try:
-        tuning = _tune_in_thread(db, executor, failure)
+        tuning = _tune_in_thread(db, executor)
         _wait_for_rows(db, 3)
         (victim,) = executor.gpu_workers()
-        pid = executor._client.run(os.getpid, workers=[victim])[victim]
+        pid = executor.client.run(os.getpid, workers=[victim])[victim]
         os.kill(pid, signal.SIGKILL)  # its nanny starts a fresh worker, at another address
-        tuning.join(120)
-        assert not tuning.is_alive() and not failure, failure
+        tuning.result(120)
     finally:
         executor.kill()
     assert any(victim in name for name in executor.lost), executor.lost
@@ -280,25 +287,23 @@ def test_a_cluster_tune_goes_on_when_a_models_only_worker_is_restarted(tmp_path:
 
 def test_a_cluster_tune_whose_model_lost_every_worker_stops_with_a_clear_error(tmp_path: Path) -> None:
     db = tmp_path / "tuning.sqlite"
-    scheduler = cluster.local_cluster([])  # a scheduler and no worker
+    scheduler = local_cluster([])  # a scheduler and no worker
     executor = DaskExecutor(scheduler.scheduler_address, silence_s=3.0, target=FAKE)
     lonely = _join(scheduler.scheduler_address, "lonely", "2", nanny=False)  # no nanny: none restarts it
-    failure: list[BaseException] = []
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not executor.gpu_workers():
             time.sleep(0.05)
-        tuning = _tune_in_thread(db, executor, failure)
+        tuning = _tune_in_thread(db, executor)
         _wait_for_rows(db, 3)
         lonely.kill()
-        tuning.join(60)
-        assert not tuning.is_alive(), "the tune waits for ever"
+        with pytest.raises(TilegenError) as stopped:
+            tuning.result(60)  # past it: "the tune waits for ever"
     finally:
         _stop(lonely)
         executor.kill()
         scheduler.close()
-    assert len(failure) == 1 and isinstance(failure[0], TilegenError), failure
-    message = str(failure[0])
+    message = str(stopped.value)
     assert "Fake GPU B" in message and "lonely" in message and "\n" not in message, message
 
 
@@ -317,7 +322,8 @@ def test_a_cluster_revalidate_re_times_the_winners_of_every_family(tmp_path: Pat
     db = TuningDB(tmp_path / "tuning.sqlite")
     _store_winner(db, "matmul", "64x64x64", fakes.FAKE_DEVICE)
     _store_winner(db, "transpose", "64x64", fakes.FAKE_DEVICE)
-    checked = revalidate(db, RunOptions(seed=1), DaskExecutor("local", gpus=[0], target=FAKE))
+    executor = DaskExecutor("local", gpus=[0], target=FAKE)
+    checked = _within(executor, revalidate, db, RunOptions(seed=1), executor)
     assert sorted((c.problem.family, c.new.status) for c in checked) == [
         ("matmul", Status.OK), ("transpose", Status.OK)]
 
@@ -328,36 +334,139 @@ def test_a_cluster_revalidate_times_each_models_winners_on_that_models_gpus(tmp_
     for device in (fakes.FAKE_DEVICE, model_b):
         for shape in SIZES:
             _store_winner(db, "matmul", shape, device)
-    checked = revalidate(db, RunOptions(seed=1), DaskExecutor("local", gpus=[0, 2], target=FAKE))
+    executor = DaskExecutor("local", gpus=[0, 2], target=FAKE)
+    checked = _within(executor, revalidate, db, RunOptions(seed=1), executor)
     assert len(checked) == 6
     for c in checked:
         assert c.new.status == Status.OK and GpuModel.from_provenance(c.new.provenance) == c.problem.gpu_model, c
 
 
-class _StalledFuture:
-    """A finished future whose result went with its worker: gathering it stalls."""
+# ---- results that do not come: a gather that stalls is given up, its jobs sent again ---------------
 
-    status, key = "finished", "stalled"
-
-    def done(self) -> bool:
-        return True
+def test_a_job_is_sent_again_until_its_workers_were_lost_too_often() -> None:
+    assert [lost_verdict(resends) for resends in range(MAX_RESENDS)] == [""] * MAX_RESENDS
+    assert lost_verdict(MAX_RESENDS) == f"its Dask workers were lost {MAX_RESENDS + 1} times while it was in flight"
 
 
-def test_a_result_lost_with_its_worker_is_sent_again_not_waited_for_for_ever() -> None:
-    executor = DaskExecutor.__new__(DaskExecutor)
-    executor._lock = threading.Condition()
-    executor._sent, resent, cancelled = {}, [], []
-    executor._submit = lambda job, finished, resends: resent.append((job, resends))
+class _Client:
+    """Stands in for a Dask client's gather: it answers `results`, raises `error`, or (neither)
+    stalls until the test lets it go, as one does whose result went with its worker."""
 
-    def stalled_gather(futures: list) -> list:
-        raise TimeoutError
+    def __init__(self, results: list | None = None, error: BaseException | None = None):
+        self.results, self.error = results, error
+        self.asked, self.released = threading.Event(), threading.Event()
 
-    executor._gather = stalled_gather
-    executor._client = type("Client", (), {"cancel": lambda self, futures: cancelled.extend(futures)})()
-    job, future = object(), _StalledFuture()
-    sent = cluster._Sent(job, frozenset({"tcp://gone:1"}), queue.Queue(), resends=1)
-    assert executor._measurements([(future, sent)]) == []  # no row now: the job runs again
-    assert resent == [(job, 2)] and cancelled == [future]
-    worn_out = cluster._Sent(job, frozenset({"tcp://gone:1"}), queue.Queue(), resends=cluster.MAX_RESENDS)
-    assert executor._measurements([(future, worn_out)]) == []
-    assert worn_out.finished.get_nowait() is future and "lost" in worn_out.failure  # a launch_error row next
+    def gather(self, futures: list) -> list:
+        self.asked.set()
+        if self.error is not None:
+            raise self.error
+        if self.results is None:
+            self.released.wait(60)
+            raise CancelledError("released")
+        return self.results
+
+
+def test_a_gather_that_stalls_is_given_up_at_its_deadline() -> None:
+    client = _Client()
+    try:
+        with pytest.raises(TimeoutError, match="the results of 2 finished job"):
+            gather_within(client, ["a", "b"], threading.Event(), timeout_s=0.5)
+        assert client.asked.is_set()
+    finally:
+        client.released.set()
+
+
+def test_a_gather_that_stalls_is_left_when_the_run_stops() -> None:
+    client, stop = _Client(), threading.Event()
+    gathering = threading.Thread(target=lambda: client.asked.wait(60) and stop.set(), daemon=True)
+    gathering.start()  # stops the run once the gather has begun
+    try:
+        with pytest.raises(Interrupted):
+            gather_within(client, ["a"], stop, timeout_s=600)
+    finally:
+        client.released.set()
+
+
+def test_a_gather_hands_back_its_results_or_its_error() -> None:
+    assert gather_within(_Client(results=[1, 2]), ["a", "b"], threading.Event(), timeout_s=60) == [1, 2]
+    with pytest.raises(CancelledError, match="gone"):
+        gather_within(_Client(error=CancelledError("gone")), ["a"], threading.Event(), timeout_s=60)
+
+
+def _stalls(times: int) -> tuple[Callable[[Any, list, threading.Event], list], list[int]]:
+    """A gather that stalls its first `times` calls (past its deadline: TimeoutError), then gathers;
+    and how many results each stalled call was asked for."""
+    stalled: list[int] = []
+
+    def gather(client: Any, futures: list, stop: threading.Event) -> list:
+        if len(stalled) < times:
+            stalled.append(len(futures))
+            raise TimeoutError("stalled")
+        return gather_within(client, futures, stop)
+
+    return gather, stalled
+
+
+def test_results_lost_with_their_worker_are_sent_again_and_each_row_written_once(tmp_path: Path) -> None:
+    gather, stalled = _stalls(2)
+    executor = DaskExecutor("local", gpus=[0, 1], target=FAKE, gather=gather)
+    _within(executor, _sweep_two, tmp_path, executor)
+    rows = {row["params"]["tile"]: row for row in _rows(tmp_path)}  # each row once
+    assert sorted(rows) == [8, 16] and {row["status"] for row in rows.values()} == {"ok"}, rows
+    assert len(stalled) == 2, stalled
+
+
+def test_results_that_never_come_are_launch_errors_not_an_endless_wait(tmp_path: Path) -> None:
+    gather, stalled = _stalls(1000)
+    executor = DaskExecutor("local", gpus=[0], target=FAKE, gather=gather)
+    _within(executor, _sweep_two, tmp_path, executor)
+    rows = {row["params"]["tile"]: row for row in _rows(tmp_path)}  # each row once
+    assert sorted(rows) == [8, 16] and {row["status"] for row in rows.values()} == {"launch_error"}, rows
+    assert all(f"lost {MAX_RESENDS + 1} times" in row["message"] for row in rows.values()), rows
+    assert sum(stalled) == 2 * (MAX_RESENDS + 1), stalled  # each job gathered in vain once per sending
+
+
+STALLED_SWEEP = """
+import sys, threading
+from pathlib import Path
+from gen.evaluate.options import RunOptions
+from gen.gpu.dask import DaskExecutor
+from gen.gpu.dask_cluster import gather_within
+from gen.search.sweep import SweepOptions, sweep
+
+
+class Stalled:
+    def gather(self, futures):  # the results went with their worker: no answer, ever
+        print("gathering", file=sys.stderr, flush=True)
+        threading.Event().wait()
+
+
+def gather(client, futures, stop):
+    return gather_within(Stalled(), futures, stop, timeout_s=600)
+
+
+if __name__ == "__main__":
+    executor = DaskExecutor("local", gpus=[0], target="tests.fakes:steady_worker", gather=gather)
+    sweep(SweepOptions("matmul", Path("out"), params={"tile": ["8"], "padding": ["0"], "bounds": ["guard"]},
+                       sizes=["64x64x64"], progress=False, run=RunOptions(seed=1)), executor=executor)
+"""
+STOP_WITHIN_S = 2.0
+
+
+def test_ctrl_c_stops_a_cluster_sweep_at_once_while_a_gather_stalls(tmp_path: Path) -> None:
+    (tmp_path / "stalled_sweep.py").write_text(STALLED_SWEEP)
+    process = subprocess.Popen([sys.executable, "stalled_sweep.py"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                               start_new_session=True)  # a group of its own, as a shell runs a job
+    said = LineReader(process.stderr.fileno())
+    try:
+        said.until("gathering")
+        started = time.monotonic()
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C at its terminal
+        process.wait(timeout=30)
+        assert time.monotonic() - started < STOP_WITHIN_S
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert "RunInterrupted: 0 rows kept in" in said.until("RunInterrupted:")  # the job whose result never came: no row

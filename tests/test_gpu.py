@@ -159,10 +159,10 @@ def test_every_cache_configuration_runs(tmp_path: Path) -> None:
 
 def test_the_device_checker_catches_unwritten_stray_and_wrong_elements() -> None:
     import numpy as np
-    import pycuda.autoprimaryctx  # noqa: F401  (importing gen.gpu.runner makes no context: the caller brings one)
+    import pycuda.autoprimaryctx  # noqa: F401  (importing gen.gpu.checker makes no context: the caller brings one)
     import pycuda.gpuarray as gpuarray
 
-    from gen.gpu import runner as gpu
+    from gen.gpu import checker as gpu
 
     reference = np.random.default_rng(3).uniform(-1, 1, (5, 7))
     expected = np.full((5, 9), np.nan)  # two padding columns (ld 9) outside the output region
@@ -281,6 +281,40 @@ def test_your_own_family_goes_from_sweep_to_tune_to_best_to_a_kernel_on_numpy_ar
         assert np.linalg.norm(out - expected) / np.linalg.norm(expected) < (1e-12 if dtype == "f64" else 1e-5)
     finally:
         registry.cache_clear()
+
+
+def test_ceilings_are_measured_in_the_gpu_worker_and_kept_under_the_models_fields(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """tests/families/stencil.py names its own ceiling (its measure returns 400 Gpoint/s): the runner
+    measures it in the GPU worker and every row has its share. A ceilings file of tilegen 0.2 (keyed
+    by the model's display string) is read: its copy bandwidth is not measured again."""
+    import json
+
+    from gen.families.registry import registry
+    from gen.gpu.local import LocalExecutor
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TILEGEN_CACHE", str(cache))
+    monkeypatch.setenv("TILEGEN_FAMILY_PATH", str(OWN_FAMILIES))
+    registry.cache_clear()
+    executor = LocalExecutor([0])
+    try:
+        model = executor.devices()[0].model
+    finally:
+        executor.close()
+    cache.mkdir()
+    (cache / "ceilings.json").write_text(json.dumps({str(model): {"copy": 1234.5}}))  # as tilegen 0.2 wrote it
+    try:
+        rows = run(tmp_path / "stencil", "stencil", {"bx": ["32"], "by": ["4"]}, ["1000x999"])
+        rows.update(run(tmp_path / "copy", "copy", {"bounds": ["guard"]}, ["1000x999"]))
+    finally:
+        registry.cache_clear()
+    ok = [row for row in rows.values() if row.status == Status.OK]
+    assert {(row.family, row.unit, row.ceiling) for row in ok} == {("stencil", "Gpoint/s", 400.0),
+                                                                   ("copy", "GB/s", 1234.5)}
+    assert all(row.ceiling_share == pytest.approx(row.throughput / row.ceiling) for row in ok)
+    assert json.loads((cache / "ceilings.json").read_text()) == {str(model): {"copy": 1234.5},
+                                                                 model.key: {"stencil_points": 400.0}}
 
 
 def _gpu_count() -> int:

@@ -23,7 +23,10 @@ from gen.store.results_log import read_rows
 from gen.evaluate.options import RunOptions
 from gen.core.processes import python_environment
 from gen.search.sweep import SweepOptions, summary, sweep
-from gen.gpu.workers import GpuUnavailable, IsolatedWorker, LocalExecutor, parse_gpus
+from gen.core.nvidia_smi import parse_gpus
+from gen.gpu.executor import GpuUnavailable
+from gen.gpu.isolated import IsolatedWorker
+from gen.gpu.local import LocalExecutor
 from gen.gpu.sanitize import count_hazards
 
 from . import fakes
@@ -201,7 +204,7 @@ print("note:", report.note)
 @pytest.mark.skipif(importlib.util.find_spec("pycuda") is not None, reason="needs a machine without pycuda")
 def test_a_script_without_a_main_guard_sweeps_and_its_workers_say_why_no_kernel_ran(tmp_path: Path,
                                                                                       compile_options) -> None:
-    """The README's Python example as a user's script: workers are `python -m gen.gpu.workers` processes,
+    """The README's Python example as a user's script: workers are `python -m gen.gpu.worker_process` processes,
     which never import the script, and a worker that cannot start names the real cause."""
     (tmp_path / "my_sweep.py").write_text(SCRIPT)
     done = subprocess.run([sys.executable, "my_sweep.py"], capture_output=True, text=True, cwd=tmp_path,

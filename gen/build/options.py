@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 import os
 import re
-import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..core import nvidia_smi
 from ..core.errors import UsageError
 from .cache import cubin_cache
 from .compilers import Compiler, default_compiler
@@ -71,9 +71,7 @@ def usable_cores() -> int:
 def local_arch() -> str:
     """The architecture of the first local GPU (via nvidia-smi), else sm_90."""
     try:
-        output = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=20).stdout
-        major, minor = output.splitlines()[0].strip().split(".")
+        major, minor = nvidia_smi.query(["compute_cap"])[0].split(".")
         return f"sm_{int(major)}{int(minor)}"
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+    except (ValueError, IndexError):
         return DEFAULT_ARCH

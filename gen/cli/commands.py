@@ -13,7 +13,7 @@ from ..build.compiler import CompileOptions, cache_summary, clear_cache, cubin_c
 from ..build.emit import emit
 from ..build.render import render, template_problems
 from ..core.errors import UsageError
-from ..gpu.workers import parse_gpus
+from ..core.nvidia_smi import parse_gpus
 from ..core.paths import as_path, writable_file
 from ..core.results import GpuModel, Row, Status, TimingOptions
 from ..core.table import text_table
@@ -190,7 +190,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from ..gpu.dask import serve_gpus
+    from ..gpu.dask_worker import serve_gpus
 
     return serve_gpus(args.address, parse_gpus(args.gpus))
 
@@ -216,7 +216,7 @@ def cmd_cache(args: argparse.Namespace) -> None:
 
 def _run_options(args: argparse.Namespace, **extra: Any) -> RunOptions:
     if args.cluster and args.cluster != "local":
-        from ..gpu.dask import check_reachable
+        from ..gpu.dask_cluster import check_reachable
 
         check_reachable(args.cluster)  # before anything is written
     timing = TimingOptions(budget_s=args.timing_budget, warm=getattr(args, "warm", False))

@@ -31,7 +31,7 @@ from ..core.results import DeviceInfo, Measurement, Row, TimingOptions
 from ..families import get_family
 from ..families.variant import Variant
 from ..gpu.jobs import Job, job_for
-from ..gpu.workers import Executor, GpuUnavailable
+from ..gpu.executor import Executor, GpuUnavailable
 from .options import runs_on
 from .plan import Point, shape_text
 

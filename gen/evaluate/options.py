@@ -10,7 +10,8 @@ from typing import Sequence
 from ..core import checks
 from ..core.errors import UsageError
 from ..core.results import TimingOptions
-from ..gpu.workers import Executor, LocalExecutor
+from ..gpu.executor import Executor
+from ..gpu.local import LocalExecutor
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -40,12 +40,17 @@ UNIT_ROUNDOFF = {"f32": 2.0**-24, "f64": 2.0**-53}
 
 @dataclass(frozen=True)
 class Ceiling:
-    """A rate measured once per GPU model that a family's throughput is compared with."""
+    """A rate measured once per GPU model that a family's throughput is compared with. tilegen
+    measures its own (COPY_BANDWIDTH, GEMM_F32, GEMM_F64); a family may name one of its own, with
+    `measure`: a function run in the GPU worker process, on the GPU the variants run on (its context
+    current: it may use PyCUDA, CuPy or PyTorch), that returns the rate in `unit`, or None where it
+    cannot measure it. A ceiling that cannot be measured leaves its rows without a share."""
 
-    key: str  # where the measurement is kept
+    key: str  # where the measurement is kept: a family's own ceiling needs a key of its own
     unit: str  # the unit of the rate and of the family's throughput
     scale: float  # units of work in one unit of rate per second: 1e9 bytes, 1e12 operations
     what: str
+    measure: Callable[[], float | None] | None = None
 
     def rate(self, work: float, seconds: float) -> float:
         return work / seconds / self.scale

@@ -1,137 +1,51 @@
-"""Sweeps and tunes across many GPUs and hosts, on Dask distributed (the optional extra `cluster`).
+"""Sweeps and tunes across many GPUs and hosts on Dask distributed (the optional extra `cluster`):
+the coordinator. What runs on each Dask worker is in gen.gpu.dask_worker.
 
     tilegen sweep ... --cluster local            # a Dask worker per visible GPU of this host
     tilegen sweep ... --cluster tcp://HOST:8786  # an existing scheduler; on each GPU host:
     tilegen worker tcp://HOST:8786               # one Dask worker per GPU, each pinned to it
 
-Each Dask worker offers one `GPU` resource and runs one job at a time, in the same isolated
-subprocess (`gen.gpu.workers.IsolatedWorker`) with the same hang timeout as on one host, so a crashing
-kernel never kills a Dask worker. The coordinator compiles (once per architecture, with its own
-compile cache), ships each cubin with its job, and is the only writer of results and of the
-tuning database: rows come back as futures finish.
+The coordinator compiles (once per architecture), ships each cubin with its job, and is the only
+writer of results and of the tuning database. Jobs go only to the workers whose GPU answered; one
+that joins mid-run is asked for its GPU first, and takes jobs if that is of a model the run
+started with (each one refused is named).
 
-Jobs go only to the workers whose GPU answered. A worker that joins mid-run is asked for its GPU
-first, and takes jobs if that is of a model the run started with; each one refused is named.
-
-Faults: when a Dask worker or its host dies, the scheduler runs its jobs in flight on the run's
-other workers; each job's row is written exactly once, and the lost worker is named. A restarted
-worker comes back at a new address, as a worker that joins: jobs in flight that only lost workers
-could take are sent to it. When no worker of the run's GPU models is left and none joins within
-the hang timeout, the run stops with an error that names them.
+Faults: when a Dask worker dies, the scheduler runs its jobs in flight on the run's other workers;
+each job's row is written once, and the lost worker is named. A restarted worker comes back at a
+new address, as a worker that joins: jobs in flight that only lost workers could take go to it. A
+gather that stalls (a result lost with its worker) is given up and its jobs are sent again, at
+most MAX_RESENDS times. When no worker of the run's GPU models is left and none joins within the
+hang timeout, the run stops with an error that names them.
 """
 
 from __future__ import annotations
 
-import atexit
-import hashlib
-import logging
-import os
 import queue
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ..core.errors import UsageError
-from .jobs import Job
-from ..core.processes import ProcessGroup, visible_devices_for
 from ..core.results import DeviceInfo, GpuModel, Measurement, Status
-from .workers import WORKER, GpuUnavailable, IsolatedWorker, run_job, visible_gpus
+from .dask_cluster import GPU, connect, gather_within, local_cluster
+from .dask_worker import device_task, job_task
+from .executor import GpuUnavailable
+from .jobs import Job
+from .worker_process import WORKER
 
-GPU = "GPU"  # the Dask worker resource: one per GPU, so one job per GPU at a time
-CONNECT_TIMEOUT_S = 10.0
 JOBS_AHEAD_PER_GPU = 8  # submitted per GPU: the next jobs wait on its worker while results travel back
 MAX_RESENDS = 3  # a job whose workers all left is sent again this often (then it is a launch_error)
-GATHER_TIMEOUT_S = 10.0  # a gather of finished jobs' results that takes longer lost one with its worker
 WATCH_S = 1.0  # how often the coordinator looks for workers that left or joined
 
-# ---- on a Dask worker ------------------------------------------------------------------------
 
-_held: dict[str, IsolatedWorker] = {}  # this Dask worker's GPU subprocess, kept between jobs
-
-
-def _gpu_worker(silence_s: float, target: str) -> IsolatedWorker:
-    """This Dask worker's isolated GPU subprocess (started on first use, stopped at exit), with the
-    hang timeout of the run that calls now (runs one after another may differ)."""
-    worker = _held.get(target)
-    if worker is None:
-        index, visible = pinned_gpu()
-        worker = _held[target] = IsolatedWorker(index, silence_s, target, visible)
-        atexit.register(worker.stop)
-    worker.silence_s = silence_s
-    return worker
-
-
-def pinned_gpu() -> tuple[int, str | None]:
-    """The GPU this process is pinned to by CUDA_VISIBLE_DEVICES: its index (the first listed when
-    that is an index, else 0; for provenance and nvidia-smi) and the value itself, which its GPU
-    process gets as it is (a UUID, a MIG id, a list: CUDA runs on the first); (0, None) if unset."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return 0, None
-    first = visible.split(",")[0].strip()
-    return (int(first) if first.isdigit() else 0), visible
-
-
-def device_task(silence_s: float, target: str) -> DeviceInfo:
-    """Start this worker's GPU subprocess and say which GPU it holds."""
-    worker = _gpu_worker(silence_s, target)
-    return worker.device if worker.alive and worker.device else worker.start()
-
-
-def job_task(job: Job, cubin: bytes, silence_s: float, target: str) -> Measurement:
-    """Run one job on this worker's GPU, its cubin written to a local file first."""
-    folder = Path(tempfile.gettempdir()) / "tilegen-cubins"
-    folder.mkdir(exist_ok=True)
-    path = folder / f"{hashlib.sha256(cubin).hexdigest()[:32]}.cubin"
-    if not path.exists():
-        partial = path.with_suffix(f".{os.getpid()}.part")
-        partial.write_bytes(cubin)
-        partial.replace(path)
-    return run_job(_gpu_worker(silence_s, target), replace(job, cubin=str(path)), ProcessGroup())
-
-
-# ---- on the coordinator ----------------------------------------------------------------------
-
-def _distributed() -> Any:
-    try:
-        import distributed
-    except ImportError:
-        raise UsageError("--cluster needs Dask distributed: pip install 'tilegen[cluster]'") from None
-    return distributed
-
-
-def local_cluster(gpus: Sequence[int]) -> Any:
-    """A scheduler and one Dask worker process per GPU on this host, each pinned to its GPU."""
-    distributed = _distributed()
-    workers = {f"gpu{gpu}": {"cls": distributed.Nanny,
-                             "options": {"nthreads": 1, "resources": {GPU: 1}, "host": "127.0.0.1",
-                                         "env": {"CUDA_VISIBLE_DEVICES": str(gpu)}, "silence_logs": logging.CRITICAL}}
-               for gpu in gpus}
-    scheduler = {"cls": distributed.Scheduler, "options": {"host": "127.0.0.1", "port": 0, "dashboard": False}}
-    return distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.CRITICAL)
-
-
-def connect(address: str) -> Any:
-    """A client of the scheduler at `address`; a one-line error when it cannot be reached."""
-    distributed = _distributed()
-    if not address.startswith(("tcp://", "tls://", "inproc://", "ucx://")):
-        raise UsageError(f"--cluster {address!r} must be 'local' or a scheduler address like tcp://HOST:8786")
-    try:
-        return distributed.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-    except (OSError, TimeoutError) as error:
-        raise UsageError(f"cannot reach the Dask scheduler at {address} ({type(error).__name__}); is `dask scheduler` "
-                         f"running there?") from None
-
-
-def check_reachable(address: str) -> None:
-    """A one-line error now, when the scheduler at `address` cannot be reached."""
-    connect(address).close()
+def lost_verdict(resends: int) -> str:
+    """Why a job whose result or workers were lost while it was in flight, after being sent again
+    `resends` times, is a launch_error now; '' while it may be sent again."""
+    if resends < MAX_RESENDS:
+        return ""
+    return f"its Dask workers were lost {resends + 1} times while it was in flight"
 
 
 @dataclass
@@ -149,11 +63,14 @@ class _Sent:
 class DaskExecutor:
     """The pipeline's executor on a Dask cluster: `address` is 'local' (a worker per GPU in
     `gpus`) or a scheduler's address. Jobs go only to the GPU workers it accepted: those whose GPU
-    answered at the start and, later, those that join with a GPU of a model it started with."""
+    answered at the start and, later, those that join with a GPU of a model it started with.
+    `gather(client, futures, stop)` fetches the results of finished futures, and gives up when
+    `stop` is set (`gather_within`, or a stand-in that stalls)."""
 
     def __init__(self, address: str, gpus: Sequence[int] = (0,), silence_s: float = 30.0, target: str = WORKER,
-                 *, _parent: "DaskExecutor | None" = None):
-        self.address, self.silence_s, self.target = address, silence_s, target
+                 *, gather: Callable[[Any, list[Any], threading.Event], list[Any]] = gather_within,
+                 _parent: "DaskExecutor | None" = None):
+        self.address, self.silence_s, self.target, self.gather = address, silence_s, target, gather
         self.lost: list[str] = []  # accepted Dask workers that left during a run
         self._devices: dict[str, DeviceInfo] | None = None  # the accepted GPU workers there are now
         self._models: set[GpuModel] = set()  # of the GPUs it started with: a worker that joins needs one
@@ -177,6 +94,11 @@ class DaskExecutor:
             if self._cluster:
                 self._cluster.close()
             raise
+
+    @property
+    def client(self) -> Any:
+        """The Dask client it runs on."""
+        return self._client
 
     # ---- the Executor interface --------------------------------------------------------------
 
@@ -269,7 +191,8 @@ class DaskExecutor:
         return found
 
     def _group(self, model: GpuModel, devices: dict[str, DeviceInfo]) -> "DaskExecutor":
-        group = DaskExecutor(self.address, silence_s=self.silence_s, target=self.target, _parent=self)
+        group = DaskExecutor(self.address, silence_s=self.silence_s, target=self.target, gather=self.gather,
+                             _parent=self)
         group._devices, group._models = devices, {model}
         group._known, group._names, group.lost = set(self._known), dict(self._names), self.lost
         return group
@@ -325,21 +248,19 @@ class DaskExecutor:
             self._client.cancel(futures)
 
     def _measurements(self, received: list[tuple[Any, _Sent]]) -> list[tuple[Job, Measurement]]:
-        """The jobs' measurements, those that succeeded fetched in one gather (a round trip per
-        future capped a cluster at about 95 rows/s), or a `launch_error` row for a job that itself
-        kept killing workers (or whose workers were lost too often). When the gather stalls, a result
-        was lost with its worker (its task pinned to workers that left): those jobs are sent again."""
+        """The jobs' measurements, those that succeeded fetched in one gather, or a `launch_error` row
+        for a job that itself kept killing workers (or whose workers were lost too often). When the
+        gather stalls, a result was lost with its worker (its task pinned to workers that left):
+        those jobs are sent again."""
         succeeded = [future for future, sent in received if not sent.failure and future.status == "finished"]
         try:
-            results = dict(zip((f.key for f in succeeded), self._gather(succeeded))) if succeeded else {}
+            gathered = self.gather(self._client, succeeded, self._killed) if succeeded else []
+            results = dict(zip((future.key for future in succeeded), gathered))
         except TimeoutError:
             self._send_again([(future, sent) for future, sent in received if future in succeeded])
             received, results = [(future, sent) for future, sent in received if future not in succeeded], {}
         return [(sent.job, results[future.key] if future.key in results else _failure(future, sent))
                 for future, sent in received]
-
-    def _gather(self, futures: list[Any]) -> list[Measurement]:
-        return self._client.sync(self._client._gather, futures, callback_timeout=GATHER_TIMEOUT_S)
 
     def _send_again(self, lost: list[tuple[Any, _Sent]]) -> None:
         """Send jobs whose results were lost again (their futures come back as launch_errors after
@@ -354,8 +275,8 @@ class DaskExecutor:
         """Send a job again to the accepted workers there are now (holding the lock); after
         MAX_RESENDS, instead mark it failed and keep it in flight (False), to come back as a
         launch_error."""
-        if sent.resends >= MAX_RESENDS:
-            sent.failure = f"its Dask workers were lost {sent.resends + 1} times while it was in flight"
+        sent.failure = lost_verdict(sent.resends)
+        if sent.failure:
             self._sent[future] = sent
             return False
         self._sent.pop(future, None)
@@ -466,41 +387,12 @@ def _failure(future: Any, sent: _Sent) -> Measurement:
 
 
 def _drain(items: queue.Queue) -> list[Any]:
-    """Everything in the queue now, without waiting."""
+    """Everything in the queue now, without waiting (its one reader calls)."""
     drained = []
-    while True:
-        try:
-            drained.append(items.get_nowait())
-        except queue.Empty:
-            return drained
+    while not items.empty():
+        drained.append(items.get_nowait())
+    return drained
 
 
 def _worker_name(name: str, address: str) -> str:
     return f"{name} ({address})" if name != address else address
-
-
-# ---- tilegen worker ADDRESS ------------------------------------------------------------------
-
-def serve_gpus(address: str, gpus: Sequence[int] | None = None) -> int:
-    """Start one Dask worker per GPU of this host for the scheduler at `address`, each pinned to its
-    GPU with one `GPU` resource, and wait for them; Ctrl-C stops them."""
-    check_reachable(address)  # a one-line error now, rather than workers retrying for ever
-    chosen = list(gpus) if gpus is not None else (visible_gpus() or [0])
-    host = socket.gethostname()
-    processes = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
-                                   "--resources", f"{GPU}=1", "--name", f"{host}-gpu{gpu}", "--no-dashboard"],
-                                  env=dict(os.environ, CUDA_VISIBLE_DEVICES=visible_devices_for(gpu)))
-                 for gpu in chosen]
-    print(f"tilegen: {len(processes)} Dask worker(s) for {address} on GPU(s) {', '.join(map(str, chosen))}; "
-          f"Ctrl-C stops them", file=sys.stderr, flush=True)
-    try:
-        return max(process.wait() for process in processes)
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()

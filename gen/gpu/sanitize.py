@@ -7,17 +7,15 @@ time. Each tool runs the variant once, in a process of its own under the sanitiz
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import shutil
 import subprocess
-import sys
-from dataclasses import asdict
 
 from ..core.errors import ToolMissing
-from .jobs import Job
 from ..core.processes import ProcessGroup
+from .jobs import Job
+from .worker_process import once_command
 
 TOOLS = ("racecheck", "synccheck", "memcheck")
 SANITIZER_TIMEOUT_S = 120.0
@@ -42,8 +40,7 @@ def sanitize(job: Job, environment: dict[str, str], children: ProcessGroup) -> t
     hazards, notes = {}, []
     for tool in TOOLS:
         # Only the variant's kernel: the checker's own reductions are not under test.
-        command = [sanitizer_path(), "--tool", tool, "--kernel-name", f"kne={job.name}", sys.executable, "-m",
-                   "gen.gpu.workers", "--once", json.dumps(asdict(job))]
+        command = [sanitizer_path(), "--tool", tool, "--kernel-name", f"kne={job.name}", *once_command(job)]
         try:
             done = children.run(command, timeout=SANITIZER_TIMEOUT_S, env=environment)
         except subprocess.TimeoutExpired:

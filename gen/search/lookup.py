@@ -85,10 +85,11 @@ def current_device() -> DeviceInfo:
     """The GPU of the caller's current pycuda context, else the first GPU (asked in a worker process)."""
     import sys
 
-    from ..gpu.workers import GpuUnavailable, LocalExecutor
+    from ..gpu.executor import GpuUnavailable
+    from ..gpu.local import LocalExecutor
 
     if "pycuda.driver" in sys.modules:
-        from ..gpu.runner import current_device_info
+        from ..gpu.device import current_device_info
 
         found = current_device_info()
         if found is not None:

@@ -15,7 +15,7 @@ from ..evaluate.loop import evaluate
 from ..evaluate.options import RunOptions, make_executor
 from ..evaluate.plan import Point
 from ..families import get_family
-from ..gpu.workers import Executor, GpuUnavailable
+from ..gpu.executor import Executor, GpuUnavailable
 from ..store.tuning_db import Problem, TuningDB
 from .proposers import PointList
 from .tune import record_measured

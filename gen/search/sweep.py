@@ -32,7 +32,7 @@ from ..families import get_family
 from ..families.family import Family
 from ..families.space import MAX_POINTS, Space, values_of
 from ..gpu.jobs import CACHE_CONFIGS
-from ..gpu.workers import Executor
+from ..gpu.executor import Executor
 from ..store.results_log import ResultLog, latest
 from .proposers import PointList
 

@@ -31,7 +31,7 @@ from ..families import get_family
 from ..families.family import Family, refused
 from ..families.space import MAX_POINTS, Space
 from ..families.variant import Variant
-from ..gpu.workers import Executor, GpuUnavailable
+from ..gpu.executor import Executor, GpuUnavailable
 from ..store.tuning_db import FINALIST_KEY, Problem, TuningDB, checked_db_path
 from .proposers import PointList, Rounds, Search
 from .strategies import STRATEGIES, SearchSpace, make_strategy

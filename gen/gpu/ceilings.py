@@ -1,0 +1,165 @@
+"""The ceilings: rates measured once per GPU model that throughput is compared with, measured in the
+GPU worker process and kept in `ceilings.json` in the cache folder.
+
+A ceiling is measured the first time a job asks for it: by its family's own `measure`, or, for
+tilegen's (COPY_BANDWIDTH, GEMM_F32, GEMM_F64), by the measurers here, found by key. One that
+cannot be measured (a family's without `measure`, the cuBLAS rates without CuPy or PyTorch) has
+no rate, and its rows no share.
+
+The file maps a GPU model's `key` (its fields) to {ceiling key: rate}. tilegen 0.1 and 0.2 keyed
+it by the model's display string: such entries are still read, and left as they are.
+
+Importing this module needs no pycuda (the measurers import it when they run), so that the file
+and the family's own measurers work in a stand-in worker too.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import numbers
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..core.errors import UsageError
+from ..core.paths import cache_dir
+from ..core.results import GpuModel, TimingOptions
+from ..families.family import COPY_BANDWIDTH, GEMM_F32, GEMM_F64, Ceiling
+
+CEILING_SAMPLES = TimingOptions(min_samples=10, max_samples=20, target_rsd=0.0, warmup=3, budget_s=30.0)
+# How tilegen 0.1 and 0.2 wrote a model (str(GpuModel) then): "NAME (cc 9.0, 132 SMs, 79 GiB)".
+_DISPLAYED_MODEL = re.compile(r"(?P<name>.+) \(cc (?P<cc>\d+\.\d+), (?P<sm_count>\d+) SMs, (?P<memory_gib>\d+) GiB\)")
+
+
+def ceilings_path() -> Path:
+    return cache_dir() / "ceilings.json"
+
+
+class Ceilings:
+    """The ceilings of one GPU model: read from the file, each measured in this process when first
+    asked for and not there, then written to it."""
+
+    def __init__(self, model: GpuModel, path: Path | None = None):
+        self.model, self.path = model, path or ceilings_path()
+        self._rates: dict[str, float] | None = None
+        self._unmeasurable: set[str] = set()  # asked for already: not measured again in this process
+
+    def rate(self, ceiling: Ceiling, report: Callable[[str], None] = lambda phase: None) -> float | None:
+        """The ceiling's rate on this model, measured now if it is not known yet; None when it
+        cannot be measured."""
+        if self._rates is None:
+            self._rates = model_entry(_read(self.path), self.model)
+        if ceiling.key not in self._rates and ceiling.key not in self._unmeasurable:
+            measure = ceiling.measure or MEASURERS.get(ceiling.key)
+            if measure is not None:
+                report(f"measuring the ceiling {ceiling.key}")
+            rate = measure() if measure is not None else None
+            if rate is None:
+                self._unmeasurable.add(ceiling.key)
+            else:
+                self._rates[ceiling.key] = _checked(ceiling, rate)
+                self._write(ceiling.key, self._rates[ceiling.key])
+        return self._rates.get(ceiling.key)
+
+    def _write(self, key: str, rate: float) -> None:
+        """Add one rate to the file as it is now: the workers of other GPUs write it too (one at a
+        time, under a lock), and a reader sees it whole (it is replaced, never rewritten)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(f"{self.path.name}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            known = _read(self.path)
+            known.setdefault(self.model.key, {})[key] = rate
+            partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.part")
+            partial.write_text(json.dumps(known, indent=1))
+            partial.replace(self.path)
+
+
+def model_entry(known: dict[str, Any], model: GpuModel) -> dict[str, float]:
+    """The rates a ceilings file holds for `model`: under its key, and under its display string in
+    a file of tilegen 0.1 or 0.2 (the key's win where both have one)."""
+    rates: dict[str, float] = {}
+    for key, entry in known.items():
+        if isinstance(entry, dict) and displayed_model(key) == model:
+            rates.update(entry)
+    rates.update(known.get(model.key, {}))
+    return rates
+
+
+def displayed_model(text: str) -> GpuModel | None:
+    """The model a display string of tilegen 0.1 or 0.2 names, or None."""
+    found = _DISPLAYED_MODEL.fullmatch(text)
+    if found is None:
+        return None
+    return GpuModel(found["name"], found["cc"], int(found["sm_count"]), int(found["memory_gib"]))
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _checked(ceiling: Ceiling, rate: Any) -> float:
+    """A measured rate as a float; UsageError for anything but a positive, finite number."""
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not (math.isfinite(rate) and rate > 0):
+        raise UsageError(f"the ceiling {ceiling.key!r} measured {rate!r}: its measure must return the rate in "
+                         f"{ceiling.unit}, a positive number")
+    return float(rate)
+
+
+# ---- tilegen's own ceilings, measured in the GPU worker process -----------------------------------
+
+def copy_bandwidth(size: int = 1 << 30) -> float:
+    """Device-to-device copy of `size` bytes, counting bytes read and written, in GB/s."""
+    import pycuda.driver as cuda
+
+    from .timing import event_samples
+
+    source, target = cuda.mem_alloc(size), cuda.mem_alloc(size)
+    cuda.memset_d32(source, 0x3F800000, size // 4)
+    samples = event_samples(lambda: cuda.memcpy_dtod_async(target, source, size), CEILING_SAMPLES,
+                            before_each=lambda salt: None)
+    return 2 * size / (float(np.median(samples)) / 1e3) / 1e9
+
+
+def gemm_rate(dtype: str, n: int = 8192) -> float | None:
+    """cuBLAS GEMM at n³ through CuPy or PyTorch (TF32 off), timed on the default stream both
+    libraries use, in TFLOP/s; None without either."""
+    from .timing import event_samples
+
+    vendor = vendor_gemm()
+    if vendor is None:
+        return None
+    random_matrix, multiply = vendor
+    operands = (random_matrix(n, dtype), random_matrix(n, dtype))
+    samples = event_samples(lambda: multiply(*operands), CEILING_SAMPLES, before_each=lambda salt: None)
+    return 2 * n**3 / (float(np.median(samples)) / 1e3) / 1e12
+
+
+def vendor_gemm() -> tuple[Callable[[int, str], Any], Callable[[Any, Any], Any]] | None:
+    """(random n x n matrix of a dtype, matrix product) from CuPy, else PyTorch (TF32 off), else None."""
+    try:
+        import cupy
+
+        types = {"f32": cupy.float32, "f64": cupy.float64}
+        return (lambda n, dtype: cupy.random.uniform(-1, 1, (n, n)).astype(types[dtype]), cupy.matmul)
+    except ImportError:
+        pass
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    types = {"f32": torch.float32, "f64": torch.float64}
+    return (lambda n, dtype: torch.rand(n, n, device="cuda", dtype=types[dtype]) * 2 - 1, torch.matmul)
+
+
+# The measurer of each of tilegen's own ceilings, by key: None from one means it cannot be measured here.
+MEASURERS: dict[str, Callable[[], float | None]] = {
+    COPY_BANDWIDTH.key: copy_bandwidth,
+    GEMM_F32.key: lambda: gemm_rate("f32"),
+    GEMM_F64.key: lambda: gemm_rate("f64"),
+}

@@ -1,0 +1,88 @@
+"""The Dask cluster a run talks to, from the coordinator (gen.gpu.dask) or from `tilegen worker`
+(gen.gpu.dask_worker): a local one, or a scheduler's address, reached with a one-line error when
+it cannot be (Dask distributed is an optional extra); and the results of finished jobs, gathered
+with a deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any, Sequence
+
+from ..core.errors import Interrupted, UsageError
+
+GPU = "GPU"  # the Dask worker resource: one per GPU, so one job per GPU at a time
+CONNECT_TIMEOUT_S = 10.0
+GATHER_TIMEOUT_S = 10.0  # a gather of finished jobs' results that takes longer lost one with its worker
+STOP_POLL_S = 0.05  # how soon a gather waited on notices that the run stopped
+
+
+def import_distributed() -> Any:
+    """The `distributed` module; UsageError naming the extra when it is not installed."""
+    try:
+        import distributed
+    except ImportError:
+        raise UsageError("--cluster needs Dask distributed: pip install 'tilegen[cluster]'") from None
+    return distributed
+
+
+def connect(address: str) -> Any:
+    """A client of the scheduler at `address`; a one-line error when it cannot be reached."""
+    distributed = import_distributed()
+    if not address.startswith(("tcp://", "tls://", "inproc://", "ucx://")):
+        raise UsageError(f"--cluster {address!r} must be 'local' or a scheduler address like tcp://HOST:8786")
+    try:
+        return distributed.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError) as error:
+        raise UsageError(f"cannot reach the Dask scheduler at {address} ({type(error).__name__}); is `dask scheduler` "
+                         f"running there?") from None
+
+
+def check_reachable(address: str) -> None:
+    """A one-line error now, when the scheduler at `address` cannot be reached."""
+    connect(address).close()
+
+
+def local_cluster(gpus: Sequence[int]) -> Any:
+    """A scheduler and one Dask worker process per GPU on this host, each pinned to its GPU."""
+    distributed = import_distributed()
+    workers = {f"gpu{gpu}": {"cls": distributed.Nanny,
+                             "options": {"nthreads": 1, "resources": {GPU: 1}, "host": "127.0.0.1",
+                                         "env": {"CUDA_VISIBLE_DEVICES": str(gpu)}, "silence_logs": logging.CRITICAL}}
+               for gpu in gpus}
+    scheduler = {"cls": distributed.Scheduler, "options": {"host": "127.0.0.1", "port": 0, "dashboard": False}}
+    return distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.CRITICAL)
+
+
+def gather_within(client: Any, futures: list[Any], stop: threading.Event, timeout_s: float = GATHER_TIMEOUT_S
+                  ) -> list[Any]:
+    """`client.gather(futures)`: one gather for all (a round trip per future capped a cluster at
+    about 95 rows/s), in a thread of its own, given up after `timeout_s` (TimeoutError), or at once
+    when `stop` is set (Interrupted). A result lost with its worker stalls a gather until its
+    future is cancelled: the caller's thread is never held by one."""
+    answer: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
+
+    def gather() -> None:
+        try:
+            answer.put((True, client.gather(futures)))
+        except BaseException as error:  # handed to the caller
+            answer.put((False, error))
+
+    threading.Thread(target=gather, daemon=True, name="tilegen-gather").start()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            gathered, value = answer.get(timeout=max(0.0, min(STOP_POLL_S, deadline - time.monotonic())))
+            break
+        except queue.Empty:
+            if stop.is_set():
+                raise Interrupted("stopped while gathering results") from None
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the results of {len(futures)} finished job(s) did not come within "
+                                   f"{timeout_s:.0f} s") from None
+    if not gathered:
+        raise value
+    return value

@@ -1,0 +1,107 @@
+"""What runs ON a Dask worker of a tilegen cluster (gen.gpu.dask is the coordinator): the tasks the
+coordinator submits (`device_task`, `job_task`) and the isolated GPU subprocess they share, kept
+between tasks; and `serve_gpus`, which starts such Dask workers for `tilegen worker ADDRESS`.
+
+Each Dask worker offers one `GPU` resource and runs one job at a time, in the same isolated
+subprocess (gen.gpu.isolated.IsolatedWorker) with the same hang timeout as on one host, so a
+crashing kernel never kills a Dask worker.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from ..core.nvidia_smi import visible_gpus
+from ..core.processes import ProcessGroup, visible_devices_for
+from ..core.results import DeviceInfo, Measurement
+from .dask_cluster import GPU, check_reachable
+from .isolated import IsolatedWorker
+from .jobs import Job
+from .local import run_job
+
+_held: dict[str, IsolatedWorker] = {}  # this Dask worker's GPU subprocess per target, kept between jobs
+
+
+def device_task(silence_s: float, target: str) -> DeviceInfo:
+    """Start this worker's GPU subprocess and say which GPU it holds."""
+    worker = _gpu_worker(silence_s, target)
+    return worker.device if worker.alive and worker.device else worker.start()
+
+
+def job_task(job: Job, cubin: bytes, silence_s: float, target: str) -> Measurement:
+    """Run one job on this worker's GPU, its cubin written to a local file first."""
+    folder = Path(tempfile.gettempdir()) / "tilegen-cubins"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{hashlib.sha256(cubin).hexdigest()[:32]}.cubin"
+    if not path.exists():
+        partial = path.with_suffix(f".{os.getpid()}.part")
+        partial.write_bytes(cubin)
+        partial.replace(path)
+    return run_job(_gpu_worker(silence_s, target), replace(job, cubin=str(path)), ProcessGroup())
+
+
+def stop_gpu_worker(target: str) -> None:
+    """Stop this process's GPU subprocess that runs `target`, if there is one (the next task starts
+    a fresh one)."""
+    worker = _held.pop(target, None)
+    if worker is not None:
+        worker.stop()
+
+
+def pinned_gpu() -> tuple[int, str | None]:
+    """The GPU this process is pinned to by CUDA_VISIBLE_DEVICES: its index (the first listed when
+    that is an index, else 0; for provenance and nvidia-smi) and the value itself, which its GPU
+    process gets as it is (a UUID, a MIG id, a list: CUDA runs on the first); (0, None) if unset."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return 0, None
+    first = visible.split(",")[0].strip()
+    return (int(first) if first.isdigit() else 0), visible
+
+
+def _gpu_worker(silence_s: float, target: str) -> IsolatedWorker:
+    """This Dask worker's isolated GPU subprocess (started on first use, stopped at exit), with the
+    hang timeout of the run that calls now (runs one after another may differ)."""
+    worker = _held.get(target)
+    if worker is None:
+        index, visible = pinned_gpu()
+        worker = _held[target] = IsolatedWorker(index, silence_s, target, visible)
+        atexit.register(worker.stop)
+    worker.silence_s = silence_s
+    return worker
+
+
+# ---- tilegen worker ADDRESS ------------------------------------------------------------------
+
+def serve_gpus(address: str, gpus: Sequence[int] | None = None) -> int:
+    """Start one Dask worker per GPU of this host for the scheduler at `address`, each pinned to its
+    GPU with one `GPU` resource, and wait for them; Ctrl-C stops them."""
+    check_reachable(address)  # a one-line error now, rather than workers retrying for ever
+    chosen = list(gpus) if gpus is not None else (visible_gpus() or [0])
+    host = socket.gethostname()
+    processes = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+                                   "--resources", f"{GPU}=1", "--name", f"{host}-gpu{gpu}", "--no-dashboard"],
+                                  env=dict(os.environ, CUDA_VISIBLE_DEVICES=visible_devices_for(gpu)))
+                 for gpu in chosen]
+    print(f"tilegen: {len(processes)} Dask worker(s) for {address} on GPU(s) {', '.join(map(str, chosen))}; "
+          f"Ctrl-C stops them", file=sys.stderr, flush=True)
+    try:
+        return max(process.wait() for process in processes)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()

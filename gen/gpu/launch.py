@@ -1,0 +1,103 @@
+"""Loading and launching kernels in the current context: the GPU worker's launches, and the
+ready-to-call kernels of gen.kernels in the caller's own process and context (the caller's arrays,
+copies to and from NumPy). Importing this module makes no context."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pycuda.driver as cuda
+import pycuda.gpuarray as gpuarray
+
+from ..core.errors import UsageError
+from ..families.family import Launch, Problem
+from .jobs import CACHE_CONFIGS
+
+_CACHE_PREFERENCE = {
+    "none": cuda.func_cache.PREFER_NONE,
+    "shared": cuda.func_cache.PREFER_SHARED,
+    "l1": cuda.func_cache.PREFER_L1,
+    "equal": cuda.func_cache.PREFER_EQUAL,
+}
+
+
+def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays: Mapping[str, Any]
+             ) -> Callable[[], None]:
+    """A prepared launch of `function` on these device arrays (GPUArrays, views included): little
+    host work per call. An output the launch clears is zeroed first, in the same stream."""
+    arguments = problem.kernel_arguments(shape, {name: array.gpudata for name, array in arrays.items()})
+    function.prepare("".join(a.dtype.char for a in arguments))
+    output = arrays[problem.output.name]
+    clear = region_clearer(output, problem.output_region(shape)) if launch.clears_output else None
+
+    def call() -> None:
+        if clear:
+            clear()
+        function.prepared_async_call(launch.grid, launch.block, None, *arguments,
+                                     shared_size=launch.dynamic_shared_bytes)
+
+    call.arrays = dict(arrays)  # the arguments are bare addresses: keep their memory alive with the launch
+    return call
+
+
+def region_clearer(array: Any, region: tuple[slice, ...]) -> Callable[[], None]:
+    """Zeroes `region` of a device array (its padding left alone): one 2-D memset per index of the
+    leading dimensions (a single one for 1-D and 2-D arrays)."""
+    item = array.dtype.itemsize
+    strides = array.strides
+    base = int(array.gpudata)
+    if len(region) == 1:
+        start, count = region[0].start or 0, region[0].stop - (region[0].start or 0)
+        return lambda: cuda.memset_d8_async(base + start * strides[0], 0, count * item, None)
+    *leading, rows, columns = region
+    width = (columns.stop - (columns.start or 0)) * item
+    height = rows.stop - (rows.start or 0)
+    offsets = [base + sum((i + (s.start or 0)) * stride for i, s, stride in zip(index, leading, strides))
+               + (rows.start or 0) * strides[-2] + (columns.start or 0) * strides[-1]
+               for index in np.ndindex(*[s.stop - (s.start or 0) for s in leading])]
+
+    def clear() -> None:
+        for offset in offsets:
+            cuda.memset_d2d8_async(offset, strides[-2], 0, width, height, None)
+
+    return clear
+
+
+def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> None:
+    """Cache preference, the matching shared-memory carveout, and the opt-in for > 48 KiB dynamic shared."""
+    if cache_config != "none":
+        function.set_cache_config(_CACHE_PREFERENCE[cache_config])
+        function.set_attribute(cuda.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT, CACHE_CONFIGS[cache_config])
+    if dynamic_shared_bytes > 48 * 1024:
+        function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_shared_bytes)
+
+
+# ---- ready-to-call kernels in the caller's context (gen.kernels) -------------------------------------
+
+def load_function(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
+    """A kernel loaded into the current context, configured for its dynamic shared memory."""
+    _require_context()
+    function = cuda.module_from_buffer(cubin).get_function(name)
+    configure(function, "none", dynamic_shared_bytes)
+    return function
+
+
+def empty(dims: tuple[int, ...], dtype: Any) -> Any:
+    return gpuarray.empty(dims, dtype=dtype)
+
+
+def to_device(array: np.ndarray) -> Any:
+    """A NumPy array copied into a new device array (in the current context)."""
+    _require_context()
+    return gpuarray.to_gpu(array)
+
+
+def _require_context() -> None:
+    if cuda.Context.get_current() is None:
+        raise UsageError("running a tilegen kernel needs a current CUDA context: import pycuda.autoprimaryctx first")
+
+
+def to_host(array: Any, into: np.ndarray) -> np.ndarray:
+    """A device array copied into the NumPy array `into`, which is returned."""
+    return array.get(ary=into)

@@ -1,0 +1,53 @@
+"""The one CUDA-event timing loop (variants, ceilings, scripts/bench_vs_vendor.py), in the process
+whose context is current."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+import pycuda.driver as cuda
+
+from ..core.results import TimingOptions, median_relative_error
+
+WARM_SAMPLE_MS = 1.0  # a warm sample times back-to-back launches for about this long
+
+
+def event_samples(call: Callable[[], Any], options: TimingOptions,
+                  before_each: Callable[[int], None] | None = None) -> list[float]:
+    """The one CUDA-event timing loop: warm up, then time `call` between two events per sample
+    until the median is steady (or the budget or sample cap is reached); milliseconds per call.
+
+    With `before_each` (an asynchronous L2 flush), the GPU is still busy with it while the host
+    records the start event and enqueues the call, so launch latency stays out of the interval.
+    Without it (warm), each sample times a batch of back-to-back calls long enough to hide that.
+    """
+    for _ in range(options.warmup):
+        call()
+    start, end = cuda.Event(), cuda.Event()
+    batch = 1 if before_each else _warm_batch(call, start, end)
+    samples: list[float] = []
+    deadline = time.monotonic() + options.budget_s
+    while len(samples) < options.max_samples:
+        if before_each:
+            before_each(len(samples))
+        start.record()
+        for _ in range(batch):
+            call()
+        end.record()
+        end.synchronize()
+        samples.append(end.time_since(start) / batch)
+        if len(samples) >= options.min_samples and (
+                median_relative_error(samples) < options.target_rsd or time.monotonic() > deadline):
+            break
+    return samples
+
+
+def _warm_batch(call: Callable[[], Any], start: Any, end: Any) -> int:
+    """Calls per warm sample: enough for about a millisecond of work."""
+    start.record()
+    call()
+    end.record()
+    end.synchronize()
+    return max(1, min(1000, math.ceil(WARM_SAMPLE_MS / max(end.time_since(start), 1e-3))))

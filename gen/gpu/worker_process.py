@@ -1,0 +1,95 @@
+"""What runs INSIDE an isolated GPU worker process (`python -m gen.gpu.worker_process`): the only
+process that makes a CUDA context for the pipeline's jobs.
+
+    python -m gen.gpu.worker_process --serve FD GPU MODULE:FUNCTION   # one per GPU (gen.gpu.isolated)
+    python -m gen.gpu.worker_process --once JOB_JSON                  # one job (compute-sanitizer, ncu)
+
+With --serve, the process runs MODULE:FUNCTION (`WORKER`, or a stand-in a test names) on the socket
+it inherited, as descriptor FD; it ignores Ctrl-C, which only tilegen, its parent, acts on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import signal
+import sys
+import traceback
+from dataclasses import asdict
+from multiprocessing.connection import Connection
+from typing import Callable
+
+from ..core.results import Measurement, Status, TimingOptions
+from .jobs import Job
+
+MODULE = "gen.gpu.worker_process"  # what `python -m` runs (this module's __name__ is "__main__" then)
+WORKER = f"{MODULE}:worker_main"
+
+
+def worker_main(connection: Connection, physical_index: int) -> None:
+    """The worker process: make a context on one GPU, then run jobs until told to stop."""
+    try:
+        from .runner import Runner
+
+        runner = Runner(physical_index)
+    except ImportError as error:
+        connection.send(("unavailable", f"pycuda is not installed ({error}); pip install 'tilegen[cuda]' on a "
+                                        f"machine with a CUDA driver"))
+        return
+    except Exception as error:  # pycuda raises its own errors when there is no usable device
+        connection.send(("unavailable", f"no usable CUDA GPU {physical_index}: {type(error).__name__}: {error}"))
+        return
+    connection.send(("ready", runner.device))
+    while (job := connection.recv()) is not None:
+        try:
+            measurement = runner.run(job, report=lambda phase: connection.send(("phase", phase)))
+        except Exception:
+            measurement = Measurement(Status.LAUNCH_ERROR, traceback.format_exc(limit=3), device=runner.device,
+                                      context_lost=True)
+        connection.send(("done", measurement))
+        if measurement.context_lost:
+            return
+
+
+def once_command(job: Job) -> list[str]:
+    """The command that runs one job in a process of its own (under compute-sanitizer or ncu)."""
+    return [sys.executable, "-m", MODULE, "--once", job_json(job)]
+
+
+def job_json(job: Job) -> str:
+    return json.dumps(asdict(job))
+
+
+def job_from_json(text: str) -> Job:
+    data = json.loads(text)
+    data["seeds"] = tuple(data["seeds"])
+    data["timing"] = TimingOptions(**data["timing"]) if data["timing"] else None
+    return Job(**data)
+
+
+def run_once(text: str) -> int:
+    """Run one job in this process; print its measurement as JSON."""
+    from .runner import Runner
+
+    measurement = Runner().run(job_from_json(text))
+    print(json.dumps({"status": str(measurement.status), "message": measurement.message}))
+    return 0
+
+
+def _serve(descriptor: str, physical_index: str, target: str) -> int:
+    """The worker process's entry: the socket it was given, its GPU, and the function to run."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only tilegen stops its workers
+    module, _, function = target.partition(":")
+    serve: Callable[[Connection, int], None] = getattr(importlib.import_module(module), function)
+    connection = Connection(int(descriptor))
+    serve(connection, int(physical_index))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--serve":
+        sys.exit(_serve(*sys.argv[2:]))
+    if len(sys.argv) == 3 and sys.argv[1] == "--once":
+        sys.exit(run_once(sys.argv[2]))
+    print(f"usage: python -m {MODULE} --once JOB_JSON | --serve FD GPU MODULE:FUNCTION", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,61 @@
+"""nvidia-smi is asked in one place (gen.core.nvidia_smi): a fake one first on PATH stands in for
+a driver that answers, fails or hangs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gen.build.options import DEFAULT_ARCH, local_arch
+from gen.core import nvidia_smi
+
+from .fakes import running
+
+
+def _fake_nvidia_smi(folder: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> Path:
+    """A shell script named nvidia-smi, alone on PATH (with the shell tools it uses)."""
+    (folder / "bin").mkdir()
+    script = folder / "bin" / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder / 'bin'}:/usr/bin:/bin")
+    return script
+
+
+def test_a_query_returns_the_lines_nvidia_smi_prints_for_the_gpu_asked(tmp_path: Path, monkeypatch) -> None:
+    _fake_nvidia_smi(tmp_path, monkeypatch, f'echo "$@" > {tmp_path / "asked"}; printf "580.159.04 \\n\\n"')
+    assert nvidia_smi.query(["driver_version"], gpu=2) == ["580.159.04"]
+    assert (tmp_path / "asked").read_text().split() == ["--query-gpu=driver_version", "--format=csv,noheader",
+                                                        "-i", "2"]
+
+
+def test_a_driver_that_fails_is_no_answer_not_its_error_message(tmp_path: Path, monkeypatch) -> None:
+    _fake_nvidia_smi(tmp_path, monkeypatch, "echo \"NVIDIA-SMI has failed because it couldn't communicate with the "
+                                            "NVIDIA driver.\"; exit 9")
+    assert nvidia_smi.query(["driver_version"], gpu=0) == []
+    assert nvidia_smi.visible_gpus() == []
+
+
+def test_a_driver_that_hangs_is_no_answer_and_nothing_it_started_is_left(tmp_path: Path, monkeypatch) -> None:
+    pid_file = tmp_path / "sleeper"
+    _fake_nvidia_smi(tmp_path, monkeypatch, f"sleep 3600 & echo $! > {pid_file}; wait")
+    assert nvidia_smi.query(["index"], timeout_s=2.0) == []
+    assert not running(int(pid_file.read_text()))  # its whole session was killed at the deadline
+
+
+def test_no_nvidia_smi_is_no_answer(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert nvidia_smi.query(["index"]) == [] and nvidia_smi.visible_gpus() == []
+
+
+def test_the_local_architecture_is_the_first_gpus_compute_capability(tmp_path: Path, monkeypatch) -> None:
+    script = _fake_nvidia_smi(tmp_path, monkeypatch, "printf '8.6\\n9.0\\n'")
+    local_arch.cache_clear()
+    try:
+        assert local_arch() == "sm_86"
+        script.write_text("#!/bin/sh\nexit 9\n")
+        local_arch.cache_clear()
+        assert local_arch() == DEFAULT_ARCH
+    finally:
+        local_arch.cache_clear()
