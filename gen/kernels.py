@@ -8,7 +8,6 @@ caller's own CUDA context. pycuda is reached only through gen.gpu.launch.
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -16,12 +15,13 @@ import numpy as np
 from .build.compiler import CompileOptions, compile_variant
 from .core.errors import UsageError
 from .families import get_family
-from .families.family import NUMPY_DTYPE, Family, Scalar
+from .families.family import Family
+from .families.problem import NUMPY_DTYPE, Scalar
 from .search.lookup import shape_text, tuned
 from .families.variant import Variant
 
 _GEMM_FOR = {np.dtype(np.float32): ("sgemm", "f32"), np.dtype(np.float64): ("matmul", "f64")}
-VECTOR_BYTES = 16  # vec=4 variants load float4s: every matrix must start on a 16-byte boundary
+VECTOR_BYTES = 16  # vector loads (float4) need every matrix to start on a 16-byte boundary
 LAUNCHES_KEPT = 8
 
 
@@ -122,9 +122,10 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
     lda, ldb, ldc = (_leading(x) for x in (a, b, out))
     size = f"{m}x{n}x{k}" + (f":{lda},{ldb},{ldc}" if (lda, ldb, ldc) != (k, n, n) else "")
     chosen = kernel(family, size, dtype=dtype)
-    if any(int(x.gpudata) % VECTOR_BYTES for x in (a, b, out)) and chosen.variant.params().get("vec", 1) > 1:
-        scalar = chosen.family.runnable(replace(chosen.variant, vec=1), chosen.shape)  # views off 16-byte alignment
-        chosen = Kernel(chosen.family, scalar or chosen.family.safe_variant(chosen.shape, dtype), chosen.shape)
+    relative = chosen.family.unaligned(chosen.variant)
+    if relative is not None and any(int(x.gpudata) % VECTOR_BYTES for x in (a, b, out)):  # views off 16-byte alignment
+        runnable = chosen.family.runnable(relative, chosen.shape)
+        chosen = Kernel(chosen.family, runnable or chosen.family.safe_variant(chosen.shape, dtype), chosen.shape)
     return chosen(A=_as_allocated(a, (m, lda)), B=_as_allocated(b, (k, ldb)), C=_as_allocated(out, (m, ldc)))
 
 

@@ -10,18 +10,16 @@ Needs cuobjdump (and ncu for --ncu) from the CUDA toolkit.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
-from dataclasses import asdict
 
 from gen.build.compiler import CompileOptions, compile_variant
 from gen.core.table import text_table
 from gen.families import get_family, variant_from_name
 from gen.gpu.jobs import Job
-from gen.core.table import text_table
 from gen.gpu.worker_process import once_command
 
 NCU_METRICS = {

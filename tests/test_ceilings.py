@@ -12,7 +12,7 @@ import pytest
 from gen.core.errors import UsageError
 from gen.core.results import GpuModel
 from gen.evaluate.options import RunOptions
-from gen.families.family import Ceiling
+from gen.families.problem import Ceiling
 from gen.families.registry import registry
 from gen.gpu.ceilings import Ceilings, displayed_model
 from gen.gpu.local import LocalExecutor

@@ -22,7 +22,6 @@ import pytest
 from gen.build import compiler
 from gen.cli.main import main
 from gen.build.compiler import CompileOptions, cache_summary, compile_batch, compile_variant
-from gen.build.pool import compile_variants
 from gen.core.processes import ProcessGroup
 from gen.families import MatmulVariant
 from gen.evaluate.options import RunOptions

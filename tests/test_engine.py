@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from gen.build.compiler import CompileOptions
 from gen.build.pool import CompilePool
 from gen.core.results import Row, Status
 from gen.evaluate.engine import Checking, Engine

@@ -201,7 +201,7 @@ LOAD_MISTAKES = {
         ["stencil.py: stencil_x64_y1_r1: launch() raised ZeroDivisionError", "fix launch() for this variant"]),
     "a launch over the limits for one variant": (
         "stencil.py", "block=(variant.bx, variant.by))", "block=(variant.bx, variant.by * variant.rows))",
-        ["stencil.py: stencil's launch() of stencil_x64_y8_r4 at 37x45: a block of 2048 threads",
+        ["stencil.py: stencil's launch() of stencil_x64_y8_r4 at 37x45: a block of 64 x 32 x 1 gives 2048 threads",
          "add a constraint"]),
 }
 

@@ -164,8 +164,8 @@ BAD_PLUGINS = {
                                      ["reduce.py: reduce's reference() returns an array of shape (1001,)",
                                       "output region of sums is (37,)"]),
     "launch over the limits": ("reduce.py", "block=(variant.block,)", "block=(variant.block * 8,)",
-                               ["reduce.py: reduce's launch() of reduce_f32_b256_i1_shuffle_v1 at 37x1001", "a block of 2048 threads "
-                                "exceeds the CUDA limit of 1024", "add a constraint"]),
+                               ["reduce.py: reduce's launch() of reduce_f32_b256_i1_shuffle_v1 at 37x1001", "a block of 2048 x 1 x 1 gives "
+                                "2048 threads per block; the CUDA limit is 1024", "add a constraint"]),
 }
 
 

@@ -22,7 +22,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..core.processes import ProcessGroup
 from ..core.results import Row, Status

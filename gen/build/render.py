@@ -24,7 +24,8 @@ import jinja2.meta
 from ..core.version import __version__
 from ..core.errors import TemplateProblem
 from ..families import get_family
-from ..families.family import Family, signature
+from ..families.family import Family
+from ..families.problem import signature
 from ..core.limits import DTYPE_CTYPE
 from ..core.paths import builtin_templates_dir
 from ..families.registry import family_path_of

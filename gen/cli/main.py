@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 from ..core.errors import EXIT_USAGE, TilegenError
 from ..core.processes import EXIT_INTERRUPTED, install_stop_handlers
-from ..families.registry import add_family_path, is_plugin_code, one_line
+from ..families.plugin_checks import one_line
+from ..families.registry import add_family_path, is_plugin_code
 from .parser import build_parser
 
 DEBUG_ENV = "TILEGEN_DEBUG"  # set: an unexpected error shows its traceback

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Iterable
 from typing import Any
 
 from .errors import UsageError

@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..core.errors import InvalidVariant
-from .family import Dims, Family, Launch, check_shared_bytes, element_bytes
-from ..core.limits import MAX_THREADS_PER_BLOCK
+from .family import Family, Launch, check_shared_bytes, check_threads
+from .problem import Dims, element_bytes
 from .tiles import SMEM, SharedTiles
 from .variant import Variant, choice, integer
 from .matrix import COPY, VECS, bounds_refusal, check_vector_dtype, tile_launch, tile_sanitize_size, vector_refusal
@@ -46,9 +46,7 @@ class CopyVariant(SharedTiles, Variant):
             check_vector_dtype(self.vec, self.dtype)
             if self.tile % self.vec:
                 raise InvalidVariant(f"vec {self.vec} does not divide tile {self.tile}")
-        if self.threads_per_block > MAX_THREADS_PER_BLOCK:
-            raise InvalidVariant(f"tile {self.tile} with rows {self.rows} gives {self.threads_per_block} threads "
-                                 f"per block; the CUDA limit is {MAX_THREADS_PER_BLOCK}")
+        check_threads(self.threads_per_block, f"tile {self.tile} with rows {self.rows}")
         if self.method == "plain" and self.smem != "static":
             raise InvalidVariant("smem dynamic does not apply to method=plain, which has no shared tile (use smem=static)")
         check_shared_bytes(self.smem, self.shared_bytes, f"tile {self.tile}")

@@ -7,7 +7,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .family import GEMM_F32, GEMM_F64, Ceiling, Input, Output, Problem, Scalar, parse_dims, sum_tolerance
+from .problem import GEMM_F32, GEMM_F64, Ceiling, Input, Output, Problem, Scalar, parse_dims, sum_tolerance
 from ..core.limits import MAX_ELEMENTS
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from .family import Family, Launch, blocks, check_neutral_settings, check_shared_bytes, element_bytes
-from ..core.limits import MAX_THREADS_PER_BLOCK
+from .family import Family, Launch, blocks, check_neutral_settings, check_shared_bytes, check_threads
+from .problem import element_bytes
 from .tiles import SMEM, SharedTiles
 from .variant import Variant, choice, integer, require
 from .gemm import GEMM, MatmulShape
@@ -71,9 +71,7 @@ class MatmulVariant(SharedTiles, Variant):
         return self.method == "tiled" and self.sync != "both"
 
     def check_combination(self) -> None:
-        threads = self.threads_per_block
-        require(threads <= MAX_THREADS_PER_BLOCK,
-                f"tile {self.tile} gives {threads} threads per block; the CUDA limit is {MAX_THREADS_PER_BLOCK}")
+        check_threads(self.threads_per_block, f"tile {self.tile}")
         if self.method == "naive":
             check_neutral_settings([("padding", self.padding, (0,)), ("sync", self.sync, ("both",)),
                                     ("smem", self.smem, ("static",)), ("bounds", self.bounds, ("none", "guard"))],

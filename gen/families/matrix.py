@@ -7,7 +7,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..core.errors import InvalidVariant
-from .family import COPY_BANDWIDTH, Ceiling, Dims, Input, Launch, Output, Problem, Scalar, blocks, element_bytes
+from .family import Launch, blocks
+from .problem import COPY_BANDWIDTH, Ceiling, Dims, Input, Output, Problem, Scalar, element_bytes
 from ..core.limits import MAX_ELEMENTS
 
 VECS = (1, 4)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..core.errors import InvalidVariant
-from .family import Family, Launch, blocks, check_shared_bytes, element_bytes
-from ..core.limits import MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_BLOCK, WARP_SIZE
+from .family import Family, Launch, blocks, check_shared_bytes, check_threads
+from .problem import element_bytes
+from ..core.limits import MAX_REGISTERS_PER_THREAD, WARP_SIZE
 from .tiles import SMEM, SharedTiles
 from .variant import Variant, choice, integer
 from .gemm import GEMM, MatmulShape
@@ -110,9 +111,7 @@ class SgemmVariant(SharedTiles, Variant):
                     f"t{axis} {thread} must be a multiple of 4 and {lanes} x t{axis} = {lanes * thread} must divide "
                     f"w{axis} {warp} (a warp's {lanes} lanes along {axis.upper()} read 16-byte vectors)")
         threads = self.threads_per_block
-        if threads > MAX_THREADS_PER_BLOCK:
-            raise InvalidVariant(f"bm {self.bm} x bn {self.bn} with warp tile {self.wm} x {self.wn} gives "
-                                 f"{threads} threads per block; the CUDA limit is {MAX_THREADS_PER_BLOCK}")
+        check_threads(threads, f"bm {self.bm} x bn {self.bn} with warp tile {self.wm} x {self.wn}")
         held = self.accumulators + self.iter_m * self.tm + self.iter_n * self.tn
         if held > MAX_REGISTERS_PER_THREAD:
             raise InvalidVariant(
@@ -167,6 +166,10 @@ class SgemmFamily(Family):
     def adaptations(self, variant: SgemmVariant) -> list[SgemmVariant]:
         """Bound checks, then scalar loads as well (for misaligned shapes)."""
         return [replace(variant, bounds="guard"), replace(variant, bounds="guard", vec=1)]
+
+    def unaligned(self, variant: SgemmVariant) -> SgemmVariant | None:
+        """Scalar loads: vec=4 reads 16-byte vectors, which need 16-byte aligned rows."""
+        return replace(variant, vec=1) if variant.vec > 1 else None
 
     def sanitize_size(self, variant: SgemmVariant) -> str:
         if variant.bounds == "none":

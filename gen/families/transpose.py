@@ -12,8 +12,9 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..core.errors import InvalidVariant
-from .family import Dims, Family, Launch, blocks, check_neutral_settings, check_shared_bytes, element_bytes
-from ..core.limits import MAX_THREADS_PER_BLOCK, WARP_SIZE
+from .family import Family, Launch, blocks, check_neutral_settings, check_shared_bytes, check_threads
+from .problem import Dims, element_bytes
+from ..core.limits import WARP_SIZE
 from .tiles import SMEM, SharedTiles
 from .variant import Variant, choice, integer
 from .matrix import TRANSPOSE, VECS, bounds_refusal, check_vector_dtype, tile_launch, tile_sanitize_size, vector_refusal
@@ -84,11 +85,7 @@ class TransposeVariant(SharedTiles, Variant):
         if self.tile % self.rows:
             raise InvalidVariant(
                 f"rows {self.rows} does not divide tile {self.tile}; each thread must move a whole number of elements")
-        threads = self.threads_per_block
-        if threads > MAX_THREADS_PER_BLOCK:
-            raise InvalidVariant(
-                f"tile {self.tile} with rows {self.rows} gives {threads} threads per block; "
-                f"the CUDA limit is {MAX_THREADS_PER_BLOCK}")
+        check_threads(self.threads_per_block, f"tile {self.tile} with rows {self.rows}")
         if self.method == "naive":
             check_neutral_settings([("padding", self.padding, (0,)), ("sync", self.sync, ("both",)),
                                     ("smem", self.smem, ("static",)), ("vec", self.vec, (1,)),

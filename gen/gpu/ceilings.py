@@ -29,7 +29,7 @@ import numpy as np
 from ..core.errors import UsageError
 from ..core.paths import cache_dir
 from ..core.results import GpuModel, TimingOptions
-from ..families.family import COPY_BANDWIDTH, GEMM_F32, GEMM_F64, Ceiling
+from ..families.problem import COPY_BANDWIDTH, GEMM_F32, GEMM_F64, Ceiling
 
 CEILING_SAMPLES = TimingOptions(min_samples=10, max_samples=20, target_rsd=0.0, warmup=3, budget_s=30.0)
 # How tilegen 0.1 and 0.2 wrote a model (str(GpuModel) then): "NAME (cc 9.0, 132 SMs, 79 GiB)".

@@ -11,7 +11,7 @@ import numpy as np
 import pycuda.gpuarray as gpuarray
 from pycuda.reduction import ReductionKernel
 
-from ..families.family import Problem
+from ..families.problem import Problem
 
 
 @dataclass

@@ -11,7 +11,9 @@ import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
 
 from ..core.errors import UsageError
-from ..families.family import Launch, Problem
+from ..core.limits import MAX_STATIC_SHARED_BYTES
+from ..families.family import Launch
+from ..families.problem import Problem
 from .jobs import CACHE_CONFIGS
 
 _CACHE_PREFERENCE = {
@@ -69,7 +71,7 @@ def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> No
     if cache_config != "none":
         function.set_cache_config(_CACHE_PREFERENCE[cache_config])
         function.set_attribute(cuda.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT, CACHE_CONFIGS[cache_config])
-    if dynamic_shared_bytes > 48 * 1024:
+    if dynamic_shared_bytes > MAX_STATIC_SHARED_BYTES:  # past it, a kernel must opt in
         function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_shared_bytes)
 
 

@@ -22,7 +22,8 @@ import pycuda.gpuarray as gpuarray
 
 from ..core.results import Measurement, Status, Timing
 from ..families import get_family
-from ..families.family import NUMPY_DTYPE, Family, Launch, Problem
+from ..families.family import Family, Launch
+from ..families.problem import NUMPY_DTYPE, Problem
 from ..families.variant import Variant
 from .ceilings import Ceilings
 from .checker import DeviceProblem, OutputChecker
