@@ -8,10 +8,12 @@ way); the share of that time the GPU was busy (NVML utilisation, sampled every 5
 both tools); whether the winners agree; and both tools' times for the same variants. Prints
 tables and writes them as Markdown; asserts nothing.
 
-Kernel Tuner (a benchmark-only extra: pip install kernel_tuner) runs with its PyCUDA backend on
-tilegen's rendered source, the kernel renamed to one symbol, no #defines added, the block size a
+Kernel Tuner (a benchmark-only extra: pip install kernel_tuner) runs on its default CUDA backend
+(cuda-python: NVRTC to PTX) and, as a second row, on its PyCUDA backend (nvcc), on tilegen's
+rendered source, the kernel renamed to one symbol, no #defines added, the block size a
 tunable parameter tied to the warp tiles by a restriction, and its default timing (mean of 7
-launches). tilegen's compile cache starts empty; its per-GPU ceilings file is kept (a device
+launches). tilegen runs with NVRTC (its default) and, for parity, with nvcc: the two must agree on
+the winner and on each variant's time within noise. tilegen's compile cache starts empty; its per-GPU ceilings file is kept (a device
 measurement made once per GPU model, not a compile result).
 
 Usage: scripts/bench_vs_kernel_tuner.py [--size 2048x2048x2048] [--out DIR] [--markdown FILE] [--full]
@@ -36,10 +38,13 @@ from typing import Any
 SPACE = {"bm": [64, 128], "bn": [64, 128], "bk": [8, 16], "wm": [32, 64], "wn": [32, 64], "tm": [4, 8],
          "tn": [4, 8], "padding": [0, 4], "vec": [4], "stages": [2], "load": ["registers"], "bounds": ["none"],
          "sync": ["both"]}
-# (tool, strategy, evaluations): alternating, cold each time. Kernel Tuner's bayes_opt and genetic
-# algorithm get the budget of tilegen's Bayesian search.
-RUNS = [("tilegen", "brute", None), ("kernel_tuner", "brute_force", None), ("tilegen", "bayes", 60),
-        ("kernel_tuner", "genetic_algorithm", 60), ("kernel_tuner", "bayes_opt", 60)]
+# (tool, strategy, evaluations, backend): alternating, cold each time. The backend is tilegen's
+# compiler or Kernel Tuner's `lang` (CUDA: its default, cuda-python and NVRTC). Kernel Tuner's
+# bayes_opt and genetic algorithm get the budget of tilegen's Bayesian search.
+RUNS = [("tilegen", "brute", None, "nvrtc"), ("kernel_tuner", "brute_force", None, "CUDA"),
+        ("tilegen", "brute", None, "nvcc"), ("kernel_tuner", "brute_force", None, "PyCUDA"),
+        ("tilegen", "bayes", 60, "nvrtc"), ("kernel_tuner", "genetic_algorithm", 60, "CUDA"),
+        ("kernel_tuner", "bayes_opt", 60, "CUDA")]
 KT_SYMBOL = "tilegen_kt_kernel"
 
 
@@ -50,23 +55,27 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, help="also write the tables as Markdown to this file")
     parser.add_argument("--full", action="store_true",
                         help="instead: tilegen brute force over the full default sgemm space, cold")
-    parser.add_argument("--child", nargs=3, metavar=("TOOL", "STRATEGY", "EVALUATIONS"), help=argparse.SUPPRESS)
+    parser.add_argument("--only", help="run only the runs whose 'tool strategy backend' contains this")
+    parser.add_argument("--child", nargs=4, metavar=("TOOL", "STRATEGY", "EVALUATIONS", "BACKEND"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        tool, strategy, evaluations = args.child
+        tool, strategy, evaluations, backend = args.child
         result = (run_tilegen if tool == "tilegen" else run_kernel_tuner)(
-            args.size, strategy, None if evaluations == "all" else int(evaluations), full=args.full)
+            args.size, strategy, None if evaluations == "all" else int(evaluations), backend, full=args.full)
+        result["backend"] = backend
         print("RESULT " + json.dumps(result))
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = [("tilegen", "brute", None)] if args.full else RUNS
+    runs = [("tilegen", "brute", None, "nvrtc")] if args.full else RUNS
+    runs = [run for run in runs if not args.only or args.only in f"{run[0]} {run[1]} {run[3]}"]
     results = []
-    for tool, strategy, evaluations in runs:
-        print(f"--- {tool} {strategy} ...", flush=True)
-        result = child(tool, strategy, evaluations, args)
+    for tool, strategy, evaluations, backend in runs:
+        print(f"--- {tool} {strategy} {backend} ...", flush=True)
+        result = child(tool, strategy, evaluations, backend, args)
         if result is None:
             continue
-        (args.out / f"{tool}-{strategy}.json").write_text(json.dumps(result))
+        (args.out / f"{tool}-{strategy}-{backend}.json").write_text(json.dumps(result))
         results.append(result)
         print(f"    {result['wall_s']:.1f} s, best {result['best_ms']:.4f} ms, GPU busy {result['gpu_busy']:.0%}",
               flush=True)
@@ -78,11 +87,12 @@ def main() -> None:
         args.markdown.write_text(text + "\n")
 
 
-def child(tool: str, strategy: str, evaluations: int | None, args: argparse.Namespace) -> dict[str, Any] | None:
+def child(tool: str, strategy: str, evaluations: int | None, backend: str, args: argparse.Namespace
+          ) -> dict[str, Any] | None:
     """One tool run in a fresh process, with NVML sampling the GPU's utilisation meanwhile; None (and
     its output printed) when it failed, so that the other runs still report."""
     command = [sys.executable, __file__, "--size", args.size, "--child", tool, strategy,
-               "all" if evaluations is None else str(evaluations)] + (["--full"] if args.full else [])
+               "all" if evaluations is None else str(evaluations), backend] + (["--full"] if args.full else [])
     sampler = UtilisationSampler()
     sampler.start()
     done = subprocess.run(command, capture_output=True, text=True)
@@ -127,7 +137,8 @@ class UtilisationSampler:
 
 # ---- tilegen's side ---------------------------------------------------------------------------------
 
-def run_tilegen(size: str, strategy: str, evaluations: int | None, full: bool = False) -> dict[str, Any]:
+def run_tilegen(size: str, strategy: str, evaluations: int | None, compiler: str, full: bool = False
+                ) -> dict[str, Any]:
     from gen.core.paths import cache_dir
 
     warm = cache_dir() / "ceilings.json"
@@ -142,7 +153,7 @@ def run_tilegen(size: str, strategy: str, evaluations: int | None, full: bool = 
     started_at, clock = time.time(), time.perf_counter()
     (result,) = tune(TuneOptions("sgemm", size, params=params, strategy=strategy, budget=evaluations,
                                  db=cold / "tuning.sqlite", progress=False,
-                                 run=RunOptions(arch="sm_90", timing=TUNE_TIMING)))
+                                 run=RunOptions(arch="sm_90", timing=TUNE_TIMING, compiler=compiler)))
     wall = time.perf_counter() - clock
     from gen.store.tuning_db import TuningDB
 
@@ -157,7 +168,8 @@ def run_tilegen(size: str, strategy: str, evaluations: int | None, full: bool = 
 
 # ---- Kernel Tuner's side ------------------------------------------------------------------------------
 
-def run_kernel_tuner(size: str, strategy: str, evaluations: int | None, full: bool = False) -> dict[str, Any]:
+def run_kernel_tuner(size: str, strategy: str, evaluations: int | None, lang: str, full: bool = False
+                     ) -> dict[str, Any]:
     import numpy as np
 
     os.environ["CUDA_CACHE_DISABLE"] = "1"  # KT loads PTX, which the driver would otherwise cache between runs
@@ -204,7 +216,7 @@ def run_kernel_tuner(size: str, strategy: str, evaluations: int | None, full: bo
     started_at, clock = time.time(), time.perf_counter()
     results, _ = kernel_tuner.tune_kernel(
         KT_SYMBOL, source, (n, m), arguments, tune_params, grid_div_x=["bn"], grid_div_y=["bm"], grid_div_z=[],
-        restrictions=restriction, answer=[None, None, reference, *[None] * 6], verify=verify, lang="PyCUDA",
+        restrictions=restriction, answer=[None, None, reference, *[None] * 6], verify=verify, lang=lang,
         defines={}, strategy=strategy, strategy_options=options or None,
         cache=None, quiet=True)
     wall = time.perf_counter() - clock
@@ -251,44 +263,55 @@ def within(trace: list[list], target_ms: float, share: float = 0.01) -> float | 
 def report(results: list[dict], size: str) -> str:
     from gen.core.table import markdown_table
 
-    exhaustive = {r["tool"]: r["best_ms"] for r in results if r["strategy"] in ("brute", "brute_force")}
+    exhaustive = {}  # each tool's best over the whole space, as it times
+    for r in results:
+        if r["strategy"] in ("brute", "brute_force"):
+            exhaustive[r["tool"]] = min(exhaustive.get(r["tool"], float("inf")), r["best_ms"])
     rows = []
     for r in results:
         reach = within(r["trace"], exhaustive.get(r["tool"], r["best_ms"]))
-        rows.append([r["tool"], r["strategy"], r["evaluations"], f"{r['wall_s']:.1f}",
+        rows.append([r["tool"], r["backend"], r["strategy"], r["evaluations"], f"{r['wall_s']:.1f}",
                      "" if reach is None else f"{reach:.1f}", f"{r['best_ms']:.4f}", f"{r['gpu_busy']:.0%}",
                      r["winner"]])
     lines = [f"sgemm {size}, {results[0]['valid']} valid variants of one space, cold caches", "",
-             markdown_table(["tool", "strategy", "evaluations", "wall s", "s to within 1% of its best",
+             markdown_table(["tool", "backend", "strategy", "evaluations", "wall s", "s to within 1% of its best",
                              "best ms", "GPU busy", "winner"], rows)]
-    brute = {r["tool"]: r for r in results if r["strategy"] in ("brute", "brute_force")}
-    if len(brute) == 2:
-        ours, theirs = brute["tilegen"], brute["kernel_tuner"]
-        fastest_kt = min((within(r["trace"], exhaustive["kernel_tuner"]) or float("inf"), r["strategy"])
-                         for r in results if r["tool"] == "kernel_tuner")
+    brute = {(r["tool"], r["backend"]): r for r in results if r["strategy"] in ("brute", "brute_force")}
+    ours = brute.get(("tilegen", "nvrtc"))
+    if ours:
+        lines += ["", f"- GPU busy during tilegen's brute force (NVRTC): **{ours['gpu_busy']:.0%}** by NVML, "
+                  f"{ours['own_gpu_share']:.0%} by tilegen's own count (target >= 75%)"]
+        for backend in ("CUDA", "PyCUDA"):
+            if theirs := brute.get(("kernel_tuner", backend)):
+                lines += [f"- cold brute force: tilegen (NVRTC) {ours['wall_s']:.1f} s, Kernel Tuner ({backend}) "
+                          f"{theirs['wall_s']:.1f} s: **{theirs['wall_s'] / ours['wall_s']:.1f}x** (target >= 19x)"]
         bayes = next((r for r in results if r["tool"] == "tilegen" and r["strategy"] == "bayes"), None)
-        bayes_reach = within(bayes["trace"], exhaustive["tilegen"]) if bayes else None
-        lines += ["", f"- cold brute force: tilegen {ours['wall_s']:.1f} s, Kernel Tuner {theirs['wall_s']:.1f} s: "
-                  f"**{theirs['wall_s'] / ours['wall_s']:.1f}x** (target >= 5x)",
-                  f"- GPU busy during tilegen's brute force: **{ours['gpu_busy']:.0%}** by NVML, "
-                  f"{ours['own_gpu_share']:.0%} by tilegen's own count (target >= 70%)"]
-        if bayes_reach:
-            lines += [f"- within 1%: tilegen bayes after **{bayes_reach:.1f} s**; Kernel Tuner's fastest "
-                      f"({fastest_kt[1]}) after {fastest_kt[0]:.1f} s: **{fastest_kt[0] / bayes_reach:.1f}x** (target "
-                      f">= 3x); Kernel Tuner's brute force finishes after {theirs['wall_s']:.1f} s: "
-                      f"**{theirs['wall_s'] / bayes_reach:.1f}x** (target >= 10x)"]
-        lines += [f"- winners: tilegen {ours['winner']}, Kernel Tuner {theirs['winner']}: "
-                  f"{'the same' if ours['winner'] == theirs['winner'] else 'different'}"]
-        common = sorted(set(ours["times"]) & set(theirs["times"]), key=lambda key: ours["times"][key])
-        ratios = [theirs["times"][key] / ours["times"][key] for key in common]
-        lines += [f"- the same {len(common)} variants, Kernel Tuner's time over tilegen's: median "
-                  f"{statistics.median(ratios):.3f}, range {min(ratios):.3f} to {max(ratios):.3f} (tilegen flushes the "
-                  f"L2 before each sample and takes the median; Kernel Tuner keeps it warm and takes the mean of 7)",
-                  "", "The ten fastest by tilegen, both tools' times:", "",
-                  markdown_table(["variant", "tilegen ms (median, L2 flushed)", "Kernel Tuner ms (mean of 7)", "ratio"],
-                                 [[key, f"{ours['times'][key]:.4f}", f"{theirs['times'][key]:.4f}",
-                                   f"{theirs['times'][key] / ours['times'][key]:.3f}"] for key in common[:10]])]
+        if bayes and (reach := within(bayes["trace"], exhaustive["tilegen"])):
+            lines += [f"- tilegen bayes, {bayes['evaluations']} evaluations: within 1% of the space's best after "
+                      f"**{reach:.1f} s** (target <= 2 s)"]
+    if ours and (other := brute.get(("tilegen", "nvcc"))):
+        lines += ["", "NVRTC against nvcc, both tilegen, brute force, the same space and GPU:", "",
+                  *compared(ours, other, "NVRTC", "nvcc")]
+    if ours and (theirs := brute.get(("kernel_tuner", "CUDA")) or brute.get(("kernel_tuner", "PyCUDA"))):
+        lines += ["", f"tilegen against Kernel Tuner ({theirs['backend']}), brute force:", "",
+                  *compared(ours, theirs, "tilegen", "Kernel Tuner", "tilegen flushes the L2 before each sample and "
+                            "takes the median; Kernel Tuner keeps it warm and takes the mean of 7")]
     return "\n".join(lines)
+
+
+def compared(first: dict, second: dict, one: str, other: str, note: str = "") -> list[str]:
+    """Winners and per-variant times of two exhaustive runs, and their ten fastest side by side."""
+    from gen.core.table import markdown_table
+
+    common = sorted(set(first["times"]) & set(second["times"]), key=lambda key: first["times"][key])
+    ratios = [second["times"][key] / first["times"][key] for key in common]
+    same = "the same" if first["winner"] == second["winner"] else "different"
+    return [f"- winners: {one} {first['winner']}, {other} {second['winner']}: {same}",
+            f"- the same {len(common)} variants, {other}'s time over {one}'s: median {statistics.median(ratios):.3f}, "
+            f"range {min(ratios):.3f} to {max(ratios):.3f}" + (f" ({note})" if note else ""),
+            "", markdown_table(["variant", f"{one} ms", f"{other} ms", "ratio"],
+                               [[key, f"{first['times'][key]:.4f}", f"{second['times'][key]:.4f}",
+                                 f"{second['times'][key] / first['times'][key]:.3f}"] for key in common[:10]])]
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 #   tests      every GPU test but the all-sgemm one          tests-sgemm  the all-sgemm GPU test
 #   reduce     the example family's sweep, for docs/results   kt           scripts/bench_vs_kernel_tuner.py
 #   full       cold brute force over the full sgemm space     smoke        scripts/gpu_smoke.sh --sanitize
+#   compilers  scripts/bench_compilers.py: NVRTC against nvcc, cold compiles and resources
 #   dask       the two-GPU test (two GPUs)
 #   dask-a     the Dask cluster benchmark's compile and one-GPU sweep; dask-b (a later call, with
 #              runs/cluster-bench carried): its cluster sweeps, whole and with a worker killed, and
@@ -23,6 +24,8 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 nvcc --version | tail -1 >> "$out/gpu.txt"
+python3 -c "from gen.build import nvrtc_library as n; print('NVRTC', n.library_version() if n.available() else 'missing')" \
+  | tee -a "$out/gpu.txt"
 failed=()
 part() {  # part NAME COMMAND...: run it, log it, time it
   local name=$1 start=$SECONDS
@@ -37,6 +40,7 @@ for name in "$@"; do
     tests-sgemm) part tests-sgemm python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 400 -k every_default_sgemm tests/ ;;
     reduce) part reduce python3 -m gen --family-path docs/examples/reduction sweep reduce -p dtype=f32,f64 \
               --size 16384x16384 --size 4096x65536 --size 1000x999 --out "$out/reduce" ;;
+    compilers) part compilers python3 scripts/bench_compilers.py --markdown "$out/compilers.md" ;;
     kt) part kt python3 scripts/bench_vs_kernel_tuner.py --out "$out/kt" --markdown "$out/vs-kernel-tuner.md" ;;
     full) part full python3 scripts/bench_vs_kernel_tuner.py --full --out "$out/full" --markdown "$out/full.md" ;;
     smoke) part smoke scripts/gpu_smoke.sh --sanitize ;;

@@ -8,6 +8,7 @@ from typing import Callable, Iterator
 import pytest
 
 from gen.build.compiler import CompileOptions, nvcc_path
+from gen.build.compilers import COMPILER_ENV
 
 from .fakes import ANSWER, COMPILE, FakeNvcc
 
@@ -31,8 +32,11 @@ def compile_options(private_cache: Path) -> CompileOptions:
 
 
 @pytest.fixture
-def fake_nvcc(tmp_path: Path, compile_options: CompileOptions) -> Iterator[Callable[..., FakeNvcc]]:
-    """Makes a fake nvcc (tests.fakes.FakeNvcc) in this test's folder; nothing puts it on PATH but the test."""
+def fake_nvcc(tmp_path: Path, compile_options: CompileOptions,
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., FakeNvcc]]:
+    """Makes a fake nvcc (tests.fakes.FakeNvcc) in this test's folder; nothing puts it on PATH but the
+    test. nvcc is the compiler of the test and of every tilegen it starts ($TILEGEN_COMPILER)."""
+    monkeypatch.setenv(COMPILER_ENV, "nvcc")
     made: list[FakeNvcc] = []
 
     def make(compile: str = COMPILE, answer: str = ANSWER) -> FakeNvcc:

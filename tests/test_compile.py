@@ -102,7 +102,7 @@ def test_a_compile_error_is_a_result_with_the_log(compile_options, monkeypatch) 
 def test_missing_nvcc_is_one_clear_message(monkeypatch) -> None:
     monkeypatch.setattr(nvcc, "nvcc_path", lambda: None)
     with pytest.raises(ToolMissing, match="nvcc not found: install the CUDA toolkit"):
-        compile_variants([MatmulVariant()], CompileOptions())
+        compile_variants([MatmulVariant()], CompileOptions(compiler=nvcc.Nvcc()))
 
 
 def test_parse_ptxas_reads_registers_shared_spills_and_stack() -> None:
@@ -170,5 +170,6 @@ def test_inspect_variant_says_what_limits_a_variant_and_which_compiler_made_it(
     assert header.split()[:3] == ["variant", "compiler", "regs"]
     registers = compile_variant(MatmulVariant(tile=16, padding=1), compile_options).resources.registers
     # no spills; 4 instructions, a quarter FFMA; FFMA, LDS.128 and BAR.SYNC once each among the watched
-    assert row.split() == ["matmul_f32_t16_p1_guard_both", "nvcc", nvcc_version(), str(registers), "0", "4", "25%",
+    compiler = compile_options.compiler
+    assert row.split() == ["matmul_f32_t16_p1_guard_both", compiler.name, compiler.version(), str(registers), "0", "4", "25%",
                            "1", "1", "0", "0", "0", "0", "0", "0", "1"]

@@ -2,8 +2,9 @@
 hangs, runs short of memory or disk, or reports success without a cubin. None of them may become a
 compile error, in rows or in the cache; a rerun under good conditions gives the rows of a clean run.
 
-Broken or slow compilers are fake nvcc scripts put first on PATH (tests.fakes.FakeNvcc). A run that
-meets one goes through `python -m gen`, as a user's does; everything else calls the CLI in-process.
+Broken or slow compilers are fake nvcc scripts put first on PATH (tests.fakes.FakeNvcc), so nvcc
+is every test's compiler here (NVRTC's faults are tests/test_nvrtc.py's). A run that meets one goes
+through `python -m gen`, as a user's does; everything else calls the CLI in-process.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 from gen.build import compiler
 from gen.cli.main import main
+from gen.build.compilers import COMPILER_ENV
 from gen.build.compiler import CompileOptions, cache_summary, compile_batch, compile_variant
 from gen.core.processes import ProcessGroup
 from gen.families import MatmulVariant
@@ -38,6 +40,13 @@ TWO = ["matmul", "-p", "tile=8,16", "-p", "padding=0", "-p", "bounds=guard", "--
 # Two variants compiled one after the other, and one skipped as invalid (tile 64 has 4096 threads).
 SPACE = ["matmul", "-p", "tile=8,16,64", "-p", "padding=0", "-p", "bounds=guard", "--arch", "sm_90", "--jobs", "1"]
 GUARD_S = 120  # turns a hang into a failure; no test waits for it
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nvcc_compiles() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(COMPILER_ENV, "nvcc")
+        yield
 
 
 @pytest.fixture

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from gen.build.pool import CompilePool
-from gen.core.results import Row, Status
+from gen.core.results import Row, Status, TimingOptions, slower_than_cutoff
 from gen.evaluate.engine import Checking, Engine
 from gen.evaluate.loop import ListSink, Proposal, evaluate
 from gen.evaluate.options import RunOptions
 from gen.evaluate.plan import Point, make_plan
-from gen.families import get_family
+from gen.families import MatmulVariant, get_family
 from gen.families.space import Space
-from gen.search.proposers import PointList, Rounds
+from gen.search.proposers import EARLY_STOP_MARGIN, PointList, Rounds, Search
 from gen.search.replay import replay
-from gen.search.strategies import SearchSpace
+from gen.search.strategies import SearchSpace, make_strategy
 from gen.search.sweep import SweepOptions, sweep
 from gen.store.results_log import read_rows
 
@@ -120,6 +120,9 @@ class Stalled:
     def done(self) -> bool:
         return False
 
+    def timing_cutoff_ms(self) -> None:
+        return None
+
 
 def test_a_proposer_that_waits_for_nothing_ends_the_loop_instead_of_hanging(compile_options) -> None:
     with Engine(CompilePool(compile_options), None, Checking(seed=1, timing=None)) as engine:
@@ -137,3 +140,58 @@ def test_bayes_proposing_batches_of_eight_keeps_its_quality() -> None:
     found = [min(t for _, t in replay("bayes", recorded, space, 100, seed, batch=8) if t is not None)
              for seed in range(5)]
     assert sum(best <= 1.02 * optimum for best in found) >= 4
+
+
+class OneThenAnother:
+    """Proposes one point, and once its row is told, another under a timing cutoff of half its median."""
+
+    def __init__(self, first: Point, second: Point):
+        self.waiting, self.told = [first, second], []
+
+    def propose(self, room: int) -> Proposal:
+        if len(self.waiting) == 2 or (self.waiting and self.told):
+            return Proposal([self.waiting.pop(0)])
+        return Proposal()
+
+    def tell(self, row: Row) -> None:
+        self.told.append(row)
+
+    def done(self) -> bool:
+        return not self.waiting
+
+    def timing_cutoff_ms(self) -> float | None:
+        return self.told[0].median_ms / 2 if self.told else None
+
+
+def test_points_timed_after_a_search_names_a_cutoff_carry_it_to_the_gpu(compile_options) -> None:
+    executor = fakes.FakeExecutor()
+    first, second = (Point(MatmulVariant(tile=tile), get_family("matmul").parse_shape(
+        "64x64x64"), "none") for tile in (8, 16))
+    proposer = OneThenAnother(first, second)
+    with Engine(CompilePool(compile_options), executor, Checking(seed=1, timing=TimingOptions())) as engine:
+        evaluate(proposer, engine, ListSink())
+    assert [job.timing.stop_above_ms for job in executor.ran] == [None, proposer.told[0].median_ms / 2]
+
+
+def test_a_search_names_its_best_so_far_with_a_margin_as_the_cutoff_unless_told_not_to() -> None:
+    space = SearchSpace(Space.from_options(get_family("matmul"), ["tile=8,16", "padding=0", "bounds=guard"]).expand().valid)
+    rows = [Row(name=v.name, family="matmul", params=v.params(), status=Status.OK, median_ms=ms) for v, ms in zip(space.variants, (2.0, 1.0))]
+    for early_stop, expected in ((EARLY_STOP_MARGIN, [None, 2.0 * 1.1, 1.0 * 1.1]), (None, [None, None, None])):
+        search = Search(make_strategy("brute", space, 0), None, budget=10, early_stop=early_stop)
+        search.propose(10)
+        cutoffs = [search.timing_cutoff_ms()]
+        for row in rows:
+            search.tell(row)
+            cutoffs.append(search.timing_cutoff_ms())
+        assert cutoffs == pytest.approx(expected) if early_stop else cutoffs == expected
+
+
+@pytest.mark.parametrize("samples, cutoff, stops", [
+    ([2.0] * 4, 1.0, False),  # too few samples to tell
+    ([2.0] * 5, 1.0, True),
+    ([2.0, 2.0, 0.9, 2.0, 2.0], 1.0, False),  # one as fast as the cutoff
+    ([2.0] * 5, None, False),  # no cutoff: timed in full
+])
+def test_timing_stops_early_only_when_every_sample_of_enough_is_slower_than_the_cutoff(
+        samples: list[float], cutoff: float | None, stops: bool) -> None:
+    assert slower_than_cutoff(samples, TimingOptions(stop_above_ms=cutoff)) is stops

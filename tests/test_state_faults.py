@@ -97,7 +97,7 @@ exec "{nvcc_path()}" "$@"
         fake.chmod(0o755)
         environment = dict(os.environ, PATH=f"{fake.parent}{os.pathsep}{os.environ['PATH']}",
                            TILEGEN_CACHE=str(tmp_path / "cache"), CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO),
-                           TMPDIR=str(tmp_path))
+                           TMPDIR=str(tmp_path), TILEGEN_COMPILER="nvcc")
         self.log = tmp_path / "held.log"
         self.process = subprocess.Popen([sys.executable, "-m", "gen", "sweep", "matmul", *args],
                                         stdout=subprocess.DEVNULL, stderr=open(self.log, "w"), env=environment,

@@ -84,8 +84,9 @@ def test_a_sweep_records_every_row_with_the_schema_of_the_design(tmp_path: Path,
     for field in ("registers", "static_shared_bytes", "spill_bytes", "median_ms", "min_ms", "max_ms", "stdev_ms",
                   "samples", "throughput", "ceiling_share", "error"):
         assert getattr(row, field) is not None, field
-    for key in ("gpu", "cc", "sm_count", "driver", "nvcc", "template_hash", "tilegen", "arch"):
+    for key in ("gpu", "cc", "sm_count", "driver", "compiler", "template_hash", "tilegen", "arch"):
         assert key in row.provenance, key
+    assert row.provenance[row.provenance["compiler"]]  # the compiler's version, under its name
     assert (tmp_path / "results.csv").exists()
     assert "fastest at 64x64x64" in summary(report)
 

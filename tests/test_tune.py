@@ -284,3 +284,16 @@ def test_best_names_the_tuned_winner_not_a_variant_measured_once(tmp_path: Path,
     assert TuningDB(db).best(result.problem).name == result.winner.name
     assert main(["best", "matmul", "--size", "64x64x64", "--gpu", "Fake", "--db", str(db)]) == 0
     assert capsys.readouterr().out.strip() == result.winner.name
+
+
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_a_tune_times_its_finalists_and_with_full_timing_every_variant_in_full(tmp_path: Path, compile_options,
+                                                                               early_stop: bool) -> None:
+    executor = fakes.FakeExecutor()
+    (result,) = tune(TuneOptions("matmul", "64x64x64", params={"padding": ["0"], "bounds": ["guard"]}, strategy="brute",
+                                 db=tmp_path / "t.sqlite", progress=False, top=2, early_stop=early_stop), executor)
+    searched, after = executor.ran[:result.evaluations], executor.ran[result.evaluations:]
+    assert {job.name for job in after} >= {standing.name for standing in result.standings}
+    assert all(job.timing.stop_above_ms is None for job in after)  # the finalists' rounds, the default variant
+    if not early_stop:
+        assert all(job.timing.stop_above_ms is None for job in searched)

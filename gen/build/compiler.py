@@ -2,10 +2,10 @@
 
 Needs no GPU. A variant's compile is cached under a hash of its source, the options, and the
 compiler's name and version, so a repeated run compiles nothing (cache.py proves each entry before
-trusting it). The compiler is the options' (`CompileOptions.compiler`, nvcc unless told otherwise;
-compilers.Compiler says what one must do). Variants of families that allow it
-(`Family.compile_together`) are compiled several to one run where the compiler can (nvcc: each in a
-namespace of its own, which halves its cost per variant); a batch that fails is compiled again one
+trusting it). The compiler is the options' (`CompileOptions.compiler`: NVRTC where installed, else nvcc,
+unless told otherwise; compilers.Compiler says what one must do). Variants of families that allow it
+(`Family.compile_together`) are compiled several to one run where the compiler can (each in a
+namespace of its own, which halves nvcc's cost per variant); a batch that fails is compiled again one
 by one, so each error lands on its variant.
 
 Each run is judged before anything of it is kept (verdict.judge): a cubin with ptxas's report is
@@ -71,7 +71,11 @@ def batch_size(waiting: int, jobs: int) -> int:
 
 def compile_variant(variant: Variant, options: CompileOptions) -> Compiled:
     """Render and compile one variant, or take it from the cache."""
-    return compile_batch([variant], options, ProcessGroup())[0]
+    children = ProcessGroup()
+    try:
+        return compile_batch([variant], options, children)[0]
+    finally:
+        children.kill_all()  # a compiler's worker process, if it keeps one
 
 
 def compile_batch(variants: Sequence[Variant], options: CompileOptions, children: ProcessGroup) -> list[Compiled]:
@@ -129,7 +133,7 @@ def cache_key(source: str, options: CompileOptions) -> str:
 def _compile_alone(variant: Variant, source: str, key: str, options: CompileOptions, cache: CompileCache,
                    children: ProcessGroup) -> Compiled:
     attempt, verdict = judged(lambda: _run(options, {variant.name: source}, children), [variant.name], variant.name)
-    if verdict.outcome is Outcome.TIMED_OUT:
+    if verdict.outcome in (Outcome.TIMED_OUT, Outcome.CRASHED):
         return Compiled(variant, options.arch, None, None, attempt.seconds,
                         f"{verdict.reason}; not cached ({verdict.fix})", cached=False, compiler=_made_by(options))
     if verdict.outcome is Outcome.SOURCE_ERROR:

@@ -1,16 +1,21 @@
 """What tilegen needs of a compiler (`Compiler`), and the one it uses unless told otherwise.
 
 A compiler only compiles: rendering, the cache, the verdict on what it gave back (verdict.judge) and
-the retry after a tool fault are the same for every compiler (compiler.compile_batch). nvcc
-(nvcc.Nvcc) is one; another (an in-process NVRTC) is one module beside it.
+the retry after a tool fault are the same for every compiler (compiler.compile_batch). There are
+two: NVRTC (nvrtc.Nvrtc, in process, the default where cuda-python's bindings are installed) and
+nvcc (nvcc.Nvcc).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
+from ..core.errors import UsageError
 from ..core.processes import ProcessGroup
+from . import nvrtc_library
 from .nvcc import Nvcc
+from .nvrtc import Nvrtc
 from .verdict import Attempt
 
 
@@ -38,6 +43,23 @@ class Compiler(Protocol):
         (Attempt.deadline_s); Interrupted once `children` was killed."""
 
 
+COMPILER_ENV = "TILEGEN_COMPILER"  # nvrtc or nvcc: the default compiler of every command that does not say
+COMPILERS = ("nvrtc", "nvcc")
+
+
 def default_compiler() -> Compiler:
-    """The compiler tilegen uses unless told otherwise."""
-    return Nvcc()
+    """The compiler tilegen uses unless told otherwise: $TILEGEN_COMPILER, else NVRTC where it is
+    installed (compiles in process, several times faster), else nvcc."""
+    named = os.environ.get(COMPILER_ENV, "").strip()
+    if named:
+        return compiler_named(named, f"${COMPILER_ENV}")
+    return Nvrtc() if nvrtc_library.available() else Nvcc()
+
+
+def compiler_named(name: str, what: str = "--compiler") -> Compiler:
+    """The compiler called `name` (nvrtc, nvcc); UsageError for another name."""
+    if name == "nvcc":
+        return Nvcc()
+    if name == "nvrtc":
+        return Nvrtc()
+    raise UsageError(f"{what} {name!r} is not a compiler tilegen has; use one of: {', '.join(COMPILERS)}")

@@ -10,7 +10,6 @@ go with the folder whatever stops it. A run stopped by an interrupt raises Inter
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
 import shutil
@@ -24,6 +23,7 @@ from typing import Any, ClassVar, Mapping, NoReturn, Sequence
 from ..core.errors import RunFailed, ToolMissing
 from ..core.processes import ProcessGroup
 from .deadlines import query_timeout
+from .programs import one_program
 from .verdict import Attempt, temporary_folder
 
 
@@ -44,13 +44,7 @@ class Nvcc:
     def compile(self, sources: Mapping[str, str], arch: str, flags: Sequence[str], deadline_s: float,
                 children: ProcessGroup) -> Attempt:
         """One nvcc run for these kernels (name -> source), several in namespaces of their own."""
-        if len(sources) == 1:
-            ((name, source),) = sources.items()
-        else:
-            names = "\0".join(sources)
-            name = f"batch_{hashlib.sha256(names.encode()).hexdigest()[:8]}"
-            source = "".join(f"namespace tilegen_variant_{i} {{\n{text}\n}}  // namespace\n\n"
-                             for i, text in enumerate(sources.values()))
+        name, source = one_program(sources)
         command = ["-cubin", f"-arch={arch}", "-Xptxas", "-v", *flags]
         return _run(source, name, command, deadline_s, children)
 

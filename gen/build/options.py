@@ -12,7 +12,7 @@ from pathlib import Path
 from ..core import nvidia_smi
 from ..core.errors import UsageError
 from .cache import cubin_cache
-from .compilers import Compiler, default_compiler
+from .compilers import Compiler, compiler_named, default_compiler
 from .deadlines import compile_timeout, seconds
 
 DEFAULT_ARCH = "sm_90"
@@ -30,10 +30,10 @@ class CompileOptions:
     compiler: Compiler = field(default_factory=default_compiler)
 
     @classmethod
-    def local(cls, arch: str | None = None, jobs: int | None = None) -> "CompileOptions":
+    def local(cls, arch: str | None = None, jobs: int | None = None, compiler: str | None = None) -> "CompileOptions":
         """Options for this machine: the given architecture or the local GPU's, refused unless the
-        compiler compiles for it; `jobs` or one per core."""
-        chosen = cls(arch=arch or local_arch())
+        compiler (named, else the default one) compiles for it; `jobs` or one per core."""
+        chosen = cls(arch=arch or local_arch(), compiler=compiler_named(compiler) if compiler else default_compiler())
         check_arch(chosen.arch, chosen.compiler)
         return replace(chosen, jobs=jobs) if jobs else chosen
 

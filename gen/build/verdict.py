@@ -4,8 +4,10 @@
 - a diagnostic of the source (`kernel.cu(12): error ...`, `ptxas error ...`): a compile error, which
   is a result, not an exception;
 - past its deadline ($TILEGEN_COMPILE_TIMEOUT): a compile error that says so;
-- anything else (a compiler killed, short of memory or disk, crashed, or successful without a
-  usable cubin) says nothing about the source: a tool fault. `judged` runs a compile once more
+- a crash of the compiler (SIGSEGV, SIGABRT, ...) twice on one source: a compile error that says so,
+  never cached;
+- anything else (a compiler killed, short of memory or disk, or successful without a usable cubin)
+  says nothing about the source: a tool fault. `judged` runs a compile once more
   after one, and a second one stops the run (RunFailed) naming the variant, the cause and the fix.
 """
 
@@ -31,6 +33,7 @@ class Outcome(StrEnum):
     COMPILED = "compiled"  # a usable cubin and ptxas's report of each kernel: cached
     SOURCE_ERROR = "source error"  # the compiler's diagnostic of the source: a compile error, cached
     TIMED_OUT = "timed out"  # killed at its deadline: a compile error that says so, never cached
+    CRASHED = "crashed"  # the compiler crashed (twice) on this source: a compile error that says so, never cached
     TOOL_FAULT = "tool fault"  # anything else, which says nothing about the source: never cached
 
 
@@ -66,6 +69,8 @@ _DIAGNOSTIC = re.compile(
 _MEMORY_FAULT = re.compile(r"^Killed$|Killed signal terminated program|died due to signal|out of memory|"
                            r"cannot allocate memory|bad_alloc|resource temporarily unavailable", re.I)
 _DISK_FAULT = re.compile(r"no space left on device|file too large|file size limit exceeded|disk quota exceeded", re.I)
+# Signals of a crash (not of a kill): a compiler that crashes twice on one source is a row, not the end of the run.
+_CRASHES = {getattr(signal, name) for name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGABRT", "SIGFPE")}
 _MEMORY_FIX = "free memory or lower --jobs (the system may have run out of memory), then run again"
 
 
@@ -78,6 +83,9 @@ def judge(attempt: Attempt, kernels: Sequence[str]) -> Verdict:
     if attempt.problem is not None:
         return Verdict(Outcome.TOOL_FAULT, attempt.problem, _fix_for(
             attempt.problem, tool, "set $TMPDIR to a folder that exists and has room, then run again"))
+    if -attempt.exit_code in _CRASHES:
+        return Verdict(Outcome.CRASHED, f"{tool} crashed ({_signal_name(-attempt.exit_code)}) compiling it",
+                       "compile it with the other compiler (--compiler), or report it to NVIDIA")
     if attempt.exit_code < 0:
         return Verdict(Outcome.TOOL_FAULT, f"{tool} was killed by {_signal_name(-attempt.exit_code)}", _MEMORY_FIX)
     if attempt.exit_code == 0:
@@ -96,8 +104,8 @@ def judged(run: Callable[[], Attempt], kernels: Sequence[str], what: str) -> tup
     naming `what`, the cause and the fix when the second run fails that way too."""
     attempt = run()
     verdict = judge(attempt, kernels)
-    if verdict.outcome is Outcome.TOOL_FAULT:
-        note(f"compiling {what}: {verdict.reason}; that says nothing about its source: compiling it once more")
+    if verdict.outcome in (Outcome.TOOL_FAULT, Outcome.CRASHED):
+        note(f"compiling {what}: {verdict.reason}; that says nothing sure about its source: compiling it once more")
         attempt = run()
         verdict = judge(attempt, kernels)
         if verdict.outcome is Outcome.TOOL_FAULT:

@@ -85,14 +85,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
     family = get_family(args.family)
     space = Space.from_options(family, args.params)
     space.check_size(args.max_points)
-    compiling = CompileOptions.local(args.arch, args.jobs)
+    compiling = CompileOptions.local(args.arch, args.jobs, args.compiler)
     with (ResultLog(args.out, advice="choose another --out, or remove its results.jsonl",
                     again="compile again into another --out") if args.out else contextlib.nullcontext()) as log:
         result = compile_space(space, args.filter, args.keep_skipped, compiling, log)
     print(resource_table(result.rows))
     counts = status_counts(result.rows)
+    made_by = f"{compiling.compiler.name} {compiling.compiler.version()}"
     print(f"{counts[Status.COMPILED]} compiled ({result.stats.cached} from cache), {counts[Status.COMPILE_ERROR]} "
-          f"failed, {counts[Status.SKIPPED]} skipped as invalid")
+          f"failed, {counts[Status.SKIPPED]} skipped as invalid; by {made_by} for {compiling.arch}")
     if log:
         print(f"rows written to {log.path} and {args.out / 'results.csv'}")
     return exit_code(result.rows)
@@ -125,14 +126,14 @@ def cmd_tune(args: argparse.Namespace) -> None:
     options = TuneOptions(
         family=args.family, size=args.size, params=parse_options(family, args.params), filter=args.filter,
         strategy=args.strategy, budget=args.budget, time_s=args.time, db=args.db, seed=args.seed, top=args.top,
-        max_points=args.max_points, run=RunOptions(timing=TUNE_TIMING) if args.dry_run else _run_options(args))
+        max_points=args.max_points, early_stop=not args.full_timing, run=RunOptions(timing=TUNE_TIMING) if args.dry_run else _run_options(args))
     if args.dry_run:
         space = Space.from_options(family, args.params)
         space.check_size(args.max_points)
         print(make_plan(family, space, [family.parse_shape(args.size)], [""], args.filter).preview())
         print(tune_preview(options))
         return None
-    CompileOptions.local(args.arch, args.jobs)  # --arch, --jobs and the compile cache, before the database is made
+    options.run.compile_options()  # --arch, --jobs, --compiler and the compile cache, before the database is made
     for result in tune(options):
         print(describe(result))
     print(f"stored in {TuningDB(args.db).path}")
@@ -220,8 +221,8 @@ def _run_options(args: argparse.Namespace, **extra: Any) -> RunOptions:
 
         check_reachable(args.cluster)  # before anything is written
     timing = TimingOptions(budget_s=args.timing_budget, warm=getattr(args, "warm", False))
-    return RunOptions(arch=args.arch, compile_jobs=args.jobs, gpus=parse_gpus(args.gpus), timing=timing,
-                      silence_s=args.timeout, cluster=args.cluster, **extra)
+    return RunOptions(arch=args.arch, compile_jobs=args.jobs, compiler=args.compiler, gpus=parse_gpus(args.gpus),
+                      timing=timing, silence_s=args.timeout, cluster=args.cluster, **extra)
 
 
 def _pick_model(db: TuningDB, name: str) -> GpuModel:

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..build.compiler import usable_cores
+from ..build.compilers import COMPILER_ENV, COMPILERS
+from ..build.options import usable_cores
 from ..core import checks
 from ..core.results import TimingOptions
 from ..core.version import __version__
@@ -46,12 +47,12 @@ def count(text: str) -> int:
 
 
 def jobs(text: str) -> int:
-    """Parallel nvcc runs: a whole number, at least 1. More than the cores are capped (by
+    """Parallel compiles: a whole number, at least 1. More than the cores are capped (by
     CompileOptions), and that is said."""
     wanted = count(text)
     if wanted > (cores := usable_cores()):
-        print(f"tilegen: note: --jobs {wanted} is more than the {cores} cores tilegen can use here: {cores} nvcc "
-              f"runs at a time", file=sys.stderr)
+        print(f"tilegen: note: --jobs {wanted} is more than the {cores} cores tilegen can use here: {cores} compiles "
+              f"at a time", file=sys.stderr)
     return wanted
 
 
@@ -108,7 +109,9 @@ def _compile_command(commands: Any) -> None:
     parser = _command(commands, "compile", help="compile a space with nvcc and print its resources")
     _add_space_arguments(parser)
     parser.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
-    parser.add_argument("--jobs", type=jobs, help="parallel nvcc runs, at most one per core (default: one per core)")
+    parser.add_argument("--jobs", type=jobs, help="parallel compiles, at most one per core (default: one per core)")
+    parser.add_argument("--compiler", choices=COMPILERS,
+                        help=f"nvrtc (in process) or nvcc (default: ${COMPILER_ENV}, else nvrtc where installed)")
     parser.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")
     parser.set_defaults(handler=run.cmd_compile)
 
@@ -148,6 +151,9 @@ def _tune_command(commands: Any) -> None:
     parser.add_argument("--db", type=Path, help=f"tuning database (default: ${DB_ENV}, else tilegen's cache folder)")
     parser.add_argument("--seed", type=whole, default=0, help="seed of the strategy (default: 0)")
     parser.add_argument("--top", type=count, default=3, help="finalists measured again, interleaved (default: 3)")
+    parser.add_argument("--full-timing", action="store_true",
+                        help="time every variant in full (by default, timing stops early once a variant's samples "
+                             "are all 10%% slower than the best so far; the finalists are always timed in full)")
     parser.add_argument("--revalidate", action="store_true",
                         help="time the stored winners for this GPU again and flag those that moved")
     parser.add_argument("--dry-run", action="store_true", help="print the space's count and a sample; run nothing")
@@ -242,7 +248,9 @@ def _add_max_points(parser: argparse.ArgumentParser) -> None:
 def _add_run_arguments(parser: argparse.ArgumentParser, timing_budget: float) -> None:
     """How evaluations run: the same options, with the same meaning, on sweep and tune."""
     parser.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
-    parser.add_argument("--jobs", type=jobs, help="parallel nvcc runs, at most one per core (default: one per core)")
+    parser.add_argument("--jobs", type=jobs, help="parallel compiles, at most one per core (default: one per core)")
+    parser.add_argument("--compiler", choices=COMPILERS,
+                        help=f"nvrtc (in process) or nvcc (default: ${COMPILER_ENV}, else nvrtc where installed)")
     parser.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
     parser.add_argument("--timing-budget", type=seconds, default=timing_budget, metavar="SECONDS",
                         help=f"time spent timing each variant at each size, at most (default: {timing_budget})")

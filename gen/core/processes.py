@@ -72,6 +72,27 @@ class ProcessGroup:
             raise Interrupted("stopped while running")
         return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
+    def start(self, command: Sequence[str], pass_fds: Sequence[int] = (), env: dict[str, str] | None = None
+              ) -> subprocess.Popen:
+        """A long-lived child (a compiler's worker process) in a session of its own, killed with the
+        group; Interrupted if the group was killed. `stopped` tells its user when it ends."""
+        with _interrupts_held(), self._lock:
+            if self._stopped.is_set():
+                raise Interrupted("stopping")
+            process = subprocess.Popen(list(command), pass_fds=tuple(pass_fds), env=env, stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+            self._running.add(process)
+            return process
+
+    def forget(self, process: subprocess.Popen) -> None:
+        """A child started with `start` that has ended, or was killed by its user."""
+        with self._lock:
+            self._running.discard(process)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
     def kill_all(self) -> None:
         """Kill every running child and refuse new ones."""
         with self._lock:

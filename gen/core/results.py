@@ -96,6 +96,18 @@ class TimingOptions:
     max_samples: int = 2000
     target_rsd: float = 0.005  # stop once the median's relative standard error is under this
     warmup: int = 3
+    stop_above_ms: float | None = None  # stop once EARLY_STOP_SAMPLES samples are all slower than this
+
+
+EARLY_STOP_SAMPLES = 5  # all of them slower than the cutoff: by the sign test, p = 0.5**5 ≈ 3% that the
+# variant's median is not
+
+
+def slower_than_cutoff(samples_ms: list[float], options: TimingOptions) -> bool:
+    """Whether timing may stop early: EARLY_STOP_SAMPLES samples or more, every one slower than
+    `options.stop_above_ms` (a tune's best so far, with a margin)."""
+    return (options.stop_above_ms is not None and len(samples_ms) >= EARLY_STOP_SAMPLES
+            and min(samples_ms) > options.stop_above_ms)
 
 
 @dataclass

@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -96,6 +96,7 @@ class Engine:
         self._sanitized: set[Variant] = set()
         self._provenance: dict[str, dict[str, str]] = {}
         self._failure: BaseException | None = None
+        self._cutoff_ms: float | None = None  # timing stops early above this (see stop_timing_above)
         self._stopping = threading.Event()
         self._feeder = threading.Thread(target=self._feed_gpus, name="tilegen-gpus", daemon=True)
         if executor is not None:
@@ -125,6 +126,11 @@ class Engine:
     def prefetch(self, variants: Iterable[Variant]) -> None:
         """Compile these when threads are free (points that may come): never a row."""
         self.compiler.prefetch(variants)
+
+    def stop_timing_above(self, cutoff_ms: float | None) -> None:
+        """Jobs that start from now on stop timing once their samples are clearly slower than
+        `cutoff_ms` (a search's best so far, with a margin); None: time them in full."""
+        self._cutoff_ms = cutoff_ms
 
     def room(self) -> int:
         """How many more points keep every compile thread and GPU busy without queueing more."""
@@ -269,6 +275,9 @@ class Engine:
                 job, row = self._jobs.get(timeout=POLL_S)
             except queue.Empty:
                 continue
+            cutoff = self._cutoff_ms  # the freshest: read as the job goes to a GPU
+            if cutoff is not None and job.timing is not None:
+                job = replace(job, timing=replace(job.timing, stop_above_ms=cutoff))
             with self._lock:
                 self._waiting_rows.setdefault(job, []).append(row)
             yield job

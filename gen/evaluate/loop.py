@@ -7,7 +7,8 @@ plain list); the engine compiles and runs them.
 
 The loop asks the proposer for as many points as the engine has room for, hands them to the
 engine, and gives each finished row to the sink, the proposer and the progress line, until the
-proposer has nothing more to propose and every point has its row. Interrupts and failures end
+proposer has nothing more to propose and every point has its row. A search may name a cutoff: points
+timed from then on stop early once clearly slower than it. Interrupts and failures end
 here, once for every command, with one line saying what was kept and how to go on.
 """
 
@@ -43,6 +44,10 @@ class Proposer(Protocol):
 
     def done(self) -> bool:
         """Whether it will propose nothing more."""
+
+    def timing_cutoff_ms(self) -> float | None:
+        """Points still to be timed may stop timing once clearly slower than this (a search's best
+        so far, with a margin); None: time every point in full."""
 
 
 class Sink(Protocol):
@@ -98,6 +103,7 @@ def evaluate(proposer: Proposer, engine: Engine, sink: Sink, progress: Progress 
 
 def _run(proposer: Proposer, engine: Engine, sink: Sink, progress: Progress | None, outcome: Outcome) -> None:
     while True:
+        engine.stop_timing_above(proposer.timing_cutoff_ms())
         proposal = proposer.propose(engine.room())
         engine.submit(proposal.points)
         if proposal.rows:

@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
+from ..build.compilers import compiler_named
+from ..build.options import CompileOptions
 from ..core import checks
 from ..core.errors import UsageError
 from ..core.results import TimingOptions
@@ -27,6 +29,7 @@ class RunOptions:
     sanitize: bool = False  # compute-sanitizer on each variant (at a small size) before it is timed
     run_kernels: bool = True  # False: compile only (`tilegen compile`)
     cluster: str | None = None  # a Dask cluster: 'local' or a scheduler's address (gen.gpu.dask)
+    compiler: str | None = None  # nvrtc or nvcc; None: $TILEGEN_COMPILER, else NVRTC where installed, else nvcc
 
     def __post_init__(self) -> None:
         """Options from Python are refused as the command line would refuse them (gen.core.checks).
@@ -46,6 +49,12 @@ class RunOptions:
         if self.seed is not None:
             checks.keep(self, "seed", checks.whole(self.seed, "seed"))
         checks.keep(self, "gpus", _gpu_indices(self.gpus))
+        if self.compiler is not None:
+            compiler_named(self.compiler, "compiler")
+
+    def compile_options(self, arch: str | None = None) -> CompileOptions:
+        """How the points' variants compile: for `arch`, else --arch, else the local GPU's."""
+        return CompileOptions.local(arch or self.arch, self.compile_jobs, self.compiler)
 
 
 def _gpu_indices(gpus: object) -> tuple[int, ...]:

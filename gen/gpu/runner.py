@@ -20,7 +20,7 @@ import numpy as np
 import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
 
-from ..core.results import Measurement, Status, Timing
+from ..core.results import Measurement, Status, Timing, slower_than_cutoff
 from ..families import get_family
 from ..families.family import Family, Launch
 from ..families.problem import NUMPY_DTYPE, Problem
@@ -77,7 +77,11 @@ class Runner:
         report("time")
         started = time.perf_counter()
         flush = None if job.timing.warm else self._flush_l2
-        measurement.timing = Timing.of(event_samples(call, job.timing, before_each=flush))
+        samples = event_samples(call, job.timing, before_each=flush)
+        measurement.timing = Timing.of(samples)
+        if slower_than_cutoff(samples, job.timing):
+            measurement.message = (f"timing stopped after {len(samples)} samples, every one slower than the best so "
+                                   f"far with a margin ({job.timing.stop_above_ms:.4g} ms)")
         measurement.l2_flushed = not job.timing.warm
         measurement.throughput = problem.throughput(shape, variant.dtype, measurement.timing.median_ms / 1e3)
         measurement.time_seconds = time.perf_counter() - started

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import pycuda.driver as cuda
 
-from ..core.results import TimingOptions, median_relative_error
+from ..core.results import TimingOptions, median_relative_error, slower_than_cutoff
 
 WARM_SAMPLE_MS = 1.0  # a warm sample times back-to-back launches for about this long
 
@@ -17,7 +17,8 @@ WARM_SAMPLE_MS = 1.0  # a warm sample times back-to-back launches for about this
 def event_samples(call: Callable[[], Any], options: TimingOptions,
                   before_each: Callable[[int], None] | None = None) -> list[float]:
     """The one CUDA-event timing loop: warm up, then time `call` between two events per sample
-    until the median is steady (or the budget or sample cap is reached); milliseconds per call.
+    until the median is steady (or the budget or sample cap is reached, or the samples are clearly
+    slower than `options.stop_above_ms`); milliseconds per call.
 
     With `before_each` (an asynchronous L2 flush), the GPU is still busy with it while the host
     records the start event and enqueues the call, so launch latency stays out of the interval.
@@ -38,6 +39,8 @@ def event_samples(call: Callable[[], Any], options: TimingOptions,
         end.record()
         end.synchronize()
         samples.append(end.time_since(start) / batch)
+        if slower_than_cutoff(samples, options):
+            break
         if len(samples) >= options.min_samples and (
                 median_relative_error(samples) < options.target_rsd or time.monotonic() > deadline):
             break

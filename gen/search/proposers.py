@@ -23,6 +23,8 @@ from ..evaluate.plan import Point
 from ..families.variant import Variant
 from .strategies import Strategy
 
+EARLY_STOP_MARGIN = 0.1  # a search stops timing a point whose samples are all 10% slower than its best so far
+
 
 class PointList:
     """Fixed points, all proposed at once, after the rows decided beforehand."""
@@ -45,6 +47,9 @@ class PointList:
     def done(self) -> bool:
         return self._proposed
 
+    def timing_cutoff_ms(self) -> None:
+        return None  # a sweep is a measurement: every point timed in full
+
 
 class Search:
     """A strategy's proposals at one shape: first `warm` (the nearest tuned shape's winners), then
@@ -54,10 +59,11 @@ class Search:
     proposal knows of as many measurements as it can."""
 
     def __init__(self, strategy: Strategy, shape: Any, budget: int, warm: Sequence[Variant] = (),
-                 known: Mapping[str, Row] | None = None, deadline: float | None = None, all_at_once: bool = False):
+                 known: Mapping[str, Row] | None = None, deadline: float | None = None, all_at_once: bool = False,
+                 early_stop: float | None = EARLY_STOP_MARGIN):
         self.strategy, self.shape, self.budget = strategy, shape, budget
         self.warm, self.known = list(warm), known or {}
-        self.deadline, self.all_at_once = deadline, all_at_once
+        self.deadline, self.all_at_once, self.early_stop = deadline, all_at_once, early_stop
         self.trace: list[float | None] = []  # the median of each evaluation told, in order (None: failed)
         self.trace_times: list[float] = []  # when each was told (time.monotonic)
         self.evaluated = 0  # points proposed for the engine (the others were recalled)
@@ -90,6 +96,14 @@ class Search:
     def done(self) -> bool:
         out_of_time = self.deadline is not None and time.monotonic() > self.deadline
         return len(self.trace) + self._pending >= self.budget or self._exhausted or out_of_time
+
+    def timing_cutoff_ms(self) -> float | None:
+        """The best median so far, `early_stop` (a fraction) slower: a point clearly slower than
+        that cannot win, so its timing may stop early. None before the first measurement."""
+        medians = [median for median in self.trace if median is not None]
+        if self.early_stop is None or not medians:
+            return None
+        return min(medians) * (1 + self.early_stop)
 
     def finalists(self, count: int) -> list[Variant]:
         """The fastest variants measured, fastest first."""
@@ -138,6 +152,9 @@ class Rounds:
 
     def done(self) -> bool:
         return self._started >= self.rounds and not self._waiting
+
+    def timing_cutoff_ms(self) -> None:
+        return None  # the finalists are timed in full
 
     def standings(self) -> list[Standing]:
         """The finalists that were right in some round, the fastest median round first."""

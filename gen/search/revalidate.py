@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..build.compiler import CompileOptions
 from ..build.pool import CompilePool
 from ..core.errors import UsageError
 from ..core.results import GpuModel, Row, is_ok
@@ -56,7 +55,7 @@ def _retime_model(db: TuningDB, run: RunOptions, model: GpuModel, group: Executo
     points = {problem: Point(get_family(problem.family).variant_type.from_name(stored.name),
                              get_family(problem.family).parse_shape(problem.shape), "none")
               for problem, stored in winners.items()}
-    compiling = CompileOptions.local(run.arch, run.compile_jobs)
+    compiling = run.compile_options()
     sink = RetimeSink(db, {point.key: problem for problem, point in points.items()})
     with Engine(CompilePool(compiling), group, Checking(run.seed, run.timing, run.sanitize)) as engine:
         outcome = evaluate(PointList(points.values()), engine, sink, resume_hint="revalidate again to go on")

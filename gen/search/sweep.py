@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..build.compiler import CompileOptions, provenance
+from ..build.compiler import provenance
 from ..build.pool import CompilePool
 from ..core import checks
 from ..core.errors import UsageError
@@ -114,7 +114,7 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
         raise UsageError("a sweep needs --out DIR, the folder for its results.jsonl and results.csv (a --dry-run "
                          "needs none)")
     family, space, shapes = _checked(options)
-    compiling = CompileOptions.local(options.run.arch, options.run.compile_jobs)  # --arch, --jobs, the cache
+    compiling = options.run.compile_options()  # --arch, --jobs, --compiler, the cache
     made_by = provenance(compiling, family)  # the compiler and the template are there
     settings = run_settings(options, space, shapes, compiling.arch)
     executor = executor or make_executor(options.run)

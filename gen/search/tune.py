@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..build.compiler import CompileOptions
 from ..build.pool import CompilePool
 from ..core import checks
 from ..core.errors import RunInterrupted, UsageError
@@ -33,7 +32,7 @@ from ..families.space import MAX_POINTS, Space
 from ..families.variant import Variant
 from ..gpu.executor import Executor, GpuUnavailable
 from ..store.tuning_db import FINALIST_KEY, Problem, TuningDB, checked_db_path
-from .proposers import PointList, Rounds, Search
+from .proposers import EARLY_STOP_MARGIN, PointList, Rounds, Search
 from .strategies import STRATEGIES, SearchSpace, make_strategy
 from .tune_result import TuneResult
 
@@ -61,6 +60,7 @@ class TuneOptions:
     run: RunOptions = field(default_factory=lambda: RunOptions(timing=TUNE_TIMING))
     progress: bool = True
     max_points: int = MAX_POINTS  # refuse a larger space before expanding it
+    early_stop: bool = True  # stop timing a variant clearly slower than the best so far (never a finalist's)
 
     def __post_init__(self) -> None:
         """Options from Python are refused as the command line would refuse them (gen.core.checks)."""
@@ -81,6 +81,7 @@ def _check(tune: TuneOptions) -> None:
     checks.keep(tune, "max_points", checks.whole(tune.max_points, "max_points", 1))
     checks.name_pattern(tune.filter)
     checks.flag(tune.progress, "progress")
+    checks.flag(tune.early_stop, "early_stop")
     checks.instance(tune.run, RunOptions, "run")
 
 
@@ -159,7 +160,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
     db_path = checked_db_path(options.db, create=True)  # a bad --db is refused now; made once a GPU answers
     run = replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31))
     started = time.monotonic()
-    compiling = CompileOptions.local(run.arch, run.compile_jobs)
+    compiling = run.compile_options()
     first = CompilePool(compiling)
     if len(chosen.variants) <= SPECULATE:
         first.prefetch(chosen.variants)
@@ -259,7 +260,7 @@ def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates
     warm = warm_start(db, problem, family, shape, chosen.variants)[:chosen.budget] if warmed else []
     deadline = started + options.time_s if options.time_s is not None else None
     return Search(strategy, shape, chosen.budget, warm, db.measured(problem), deadline,
-                  all_at_once=options.strategy == "brute")
+                  all_at_once=options.strategy == "brute", early_stop=EARLY_STOP_MARGIN if options.early_stop else None)
 
 
 def _nothing_ran(options: TuneOptions, family: Family, problem: Problem, shape: Any, search: Search) -> str:

@@ -8,10 +8,13 @@
 //   vec       4
 //   bounds    guard
 //   smem      static
-//   template  copy.cu.j2 (sha256 4c29c8987869)
+//   template  copy.cu.j2 (sha256 3e4060edb7df)
 //
 // Reproduce with:
 //   tilegen render copy -p dtype=f32 -p method=shared -p tile=64 -p rows=8 -p vec=4 -p bounds=guard -p smem=static
+// Compile it with NVRTC where installed, else nvcc (`--compiler nvcc` chooses nvcc); the row of the
+// compile names the compiler that made the cubin:
+//   tilegen compile copy -p dtype=f32 -p method=shared -p tile=64 -p rows=8 -p vec=4 -p bounds=guard -p smem=static
 //
 // out = in, with in and out (H x W) row-major: the yardstick for the transposes, moving the same
 // tiles with the same threads (a block of TILE x ROWS threads, TILE / ROWS elements each).

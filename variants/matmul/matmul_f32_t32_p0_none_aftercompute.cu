@@ -8,10 +8,13 @@
 //   sync      after-compute
 //   smem      static
 //   method    tiled
-//   template  matmul.cu.j2 (sha256 cac89023c852)
+//   template  matmul.cu.j2 (sha256 0b14a8ce3696)
 //
 // Reproduce with:
 //   tilegen render matmul -p dtype=f32 -p tile=32 -p padding=0 -p bounds=none -p sync=after-compute -p smem=static -p method=tiled
+// Compile it with NVRTC where installed, else nvcc (`--compiler nvcc` chooses nvcc); the row of the
+// compile names the compiler that made the cubin:
+//   tilegen compile matmul -p dtype=f32 -p tile=32 -p padding=0 -p bounds=none -p sync=after-compute -p smem=static -p method=tiled
 //
 // C = A * B, with A (M x K), B (K x N) and C (M x N) row-major; lda, ldb and ldc are their row
 // strides, so each may be a view into a larger matrix.

@@ -17,10 +17,13 @@
 //   bounds    guard
 //   sync      both
 //   smem      static
-//   template  sgemm.cu.j2 (sha256 2027981b5198)
+//   template  sgemm.cu.j2 (sha256 a9277e2faef7)
 //
 // Reproduce with:
 //   tilegen render sgemm -p dtype=f32 -p bm=128 -p bn=128 -p bk=16 -p wm=64 -p wn=64 -p tm=8 -p tn=4 -p padding=4 -p vec=1 -p stages=2 -p load=registers -p splitk=1 -p bounds=guard -p sync=both -p smem=static
+// Compile it with NVRTC where installed, else nvcc (`--compiler nvcc` chooses nvcc); the row of the
+// compile names the compiler that made the cubin:
+//   tilegen compile sgemm -p dtype=f32 -p bm=128 -p bn=128 -p bk=16 -p wm=64 -p wn=64 -p tm=8 -p tn=4 -p padding=4 -p vec=1 -p stages=2 -p load=registers -p splitk=1 -p bounds=guard -p sync=both -p smem=static
 //
 // C = A * B in float32 on the CUDA cores, with A (M x K), B (K x N) and C (M x N) row-major and
 // lda, ldb, ldc their row strides.

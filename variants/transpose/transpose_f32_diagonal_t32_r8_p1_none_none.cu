@@ -12,10 +12,13 @@
 //   bounds    none
 //   sync      none
 //   smem      static
-//   template  transpose.cu.j2 (sha256 359732533745)
+//   template  transpose.cu.j2 (sha256 994e2369ade8)
 //
 // Reproduce with:
 //   tilegen render transpose -p dtype=f32 -p method=diagonal -p tile=32 -p rows=8 -p padding=1 -p group=0 -p vec=1 -p hint=normal -p bounds=none -p sync=none -p smem=static
+// Compile it with NVRTC where installed, else nvcc (`--compiler nvcc` chooses nvcc); the row of the
+// compile names the compiler that made the cubin:
+//   tilegen compile transpose -p dtype=f32 -p method=diagonal -p tile=32 -p rows=8 -p padding=1 -p group=0 -p vec=1 -p hint=normal -p bounds=none -p sync=none -p smem=static
 //
 // out = in^T, with in (H x W) and out (W x H) row-major.
 // A block of TILE x ROWS threads moves one TILE x TILE tile; each thread moves TILE / ROWS = 4

@@ -12,10 +12,13 @@
 //   bounds    none
 //   sync      none
 //   smem      static
-//   template  transpose.cu.j2 (sha256 359732533745)
+//   template  transpose.cu.j2 (sha256 994e2369ade8)
 //
 // Reproduce with:
 //   tilegen render transpose -p dtype=f32 -p method=shared -p tile=32 -p rows=16 -p padding=0 -p group=0 -p vec=4 -p hint=normal -p bounds=none -p sync=none -p smem=static
+// Compile it with NVRTC where installed, else nvcc (`--compiler nvcc` chooses nvcc); the row of the
+// compile names the compiler that made the cubin:
+//   tilegen compile transpose -p dtype=f32 -p method=shared -p tile=32 -p rows=16 -p padding=0 -p group=0 -p vec=4 -p hint=normal -p bounds=none -p sync=none -p smem=static
 //
 // out = in^T, with in (H x W) and out (W x H) row-major.
 // A block of TILE / VEC x ROWS threads moves one TILE x TILE tile in float4s (16-byte global loads
