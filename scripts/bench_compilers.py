@@ -44,8 +44,8 @@ def spaces() -> dict[str, list[Variant]]:
     """Each built-in family's golden space, and the 180-point sgemm space."""
     found = {f"{name} golden": Space.emitted(family).expand().valid for name, family in builtin_families().items()}
     sgemm = get_family("sgemm")
-    found["sgemm 180-point"] = Space.from_options(sgemm, {k: [str(v) for v in vs] for k, vs in SPACE.items()}
-                                                  ).expand().valid
+    options = [f"{name}={','.join(str(value) for value in values)}" for name, values in SPACE.items()]
+    found["sgemm 180-point"] = Space.from_options(sgemm, options).expand().valid
     return found
 
 

@@ -89,16 +89,16 @@ def _checked(answer: Any) -> Any:
 
 def _log(nvrtc: Any, program: Any) -> str:
     size = _checked(nvrtc.nvrtcGetProgramLogSize(program))
-    buffer = b" " * size
-    nvrtc.nvrtcGetProgramLog(program, buffer)
-    return buffer.rstrip(b"\0 ").decode(errors="replace")
+    buffer = bytearray(size)  # NVRTC writes into it: never an immutable bytes object Python may share
+    _checked(nvrtc.nvrtcGetProgramLog(program, buffer))
+    return bytes(buffer).rstrip(b"\0").decode(errors="replace")
 
 
 def _cubin(nvrtc: Any, program: Any) -> bytes:
     size = _checked(nvrtc.nvrtcGetCUBINSize(program))
-    buffer = b" " * size
-    nvrtc.nvrtcGetCUBIN(program, buffer)
-    return buffer
+    buffer = bytearray(size)
+    _checked(nvrtc.nvrtcGetCUBIN(program, buffer))
+    return bytes(buffer)
 
 
 def _library_file() -> Path | None:

@@ -140,7 +140,8 @@ def _judge_success(attempt: Attempt, kernels: Sequence[str]) -> Verdict:
     reports = kernel_logs(attempt.log)
     missing = [kernel for kernel in kernels if kernel not in reports]
     if missing:
-        return Verdict(Outcome.TOOL_FAULT, f"{tool} exited 0 but ptxas reported no kernel {missing[0]}",
+        said = f"it reported {', '.join(reports)}" if reports else f"its log began {attempt.log[:200]!r}"
+        return Verdict(Outcome.TOOL_FAULT, f"{tool} exited 0 but ptxas reported no kernel {missing[0]} ({said})",
                        f"keep ptxas's report (-Xptxas -v) in the flags and name the template's kernel "
                        f"{{{{ name }}}}; else {_install_fix(tool)}")
     return Verdict(Outcome.COMPILED, reports=reports)
