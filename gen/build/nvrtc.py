@@ -2,7 +2,8 @@
 process through cuda-python's bindings, straight to a cubin for the target architecture (never PTX:
 the driver compiles nothing), with the same ptxas report nvcc gives (`--ptxas-options=-v`).
 
-Each compile thread keeps one worker process (nvrtc_process) for the whole run, so the library is
+Each compile thread keeps one worker process (nvrtc_process) for the whole run, with the driver's
+compute cache off (nvrtc_library.NO_DRIVER_CACHE), so the library is
 loaded once per thread, not per variant, and a crash or a hang of NVRTC ends that worker, never
 tilegen: a worker past its deadline is killed and the next compile starts another; a crash is an
 Attempt killed by its signal, which the verdict makes a row. Killing the compile pool's process
@@ -31,7 +32,7 @@ from typing import ClassVar, Mapping, Sequence
 
 from ..core.errors import Interrupted, ToolMissing, UsageError
 from ..core.processes import ProcessGroup
-from .nvrtc_library import Program, compile_program, library_version, supported_archs
+from .nvrtc_library import NO_DRIVER_CACHE, Program, compile_program, library_version, supported_archs
 from .programs import one_program
 from .verdict import Attempt
 
@@ -66,6 +67,7 @@ class Nvrtc:
         name, source = one_program(sources)
         options = nvrtc_options(arch, flags)
         if not self.isolated:
+            os.environ.update(NO_DRIVER_CACHE)  # read when NVRTC compiles, so in time for this one
             return attempt_of(compile_program(name, source, options))
         return _worker(children, self.worker).compile(name, source, options, deadline_s)
 
@@ -116,7 +118,7 @@ class _Worker:
     def __init__(self, children: ProcessGroup, module: str):
         self.children = children
         ours, theirs = socket.socketpair()
-        environment = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        environment = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **NO_DRIVER_CACHE)
         self.process = children.start([sys.executable, "-m", module, str(theirs.fileno())],
                                       pass_fds=[theirs.fileno()], env=environment)
         theirs.close()

@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 PACKAGE = "nvidia-cuda-nvrtc"  # the wheel that ships the library, when it comes from PyPI
+# Where a driver is installed, NVRTC takes a cubin it has made before from the driver's compute cache
+# (~/.nv/ComputeCache) without running ptxas, so its log lacks ptxas's report, which tilegen reads
+# the resources from (github.com/NVIDIA/cuda-python/issues/1124). tilegen keeps its own cache.
+NO_DRIVER_CACHE = {"CUDA_CACHE_DISABLE": "1"}
 
 
 @dataclass(frozen=True)
