@@ -18,7 +18,7 @@ import zlib
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from gen.build.nvcc import Nvcc
 from gen.gpu.jobs import Job
@@ -63,22 +63,66 @@ def chatty_slow_worker(connection: Connection, index: int) -> None:
     _serve(connection, slow)
 
 
-def steady_worker(connection: Connection, index: int, seconds_per_job: float = 0.1) -> None:
+def steady_worker(connection: Connection, index: int, seconds_per_job: float = 0.1,
+                  before_job: Callable[[int], None] = lambda done: None) -> None:
     """Every job ok after 0.1 s, on a device that names its GPU index: GPUs 0 and 1 are one model,
-    any other index another, but GPU 3 is not usable (a stand-in for the Dask cluster tests)."""
+    any other index another, but GPU 3 is not usable (a stand-in for the Dask cluster tests).
+    `before_job(jobs done so far)` runs before each job."""
     if index == 3:
         connection.send(("unavailable", "no usable CUDA GPU 3: fake"))
         return
     device = replace(FAKE_DEVICE, index=index, name="Fake GPU" if index < 2 else "Fake GPU B")
     connection.send(("ready", device))
+    done = 0
     while (job := connection.recv()) is not None:
+        before_job(done)
         time.sleep(seconds_per_job)
         connection.send(("done", replace(fake_measurement(job), device=device)))
+        done += 1
+        announce(f"done {index} {job.name}")
 
 
-def slow_steady_worker(connection: Connection, index: int) -> None:
-    """steady_worker at 0.4 s a job: a sweep long enough for a worker to join in the middle."""
-    steady_worker(connection, index, seconds_per_job=0.4)
+# A test that holds a sweep in its middle (tests.fakes:held_worker) names two FIFOs in the environment,
+# which the Dask workers and their GPU processes inherit: one the fake GPUs announce on, one they wait on.
+ANNOUNCE_ENV, GATE_ENV = "TILEGEN_TEST_ANNOUNCE", "TILEGEN_TEST_GATE"
+HELD_AFTER = 3  # jobs GPU 0 measures before it waits
+
+
+def held_worker(connection: Connection, index: int) -> None:
+    """steady_worker at no delay; GPU 0, once it has measured HELD_AFTER jobs, announces "waiting"
+    and holds its next one until the test opens the gate ($TILEGEN_TEST_GATE): a sweep the test
+    keeps in its middle while workers join."""
+    def hold(done: int) -> None:
+        if index == 0 and done == HELD_AFTER:
+            announce("waiting")
+            wait_for_gate(connection)
+
+    steady_worker(connection, index, seconds_per_job=0.0, before_job=hold)
+
+
+def announce(line: str) -> None:
+    """A line on the FIFO $TILEGEN_TEST_ANNOUNCE, if one is named and the test still holds it."""
+    if path := os.environ.get(ANNOUNCE_ENV):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # the test that named it is over
+            return
+        try:
+            os.write(fd, f"{line}\n".encode())
+        finally:
+            os.close(fd)
+
+
+def wait_for_gate(connection: Connection) -> None:
+    """Wait for a line on the FIFO $TILEGEN_TEST_GATE, saying every second that the job is still
+    going (a silent GPU process is taken for a hang)."""
+    gate = os.open(os.environ[GATE_ENV], os.O_RDONLY)
+    try:
+        while not select.select([gate], [], [], 1.0)[0]:
+            connection.send(("phase", "held by the test"))
+        os.read(gate, 64)
+    finally:
+        os.close(gate)
 
 
 def dask_worker_killing_worker(connection: Connection, index: int) -> None:
@@ -253,6 +297,21 @@ class Announcements(LineReader):
     def __init__(self, path: Path):
         os.mkfifo(path)
         super().__init__(os.open(path, os.O_RDWR))
+
+
+class Gate:
+    """A FIFO that fake GPUs wait on (wait_for_gate) until the test opens the gate. The test holds
+    it open for reading and writing, so a waiter's open never blocks."""
+
+    def __init__(self, path: Path):
+        os.mkfifo(path)
+        self.fd = os.open(path, os.O_RDWR)
+
+    def open(self) -> None:
+        os.write(self.fd, b"go\n")
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 # ---- compilers passed in -------------------------------------------------------------------------------

@@ -212,7 +212,8 @@ CLI_CASES = [
     case("tune matmul --size 64x64x64 --time inf", "--time: must be a positive, finite number of seconds"),
     case("tune matmul --size 64x64x64 --top 0", "--top: must be a whole number of at least 1"),
     case("tune matmul --size 64x64x64 --seed -3", "--seed: must be a whole number, got '-3'"),
-    case("sweep matmul --out x --timing-budget 0", "--timing-budget: must be a positive, finite number of seconds"),
+    case("sweep matmul --out x --timing-budget 0", "argument --timing-budget: must be a positive, finite number of "
+                                                   "seconds, got '0'"),
     case("sweep matmul --out x --timing-budget -1", "--timing-budget: must be a positive, finite number of seconds"),
     case("sweep matmul --out x --timing-budget nan", "--timing-budget: must be a positive, finite number"),
     case("sweep matmul --out x --timing-budget inf", "--timing-budget: must be a positive, finite number"),
@@ -239,6 +240,7 @@ CLI_CASES = [
     case("render matmul -p tile=0", "tile 0 is below its minimum of 1"),
     case("render matmul -p tile=64", "tile 64 gives 4096 threads per block; the CUDA limit is 1024"),
     case("render matmul -p bounds=clamp", "bounds 'clamp' is not one of: none, guard, split"),
+    case("render transpose -p rows=12", "rows 12 does not divide tile 32"),
     case("render matmul -p tile", "parameter option 'tile' must look like name=value"),
     case("render matmul -p =8", "parameter option '=8' must look like name=value"),
     case("render matmul -p tiles=8", "matmul has no parameter 'tiles'; its parameters are: dtype, tile"),

@@ -8,6 +8,8 @@ with a deadline (`_InThread`); past it the executor is killed and the test fails
 from __future__ import annotations
 
 import collections
+import contextlib
+import io
 import json
 import os
 from concurrent.futures import CancelledError
@@ -16,14 +18,15 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
 pytest.importorskip("distributed", reason="the cluster extra is not installed (pip install 'tilegen[cluster]')")
 
+from gen.cli.main import main  # noqa: E402
 from gen.gpu import dask_worker  # noqa: E402
 from gen.gpu.dask import MAX_RESENDS, DaskExecutor, lost_verdict  # noqa: E402
 from gen.gpu.dask_cluster import gather_within, local_cluster  # noqa: E402
@@ -39,9 +42,10 @@ from gen.store.tuning_db import TuningDB  # noqa: E402
 
 from . import fakes  # noqa: E402
 from .conftest import REPO  # noqa: E402
-from .fakes import LineReader  # noqa: E402
+from .fakes import Announcements, Gate, LineReader  # noqa: E402
 
 FAKE = "tests.fakes:steady_worker"
+HELD = "tests.fakes:held_worker"  # GPU 0 waits in the middle of a sweep until the test opens the gate
 SIZES = ["64x64x64", "96x96x96", "128x128x128"]  # 54 points of the default matmul space
 
 
@@ -116,23 +120,45 @@ def test_a_worker_killed_mid_sweep_loses_no_row_and_is_named(tmp_path: Path) -> 
     assert any(victim in name for name in executor.lost), executor.lost
 
 
-def test_a_worker_that_joins_mid_sweep_gets_work(tmp_path: Path) -> None:
-    executor = DaskExecutor("local", gpus=[0], target="tests.fakes:slow_steady_worker")
-    address = executor.client.scheduler.address
+@dataclass
+class Held:
+    """The fake GPUs of tests.fakes:held_worker: what they announce, and the gate GPU 0 waits at."""
+
+    said: Announcements
+    gate: Gate
+
+
+@pytest.fixture
+def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Held]:
+    """Named in the environment before a cluster starts: its workers and their GPU processes inherit it."""
+    folder = tmp_path / "held"
+    folder.mkdir()
+    monkeypatch.setenv(fakes.ANNOUNCE_ENV, str(folder / "announce"))
+    monkeypatch.setenv(fakes.GATE_ENV, str(folder / "gate"))
+    held = Held(Announcements(folder / "announce"), Gate(folder / "gate"))
+    yield held
+    held.said.close()
+    held.gate.close()
+
+
+def test_a_worker_that_joins_mid_sweep_gets_work(tmp_path: Path, held: Held) -> None:
+    executor = DaskExecutor("local", gpus=[0], target=HELD)
     sweeping = _InThread(executor, _sweep, tmp_path, executor)
-    _wait_for_lines(tmp_path / "results.jsonl", 20)  # the skipped rows come first, then a few measured ones
-    joiner = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
-                               "--resources", "GPU=1", "--name", "joiner", "--no-dashboard"],
-                              env=dict(os.environ, CUDA_VISIBLE_DEVICES="1"), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    held.said.until("waiting")  # GPU 0 measured a few and holds the next: the sweep is in its middle
+    joiner = _join(executor.client.scheduler.address, "joiner", "1")
     try:
-        sweeping.result(180)
+        for _ in range(3):
+            held.said.until("done 1 ")  # the worker that joined (pinned to GPU 1) measures ...
     finally:
-        _stop(joiner)
+        held.gate.open()  # ... while GPU 0 waited
+        try:
+            sweeping.result(180)
+        finally:
+            _stop(joiner)
     rows = _rows(tmp_path)
     _assert_complete(rows)
     used = collections.Counter(row["provenance"]["gpu_index"] for row in rows if row["status"] == "ok")
-    assert used[1] >= 3, used  # the worker that joined (pinned to GPU 1) measured its share
+    assert used[1] >= 3 and used[0] >= fakes.HELD_AFTER, used
 
 
 def test_a_cluster_tune_tunes_each_gpu_model_on_its_own_workers(tmp_path: Path) -> None:
@@ -149,22 +175,37 @@ def test_a_cluster_tune_tunes_each_gpu_model_on_its_own_workers(tmp_path: Path) 
         assert indices == ({2} if result.problem.gpu_model.name == "Fake GPU B" else {0, 1}), indices
 
 
-def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gen", *args], capture_output=True, text=True, timeout=timeout)
+@pytest.fixture
+def unreachable(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A scheduler address nothing answers at (the discard port refuses at once), tried for half a
+    second ($TILEGEN_CONNECT_TIMEOUT) rather than the 10 s a run gives a scheduler by default."""
+    monkeypatch.setenv("TILEGEN_CONNECT_TIMEOUT", "0.5")
+    return "tcp://127.0.0.1:9"
 
 
-@pytest.mark.parametrize("address, named", [("tcp://127.0.0.1:9", "tcp://127.0.0.1:9"), ("somewhere:8786", "somewhere")])
-def test_a_scheduler_that_cannot_be_reached_is_a_one_line_error(tmp_path: Path, address: str, named: str) -> None:
-    done = _cli("sweep", "matmul", "-p", "tile=8", "--size", "64x64x64", "--out", str(tmp_path / "out"),
-                "--cluster", address)
-    assert done.returncode == 2, done.stderr
-    assert named in done.stderr and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+def _main(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str]:
+    """The command line in this process: its exit code and what it said on stderr."""
+    try:
+        code = main(list(args))
+    except SystemExit as stop:  # argparse's own exit
+        code = stop.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("address, named", [(None, "tcp://127.0.0.1:9"), ("somewhere:8786", "somewhere")])
+def test_a_scheduler_that_cannot_be_reached_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                unreachable: str, address: str | None,
+                                                                named: str) -> None:
+    code, said = _main(capsys, "sweep", "matmul", "-p", "tile=8", "--size", "64x64x64", "--out", str(tmp_path / "out"),
+                       "--cluster", address or unreachable)
+    assert code == 2, said
+    assert named in said and "Traceback" not in said and len(said.strip().splitlines()) == 1
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
-def test_tilegen_worker_refuses_an_unreachable_scheduler(tmp_path: Path) -> None:
-    done = _cli("worker", "tcp://127.0.0.1:9")
-    assert done.returncode == 2 and "tcp://127.0.0.1:9" in done.stderr and "Traceback" not in done.stderr
+def test_tilegen_worker_refuses_an_unreachable_scheduler(capsys: pytest.CaptureFixture, unreachable: str) -> None:
+    code, said = _main(capsys, "worker", unreachable)
+    assert code == 2 and f"cannot reach the Dask scheduler at {unreachable}" in said and "Traceback" not in said
 
 
 # ---- the GPU worker state on a Dask worker (in this process: the functions a Dask worker runs) ----
@@ -220,25 +261,52 @@ def _stop(process: subprocess.Popen) -> None:
         process.kill()
 
 
+class Stderr(io.TextIOBase):
+    """What the coordinator says on stderr (contextlib.redirect_stderr), for a test to wait for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text, self.changed = "", threading.Condition()
+
+    def write(self, text: str) -> int:
+        with self.changed:
+            self.text += text
+            self.changed.notify_all()
+        return len(text)
+
+    def wait_for(self, *wanted: Callable[[str], bool], timeout: float = 120) -> None:
+        """Until, for each of `wanted`, a line it holds true of has been said."""
+        with self.changed:
+            said = self.changed.wait_for(lambda: all(any(map(w, self.text.splitlines())) for w in wanted), timeout)
+            assert said, self.text
+
+
 def test_a_worker_that_joins_mid_sweep_without_a_usable_gpu_of_the_runs_model_gets_no_work(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    executor = DaskExecutor("local", gpus=[0], target="tests.fakes:slow_steady_worker")
+        tmp_path: Path, held: Held) -> None:
+    executor = DaskExecutor("local", gpus=[0], target=HELD)
     executor.devices()  # the run's GPUs are known: the two below join mid-run
     address = executor.client.scheduler.address
-    sweeping = _InThread(executor, _sweep, tmp_path, executor)
-    joiners = [_join(address, "joiner-no-gpu", "3"), _join(address, "joiner-model-b", "2")]
-    try:
-        sweeping.result(180)
-    finally:
-        for joiner in joiners:
-            _stop(joiner)
+    stderr = Stderr()
+    with contextlib.redirect_stderr(stderr):
+        sweeping = _InThread(executor, _sweep, tmp_path, executor)
+        held.said.until("waiting")  # GPU 0 holds a job: the sweep waits in its middle
+        joiners = [_join(address, "joiner-no-gpu", "3"), _join(address, "joiner-model-b", "2")]
+        try:
+            stderr.wait_for(lambda line: "joiner-no-gpu" in line and "takes no jobs" in line,
+                            lambda line: "joiner-model-b" in line and "takes no jobs" in line)
+        finally:
+            held.gate.open()
+            try:
+                sweeping.result(180)
+            finally:
+                for joiner in joiners:
+                    _stop(joiner)
     rows = _rows(tmp_path)
     _assert_complete(rows)
     assert {row["provenance"]["gpu_index"] for row in rows if row["status"] == "ok"} == {0}
-    said = capsys.readouterr().err
-    refused = [line for line in said.splitlines() if "takes no jobs" in line]
-    assert any("joiner-no-gpu" in line and "no usable CUDA GPU 3" in line for line in refused), said
-    assert any("joiner-model-b" in line and "Fake GPU B" in line for line in refused), said
+    refused = [line for line in stderr.text.splitlines() if "takes no jobs" in line]
+    assert any("joiner-no-gpu" in line and "no usable CUDA GPU 3" in line for line in refused), stderr.text
+    assert any("joiner-model-b" in line and "Fake GPU B" in line for line in refused), stderr.text
 
 
 def test_a_job_that_keeps_killing_its_only_worker_is_a_launch_error_not_an_endless_retry(tmp_path: Path) -> None:

@@ -228,20 +228,6 @@ def test_a_compile_error_is_a_row_and_the_sweep_goes_on(tmp_path: Path, compile_
     assert [r.status for n, r in rows.items() if n != "matmul_f32_t16_p1_guard_both"] == [Status.OK] * 3
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--cache", "huge"], "cache 'huge' is not one of: none, shared, l1, equal"),
-    (["--gpus", "one"], "--gpus 'one' must be 'all' or GPU indices"),
-    (["--timing-budget", "0"], "argument --timing-budget: must be a positive, finite number of seconds, got '0'"),
-    (["--budget", "0.5"], "on sweep, the timing budget per variant is --timing-budget SECONDS"),
-    (["--size", "64x64"], "size '64x64' for matmul"),
-])
-def test_bad_sweep_options_are_one_line_and_exit_code_2(tmp_path: Path, args: list[str], message: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "gen", "sweep", "matmul", "--out", str(tmp_path), *args],
-                          capture_output=True, text=True)
-    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "results.jsonl").exists()
-
-
 def test_parse_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert parse_gpus("0,1") == [0, 1]
     fake = tmp_path / "nvidia-smi"  # a driver that lists four GPUs

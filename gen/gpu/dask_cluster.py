@@ -1,21 +1,24 @@
 """The Dask cluster a run talks to, from the coordinator (gen.gpu.dask) or from `tilegen worker`
 (gen.gpu.dask_worker): a local one, or a scheduler's address, reached with a one-line error when
-it cannot be (Dask distributed is an optional extra); and the results of finished jobs, gathered
-with a deadline.
+it cannot be within $TILEGEN_CONNECT_TIMEOUT seconds (Dask distributed is an optional extra); and the
+results of finished jobs, gathered with a deadline.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
 from typing import Any, Sequence
 
+from ..core.checks import seconds_problem
 from ..core.errors import Interrupted, UsageError
 
 GPU = "GPU"  # the Dask worker resource: one per GPU, so one job per GPU at a time
-CONNECT_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_ENV = "TILEGEN_CONNECT_TIMEOUT"
+CONNECT_TIMEOUT_S = 10.0  # how long a scheduler is tried before it counts as unreachable, unless set
 GATHER_TIMEOUT_S = 10.0  # a gather of finished jobs' results that takes longer lost one with its worker
 STOP_POLL_S = 0.05  # how soon a gather waited on notices that the run stopped
 
@@ -35,10 +38,20 @@ def connect(address: str) -> Any:
     if not address.startswith(("tcp://", "tls://", "inproc://", "ucx://")):
         raise UsageError(f"--cluster {address!r} must be 'local' or a scheduler address like tcp://HOST:8786")
     try:
-        return distributed.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        return distributed.Client(address, timeout=connect_timeout(), set_as_default=False)
     except (OSError, TimeoutError) as error:
         raise UsageError(f"cannot reach the Dask scheduler at {address} ({type(error).__name__}); is `dask scheduler` "
                          f"running there?") from None
+
+
+def connect_timeout() -> float:
+    """How long a scheduler is tried: $TILEGEN_CONNECT_TIMEOUT seconds, else CONNECT_TIMEOUT_S."""
+    text = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    if not text:
+        return CONNECT_TIMEOUT_S
+    if problem := seconds_problem(text):
+        raise UsageError(f"${CONNECT_TIMEOUT_ENV} {problem}, got {text!r}")
+    return float(text)
 
 
 def check_reachable(address: str) -> None:
