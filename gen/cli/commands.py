@@ -244,8 +244,12 @@ def _traces(db: TuningDB, family: str | None) -> dict[str, list[list[float | Non
 
 
 def _versions(stored: Row, new: Row) -> str:
-    changes = [f"{key} {stored.provenance.get(key)} -> {new.provenance.get(key)}" for key in ("driver", "nvcc")
-               if stored.provenance.get(key) != new.provenance.get(key)]
+    """What changed in the driver and the compiler between a stored row and its new timing."""
+    made_by = [row.provenance.get("compiler", "nvcc") for row in (stored, new)]  # rows of 0.2 name none: nvcc
+    changes = [f"compiler {made_by[0]} -> {made_by[1]}"] if made_by[0] != made_by[1] else []
+    keys = ("driver", made_by[0]) if made_by[0] == made_by[1] else ("driver",)
+    changes += [f"{key} {stored.provenance.get(key)} -> {new.provenance.get(key)}" for key in keys
+                if stored.provenance.get(key) != new.provenance.get(key)]
     return "; ".join(changes)
 
 

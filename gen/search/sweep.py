@@ -84,7 +84,7 @@ class SweepReport:
     @property
     def seconds(self) -> dict[str, float]:
         """Wall time, and the time the compiler and the GPUs were busy (they overlap)."""
-        return {"total": self.stats.wall_seconds, "nvcc": self.stats.compile_seconds,
+        return {"total": self.stats.wall_seconds, "compile": self.stats.compile_seconds,
                 "gpu": self.stats.gpu_seconds}
 
 

@@ -44,7 +44,7 @@ _MEASUREMENTS = """CREATE TABLE IF NOT EXISTS {table} (
     throughput REAL,
     cc TEXT,  -- the compute capability the row ran on; NULL: it ran on no GPU (a compile error)
     driver TEXT,
-    nvcc TEXT,
+    nvcc TEXT,  -- nvcc's version where nvcc compiled it (the row's provenance names any compiler)
     measured_at REAL NOT NULL,
     row TEXT NOT NULL
 )"""
