@@ -20,9 +20,13 @@ SHELL_SCRIPTS = sorted((REPO / "scripts").glob("*.sh"))
 
 
 def tilegen_imports(script: Path) -> list[tuple[str, str | None]]:
-    """(module, name) for each `from gen... import name` in the script, (module, None) for `import gen...`."""
+    """(module, name) for each `from gen... import name` in the script, (module, None) for `import gen...`;
+    not those in an `except ImportError:` block (a fallback for an older tilegen)."""
+    tree = ast.parse(script.read_text())
+    fallbacks = {id(inner) for handler in ast.walk(tree) if isinstance(handler, ast.ExceptHandler)
+                 and "ImportError" in ast.unparse(handler.type or ast.Name("")) for inner in ast.walk(handler)}
     found: list[tuple[str, str | None]] = []
-    for node in ast.walk(ast.parse(script.read_text())):
+    for node in (node for node in ast.walk(tree) if id(node) not in fallbacks):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "gen":
             found += [(node.module, alias.name) for alias in node.names]
         elif isinstance(node, ast.Import):
