@@ -65,10 +65,11 @@ class Measured:
     ok: int
     cpu_s: float  # the coordinator process's CPU time during the run
     busy: float  # the share of the machine's cores busy during the run (workers, coordinator, anything else)
+    failure: str = ""  # why the run stopped, if it did
 
     @property
     def rate(self) -> float:
-        return self.ok / self.seconds
+        return self.ok / self.seconds if self.seconds else 0.0
 
 
 def main() -> None:
@@ -92,7 +93,12 @@ def main() -> None:
         for service_ms in map(float, args.service_ms.split(",")):
             for workers in map(int, args.workers.split(",")):
                 jobs = args.jobs or job_count(workers, service_ms / 1000, args.seconds, args.max_jobs)
-                results.append(measure(kind, service_ms, workers, jobs, options, profiler))
+                try:
+                    results.append(measure(kind, service_ms, workers, jobs, options, profiler))
+                except Exception as error:  # the run stopped (a Dask cluster that lost its workers, say)
+                    reason = str(error).split(" (lost: ")[0][:100]
+                    results.append(Measured(kind, service_ms, workers, jobs, 0.0, 0.0, 0, 0.0, 0.0,
+                                            f"{type(error).__name__}: {reason}"))
                 print(text_table(HEADERS, [cells(results[-1], results)]).splitlines()[-1], flush=True)
     text = report(results, cores)
     print(text)
@@ -166,7 +172,7 @@ def efficiency(result: Measured, results: list[Measured]) -> float | None:
     """Rows/s over N x the rows/s of the N = 1 run of the same executor and service time (None: no such run)."""
     one = next((r for r in results if (r.executor, r.service_ms, r.workers) == (result.executor, result.service_ms, 1)),
                None)
-    return result.rate / (result.workers * one.rate) if one else None
+    return result.rate / (result.workers * one.rate) if one and one.rate and not result.failure else None
 
 
 def machine_ticks() -> tuple[int, int]:
@@ -185,6 +191,9 @@ def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
 
 
 def cells(result: Measured, results: list[Measured]) -> list[Any]:
+    if result.failure:
+        return [result.executor, f"{result.service_ms:g}", result.workers, result.jobs, "-", "-",
+                f"failed: {result.failure}", "-", "-", "-", "-"]
     share = efficiency(result, results)
     ideal = result.workers / (result.service_ms / 1000)
     return [result.executor, f"{result.service_ms:g}", result.workers, result.jobs, f"{result.start_s:.1f}",
