@@ -125,6 +125,35 @@ def wait_for_gate(connection: Connection) -> None:
         os.close(gate)
 
 
+SERVICE_S = "TILEGEN_FAKE_SERVICE_S"  # timed_worker's service time per job, in seconds
+
+
+def timed_worker(connection: Connection, index: int) -> None:
+    """A simulated GPU of any index (scripts/bench_scale.py): every job ok after $TILEGEN_FAKE_SERVICE_S
+    seconds (default 0.01), after the phases a real worker reports for a job that is checked and timed."""
+    seconds = float(os.environ.get(SERVICE_S, "0.01"))
+    device = replace(FAKE_DEVICE, index=index)
+    connection.send(("ready", device))
+    while (job := connection.recv()) is not None:
+        for seed in job.seeds:
+            connection.send(("phase", f"check seed {seed}"))
+        connection.send(("phase", "time"))
+        time.sleep(seconds)
+        connection.send(("done", replace(fake_measurement(job), device=device)))
+
+
+def long_message_worker(connection: Connection, index: int) -> None:
+    """Every job ok, its message 300 kB long: more than one read of the socket brings it."""
+    _serve_measurements(connection, lambda job: replace(fake_measurement(job), message="x" * 300_000))
+
+
+def _serve_measurements(connection: Connection, measure) -> None:
+    connection.send(("ready", FAKE_DEVICE))
+    while (job := connection.recv()) is not None:
+        connection.send(("done", measure(job)))
+
+
+
 def dask_worker_killing_worker(connection: Connection, index: int) -> None:
     """steady_worker, but a _t8_ variant kills the Dask worker process that started this one."""
     _serve(connection, lambda: os.kill(os.getppid(), signal.SIGKILL))

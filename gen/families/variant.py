@@ -15,6 +15,7 @@ names, and old names parse to the default. `Variant.name_format()` shows the for
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping, Self
@@ -23,6 +24,7 @@ from ..core.checks import whole_rule, whole_text
 from ..core.errors import InvalidVariant, UsageError
 
 _PARAMETER = "tilegen.parameter"
+NAMES_KEPT = 1 << 16  # variant names remembered: a coordinator asks each point's several times
 ELEMENT_TYPE = "dtype"  # the parameter that gives a variant's element type (see Variant)
 
 
@@ -132,7 +134,7 @@ class Variant:
 
     @classmethod
     def parameters(cls) -> tuple[Parameter, ...]:
-        return tuple(Parameter(name=f.name, **f.metadata[_PARAMETER]) for f in dataclasses.fields(cls))
+        return _parameters(cls)
 
     @classmethod
     def parameter(cls, name: str) -> Parameter:
@@ -188,12 +190,7 @@ class Variant:
 
     @property
     def name(self) -> str:
-        tokens = [self.family]
-        for parameter in self.parameters():
-            value = getattr(self, parameter.name)
-            if parameter.omit is None or value != parameter.omit:
-                tokens.append(parameter.token(value))
-        return "_".join(tokens)
+        return _name(self)
 
     def params(self) -> dict[str, Any]:
         return {p.name: getattr(self, p.name) for p in self.parameters()}
@@ -238,3 +235,20 @@ class Variant:
     def __str__(self) -> str:
         return self.name
 
+
+
+@functools.cache
+def _parameters(variant_type: type[Variant]) -> tuple[Parameter, ...]:
+    """A variant type's parameters, made once: its fields never change."""
+    return tuple(Parameter(name=f.name, **f.metadata[_PARAMETER]) for f in dataclasses.fields(variant_type))
+
+
+@functools.lru_cache(maxsize=NAMES_KEPT)
+def _name(variant: Variant) -> str:
+    """A variant's name, spelt once (frozen: equal variants have one name)."""
+    tokens = [variant.family]
+    for parameter in variant.parameters():
+        value = getattr(variant, parameter.name)
+        if parameter.omit is None or value != parameter.omit:
+            tokens.append(parameter.token(value))
+    return "_".join(tokens)

@@ -9,15 +9,25 @@ A worker is `python -m gen.gpu.worker_process --serve ...` in a session of its o
 socket: it imports nothing of the caller's main module (a user's script needs no `__main__`
 guard), a Ctrl-C at the terminal reaches only tilegen (which stops it), and what it prints on the
 way to an early death becomes the reason given.
+
+`run` waits for one job; a coordinator of many workers (gen.gpu.local) takes the same steps itself,
+waiting on all of them at once: `send`, `receive` whenever the worker's socket is readable,
+`time_out` once its `deadline` passed.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
+import select
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import time
 from multiprocessing.connection import Connection
+from typing import Any
 
 from ..core.processes import kill_session, python_environment
 from ..core.results import DeviceInfo, Measurement, Status
@@ -39,6 +49,9 @@ class IsolatedWorker:
         self.visible_devices = visible_devices
         self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
+        self._messages: Messages | None = None  # what the worker sends once it is ready
+        self._phase = "start"
+        self.deadline = 0.0  # time.monotonic() past which the job under way counts as hung
         self._stderr = None
         self.device: DeviceInfo | None = None
         self.starts = 0
@@ -79,32 +92,56 @@ class IsolatedWorker:
         if kind != "ready":
             self.stop()
             raise GpuUnavailable(payload)
-        self.device = payload
+        self.device, self._messages = payload, Messages(self._connection.fileno())
         return payload
 
     def run(self, job: Job) -> Measurement:
+        """Run one job and wait for its measurement (a row for a hang or a death too)."""
         if not self.alive:
             self.start()
-        assert self._connection is not None
-        self._connection.send(job)
-        phase = "start"
+        self.send(job)
         while True:
-            if not self._connection.poll(self.silence_s):
-                self.kill()
-                return Measurement(Status.TIMEOUT, f"no progress for {self.silence_s:.0f} s during {phase}; "
-                                                   f"worker killed", device=self.device)
-            try:
-                kind, payload = self._connection.recv()
-            except (EOFError, OSError):
-                code = self._wait_for_exit()
-                return Measurement(Status.LAUNCH_ERROR, f"worker process died during {phase} ({describe_exit(code)})"
-                                   f"{self._last_words()}", device=self.device, context_lost=True)
+            waiting = select.poll()
+            waiting.register(self.fileno(), select.POLLIN)
+            if not waiting.poll(max(0.0, self.deadline - time.monotonic()) * 1000):
+                return self.time_out()
+            if (measurement := self.receive()) is not None:
+                return measurement
+
+    def send(self, job: Job) -> None:
+        """Hand a job to the started worker; its silence is timed from now."""
+        assert self._connection is not None and self._messages is not None
+        self._connection.send(job)
+        self._phase, self.deadline = "start", time.monotonic() + self.silence_s
+
+    def fileno(self) -> int:
+        assert self._connection is not None
+        return self._connection.fileno()
+
+    def receive(self) -> Measurement | None:
+        """Read what the worker sent (call when readable): the job's measurement once it is done or
+        the worker died; None while it is under way (each phase it reports restarts the timer)."""
+        assert self._messages is not None
+        try:
+            messages = self._messages.read()
+        except (EOFError, OSError):
+            code = self._wait_for_exit()
+            return Measurement(Status.LAUNCH_ERROR, f"worker process died during {self._phase} ({describe_exit(code)})"
+                               f"{self._last_words()}", device=self.device, context_lost=True)
+        for kind, payload in messages:
             if kind == "phase":
-                phase = payload
+                self._phase, self.deadline = payload, time.monotonic() + self.silence_s
                 continue
             if payload.context_lost:
                 self._wait_for_exit()
             return payload
+        return None
+
+    def time_out(self) -> Measurement:
+        """The job's row once its worker was silent for `silence_s`: the worker is killed."""
+        self.kill()
+        return Measurement(Status.TIMEOUT, f"no progress for {self.silence_s:.0f} s during {self._phase}; "
+                                           f"worker killed", device=self.device)
 
     @property
     def alive(self) -> bool:
@@ -123,19 +160,22 @@ class IsolatedWorker:
         self.kill()
 
     def kill(self) -> None:
-        if self._process is not None:
-            if self._process.poll() is None:
-                kill_session(self._process.pid)
-                self._process.wait(5.0)
-            self._process = None
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        """Stop the process now; safe to call from two threads at once (an interrupt while the
+        coordinator finds the worker dead): each takes what is left to stop."""
+        process, self._process = self._process, None
+        connection, self._connection, self._messages = self._connection, None, None
+        if process is not None and process.poll() is None:
+            kill_session(process.pid)
+            process.wait(5.0)
+        if connection is not None:
+            connection.close()
 
     def _wait_for_exit(self) -> int | None:
-        assert self._process is not None
+        process = self._process
+        if process is None:  # killed meanwhile
+            return None
         try:
-            code = self._process.wait(10.0)
+            code = process.wait(10.0)
         except subprocess.TimeoutExpired:
             code = None
         self.kill()
@@ -156,3 +196,38 @@ def describe_exit(code: int | None) -> str:
     if code < 0:
         return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+class Messages:
+    """What a worker sends over its connection (multiprocessing's framing: a 4-byte big-endian
+    length, or -1 and an 8-byte one, then the pickle), read as it comes: one read takes every
+    message there is, where Connection.recv takes two reads for each."""
+
+    def __init__(self, descriptor: int):
+        self.descriptor, self.buffer = descriptor, bytearray()
+
+    def read(self) -> list[Any]:
+        """The messages complete after one read (call when readable); EOFError once the worker closed it."""
+        chunk = os.read(self.descriptor, 1 << 16)
+        if not chunk:
+            raise EOFError
+        self.buffer += chunk
+        messages = []
+        while (frame := self._frame()) is not None:
+            messages.append(pickle.loads(frame))
+        return messages
+
+    def _frame(self) -> bytes | None:
+        """The first whole message's bytes, taken out of the buffer; None while it is not all there."""
+        if len(self.buffer) < 4:
+            return None
+        (size,), start = struct.unpack_from("!i", self.buffer), 4
+        if size == -1:
+            if len(self.buffer) < 12:
+                return None
+            (size,), start = struct.unpack_from("!Q", self.buffer, 4), 12
+        if len(self.buffer) < start + size:
+            return None
+        frame = bytes(self.buffer[start:start + size])
+        del self.buffer[:start + size]
+        return frame

@@ -1,0 +1,114 @@
+"""This host's executor (gen.gpu.local) with many simulated GPUs: one thread feeds them all, and a
+GPU that hangs, crashes or runs compute-sanitizer first holds none of the others up."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from gen.core.results import Status
+from gen.gpu.jobs import Job
+from gen.gpu.local import LocalExecutor
+from gen.gpu.sanitize import sanitizer_path
+
+from . import fakes
+
+
+def _job(tile: int, number: int = 0, sanitize_size: str | None = None) -> Job:
+    return Job(f"matmul_f32_t{tile}_p0_guard_both", "matmul", "/nonexistent.cubin", f"{64 * (number + 1)}x64x64",
+               sanitize_size=sanitize_size)
+
+
+def test_one_thread_feeds_every_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread per GPU made 64 simulated GPUs cost more than the jobs: the executor now waits on
+    every worker from the caller's thread, with one more that deals the jobs."""
+    monkeypatch.setenv(fakes.SERVICE_S, "0")
+    executor = LocalExecutor(range(8), target="tests.fakes:timed_worker")
+    try:
+        executor.devices()
+        before = threading.active_count()
+        jobs = [_job(16, number) for number in range(40)]
+        during = []
+        results = []
+        for job, measurement in executor.run(jobs):
+            during.append(threading.active_count())
+            results.append((job, measurement.status))
+    finally:
+        executor.close()
+    assert sorted(job.shape for job, _ in results) == sorted(job.shape for job in jobs)
+    assert {status for _, status in results} == {Status.OK}
+    assert max(during) - before <= 1, f"{max(during) - before} threads for 8 GPUs"
+
+
+@pytest.mark.parametrize("target, status, message", [
+    ("tests.fakes:hanging_worker", Status.TIMEOUT, "no progress for 1 s during start; worker killed"),
+    ("tests.fakes:crashing_worker", Status.LAUNCH_ERROR, "exit code 3"),
+], ids=["hangs", "crashes"])
+def test_a_bad_variant_on_one_gpu_is_a_row_and_every_other_job_runs(target, status, message) -> None:
+    executor = LocalExecutor([0, 1, 2], silence_s=1.0, target=target)
+    jobs = [_job(16, number) for number in range(6)] + [_job(8)] + [_job(16, number) for number in range(6, 12)]
+    try:
+        rows = {job: measurement for job, measurement in executor.run(jobs)}
+        assert len(rows) == len(jobs)
+        assert rows[_job(8)].status is status and message in rows[_job(8)].message
+        assert all(rows[job].status is Status.OK for job in jobs if job != _job(8))
+    finally:
+        executor.close()
+    alone = LocalExecutor([0], silence_s=1.0, target=target)
+    try:
+        statuses = [measurement.status for _, measurement in alone.run([_job(8), _job(16)])]
+        assert statuses == [status, Status.OK] and alone.workers[0].restarts == 1  # a fresh worker ran the next
+    finally:
+        alone.close()
+
+
+def test_a_message_longer_than_one_read_arrives_whole() -> None:
+    executor = LocalExecutor([0, 1], target="tests.fakes:long_message_worker")
+    try:
+        measurements = [measurement for _, measurement in executor.run([_job(16, n) for n in range(4)])]
+    finally:
+        executor.close()
+    assert [m.message for m in measurements] == ["x" * 300_000] * 4
+
+
+def test_compute_sanitizer_runs_before_a_job_that_asks_and_its_hazards_come_with_the_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    tool = folder / "compute-sanitizer"
+    tool.write_text('#!/bin/sh\necho "$2 ran" >> "' + str(tmp_path / "ran") + '"\n'
+                    'echo "========= ERROR SUMMARY: 2 errors"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    sanitizer_path.cache_clear()
+    executor = LocalExecutor([0, 1], target="tests.fakes:steady_worker")
+    try:
+        rows = {job: measurement for job, measurement in
+                executor.run([_job(16, 0, sanitize_size="16x16x16"), _job(16, 1), _job(16, 2)])}
+    finally:
+        executor.close()
+        sanitizer_path.cache_clear()
+    assert (tmp_path / "ran").read_text().split() == ["racecheck", "ran", "synccheck", "ran", "memcheck", "ran"]
+    assert rows[_job(16, 0, sanitize_size="16x16x16")].hazards == {"racecheck": 2, "synccheck": 2, "memcheck": 2}
+    assert rows[_job(16, 1)].hazards is None and rows[_job(16, 1)].status is Status.OK
+
+
+def test_a_kill_ends_a_run_whose_gpu_hangs() -> None:
+    executor = LocalExecutor([0], silence_s=3600.0, target="tests.fakes:hanging_worker")
+    first = threading.Event()
+    seen = []
+
+    def consume() -> None:
+        for job, measurement in executor.run([_job(16), _job(8), _job(16, 1)]):
+            seen.append(measurement.status)
+            first.set()
+
+    runner = threading.Thread(target=consume, daemon=True)
+    runner.start()
+    assert first.wait(60)  # the first job's row: the second, which hangs, is sent next
+    executor.kill()
+    runner.join(30)
+    assert not runner.is_alive() and seen == [Status.OK]
