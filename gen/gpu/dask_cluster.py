@@ -66,7 +66,8 @@ def local_cluster(gpus: Sequence[int]) -> Any:
                              "options": {"nthreads": 1, "resources": {GPU: 1}, "host": "127.0.0.1",
                                          "env": {"CUDA_VISIBLE_DEVICES": str(gpu)}, "silence_logs": logging.CRITICAL}}
                for gpu in gpus}
-    scheduler = {"cls": distributed.Scheduler, "options": {"host": "127.0.0.1", "port": 0, "dashboard": False}}
+    scheduler = {"cls": distributed.Scheduler, "options": {"host": "127.0.0.1", "port": 0, "dashboard": False,
+                                                          "dashboard_address": ":0"}}  # no fixed port 8787
     return distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.CRITICAL)
 
 
