@@ -16,6 +16,9 @@ from gen.gpu.sanitize import sanitizer_path
 
 from . import fakes
 
+# An exception in one of the executor's threads (a job sent to a killed worker, say) fails the test.
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
 
 def _job(tile: int, number: int = 0, sanitize_size: str | None = None) -> Job:
     return Job(f"matmul_f32_t{tile}_p0_guard_both", "matmul", "/nonexistent.cubin", f"{64 * (number + 1)}x64x64",

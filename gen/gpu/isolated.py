@@ -29,6 +29,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ..core.errors import Interrupted
 from ..core.processes import kill_session, python_environment
 from ..core.results import DeviceInfo, Measurement, Status
 from .executor import GpuUnavailable
@@ -109,8 +110,10 @@ class IsolatedWorker:
                 return measurement
 
     def send(self, job: Job) -> None:
-        """Hand a job to the started worker; its silence is timed from now."""
-        assert self._connection is not None and self._messages is not None
+        """Hand a job to the started worker; its silence is timed from now. Interrupted when the
+        worker was stopped (killed with its run)."""
+        if self._connection is None or self._messages is None:
+            raise Interrupted(f"the worker of GPU {self.physical_index} was stopped")
         self._connection.send(job)
         self._phase, self.deadline = "start", time.monotonic() + self.silence_s
 

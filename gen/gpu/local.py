@@ -213,7 +213,15 @@ class _Table:
         return 1000 * max(0.0, min(POLL_S, first - time.monotonic()))
 
     def _send(self, worker: IsolatedWorker, job: Job, hazards: Hazards) -> None:
-        worker.send(job)
+        """The job to its worker, unless the run was killed meanwhile (then the job is dropped)."""
+        if self.killed.is_set():
+            return
+        try:
+            worker.send(job)
+        except (Interrupted, OSError):  # the worker stopped under us: by a kill, or it is an error
+            if self.killed.is_set():
+                return
+            raise
         self._busy[worker.fileno()] = (worker, job, hazards)
         self._poll.register(worker.fileno(), select.POLLIN)
 
