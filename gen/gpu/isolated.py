@@ -118,7 +118,9 @@ class IsolatedWorker:
         self._phase, self.deadline = "start", time.monotonic() + self.silence_s
 
     def fileno(self) -> int:
-        assert self._connection is not None
+        """The worker's socket; Interrupted when the worker was stopped."""
+        if self._connection is None:
+            raise Interrupted(f"the worker of GPU {self.physical_index} was stopped")
         return self._connection.fileno()
 
     def receive(self) -> Measurement | None:

@@ -216,14 +216,15 @@ class _Table:
         """The job to its worker, unless the run was killed meanwhile (then the job is dropped)."""
         if self.killed.is_set():
             return
-        try:
+        try:  # a kill from another thread may stop the worker at any point of this
+            descriptor = worker.fileno()
             worker.send(job)
         except (Interrupted, OSError):  # the worker stopped under us: by a kill, or it is an error
             if self.killed.is_set():
                 return
             raise
-        self._busy[worker.fileno()] = (worker, job, hazards)
-        self._poll.register(worker.fileno(), select.POLLIN)
+        self._busy[descriptor] = (worker, job, hazards)
+        self._poll.register(descriptor, select.POLLIN)
 
     def _receive(self, worker: IsolatedWorker) -> Measurement | None:
         try:
