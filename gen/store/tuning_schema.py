@@ -28,7 +28,8 @@ WRITE_WAIT_S = 60.0  # a writer waits this long for another's transaction (two t
 READ_WAIT_S = 1.0  # a reader waits this long: in WAL mode only a crash's recovery or a locking program holds one up
 
 MODEL_COLUMNS = ("gpu_name", "gpu_cc", "gpu_sm_count", "gpu_memory_gib")  # GpuModel's fields, in order
-_MEASUREMENTS = """CREATE TABLE IF NOT EXISTS {table} (
+# The columns every table starts with: an id, the GPU model (MODEL_COLUMNS) and the problem.
+_PROBLEM_COLUMNS = """
     id INTEGER PRIMARY KEY,
     gpu_name TEXT NOT NULL,
     gpu_cc TEXT NOT NULL,
@@ -37,6 +38,8 @@ _MEASUREMENTS = """CREATE TABLE IF NOT EXISTS {table} (
     family TEXT NOT NULL,
     dtype TEXT NOT NULL,
     shape TEXT NOT NULL,
+"""
+_MEASUREMENTS = "CREATE TABLE IF NOT EXISTS {table} (" + _PROBLEM_COLUMNS + """\
     variant TEXT NOT NULL,
     cache_config TEXT NOT NULL,
     status TEXT NOT NULL,
@@ -48,15 +51,7 @@ _MEASUREMENTS = """CREATE TABLE IF NOT EXISTS {table} (
     measured_at REAL NOT NULL,
     row TEXT NOT NULL
 )"""
-_SESSIONS = """CREATE TABLE IF NOT EXISTS {table} (
-    id INTEGER PRIMARY KEY,
-    gpu_name TEXT NOT NULL,
-    gpu_cc TEXT NOT NULL,
-    gpu_sm_count INTEGER NOT NULL,
-    gpu_memory_gib INTEGER NOT NULL,
-    family TEXT NOT NULL,
-    dtype TEXT NOT NULL,
-    shape TEXT NOT NULL,
+_SESSIONS = "CREATE TABLE IF NOT EXISTS {table} (" + _PROBLEM_COLUMNS + """\
     strategy TEXT NOT NULL,
     started_at REAL NOT NULL
 )"""
