@@ -54,6 +54,30 @@ def crashing_worker(connection: Connection, index: int) -> None:
     _serve(connection, lambda: os._exit(3))
 
 
+def context_losing_worker(connection: Connection, index: int) -> None:
+    """As the real worker after a launch that loses its CUDA context: a t8 variant's row says so,
+    then the process ends, with whatever job was queued behind it unread."""
+    connection.send(("ready", FAKE_DEVICE))
+    while (job := connection.recv()) is not None:
+        lost = "_t8_" in job.name
+        connection.send(("done", replace(fake_measurement(job), status=Status.LAUNCH_ERROR, context_lost=True)
+                         if lost else fake_measurement(job)))
+        if lost:
+            return
+
+
+LAST_SHAPE = "1x1x1"  # lookahead_worker waits for no job after one of this shape
+
+
+def lookahead_worker(connection: Connection, index: int) -> None:
+    """Before answering a job, waits (up to a minute) for the next one to reach its socket, unless
+    the job's shape is LAST_SHAPE; each row's message says whether the next job was there."""
+    connection.send(("ready", FAKE_DEVICE))
+    while (job := connection.recv()) is not None:
+        there = job.shape != LAST_SHAPE and connection.poll(60)
+        connection.send(("done", replace(fake_measurement(job), message="next waiting" if there else "none")))
+
+
 def chatty_slow_worker(connection: Connection, index: int) -> None:
     """Slow, but reports progress: must not be mistaken for a hang."""
     def slow() -> None:

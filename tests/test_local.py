@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,27 @@ def test_a_kill_ends_a_run_whose_gpu_hangs() -> None:
     executor.kill()
     runner.join(30)
     assert not runner.is_alive() and seen == [Status.OK]
+
+
+def test_a_worker_holds_its_next_job_while_it_runs_one() -> None:
+    """The next job waits in the worker's socket, so the GPU never waits for a round trip through
+    tilegen between jobs (and runs them one at a time: each row comes before the next job's)."""
+    executor = LocalExecutor([0], target="tests.fakes:lookahead_worker")
+    jobs = [_job(16, number) for number in range(4)] + [replace(_job(16), shape=fakes.LAST_SHAPE)]
+    try:
+        rows = [(job, measurement.message) for job, measurement in executor.run(jobs)]
+    finally:
+        executor.close()
+    assert rows == [(job, "next waiting") for job in jobs[:-1]] + [(jobs[-1], "none")]
+
+
+def test_a_job_queued_behind_one_that_loses_the_context_runs_on_the_fresh_worker() -> None:
+    executor = LocalExecutor([0], target="tests.fakes:context_losing_worker")
+    jobs = [_job(16, 0), _job(8), _job(16, 1), _job(16, 2)]
+    try:
+        rows = [(job, measurement.status) for job, measurement in executor.run(jobs)]
+        restarts = executor.workers[0].restarts
+    finally:
+        executor.close()
+    assert rows == [(jobs[0], Status.OK), (jobs[1], Status.LAUNCH_ERROR), (jobs[2], Status.OK), (jobs[3], Status.OK)]
+    assert restarts == 1

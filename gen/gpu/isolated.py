@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -51,6 +52,7 @@ class IsolatedWorker:
         self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
         self._messages: Messages | None = None  # what the worker sends once it is ready
+        self._pending: deque[tuple[str, Any]] = deque()  # messages read and not yet taken
         self._phase = "start"
         self.deadline = 0.0  # time.monotonic() past which the job under way counts as hung
         self._stderr = None
@@ -94,6 +96,7 @@ class IsolatedWorker:
             self.stop()
             raise GpuUnavailable(payload)
         self.device, self._messages = payload, Messages(self._connection.fileno())
+        self._pending.clear()
         return payload
 
     def run(self, job: Job) -> Measurement:
@@ -109,13 +112,14 @@ class IsolatedWorker:
             if (measurement := self.receive()) is not None:
                 return measurement
 
-    def send(self, job: Job) -> None:
-        """Hand a job to the started worker; its silence is timed from now. Interrupted when the
-        worker was stopped (killed with its run)."""
+    def send(self, job: Job, queued_behind: bool = False) -> None:
+        """Hand a job to the started worker; its silence is timed from now, or, `queued_behind` the
+        job it runs, from that one's end. Interrupted when the worker was stopped (killed with its run)."""
         if self._connection is None or self._messages is None:
             raise Interrupted(f"the worker of GPU {self.physical_index} was stopped")
         self._connection.send(job)
-        self._phase, self.deadline = "start", time.monotonic() + self.silence_s
+        if not queued_behind:
+            self._phase, self.deadline = "start", time.monotonic() + self.silence_s
 
     def fileno(self) -> int:
         """The worker's socket; Interrupted when the worker was stopped."""
@@ -124,23 +128,40 @@ class IsolatedWorker:
         return self._connection.fileno()
 
     def receive(self) -> Measurement | None:
-        """Read what the worker sent (call when readable): the job's measurement once it is done or
-        the worker died; None while it is under way (each phase it reports restarts the timer)."""
+        """Read what the worker sent (call when readable): the running job's measurement once it is
+        done or the worker died; None while it is under way (each phase it reports restarts the
+        timer). Messages after a measurement wait for `receive_pending`."""
         assert self._messages is not None
         try:
-            messages = self._messages.read()
+            self._pending.extend(self._messages.read())
         except (EOFError, OSError):
-            code = self._wait_for_exit()
-            return Measurement(Status.LAUNCH_ERROR, f"worker process died during {self._phase} ({describe_exit(code)})"
-                               f"{self._last_words()}", device=self.device, context_lost=True)
-        for kind, payload in messages:
+            self._pending.append(("died", None))
+        return self.receive_pending()
+
+    def receive_pending(self) -> Measurement | None:
+        """The next measurement among the messages already read, if there is one: a worker that
+        holds a job queued behind the one it runs may send both measurements, or one and its death,
+        at once."""
+        while self._pending:
+            kind, payload = self._pending.popleft()
+            self.deadline = time.monotonic() + self.silence_s  # for the phase, or the job queued next
             if kind == "phase":
-                self._phase, self.deadline = payload, time.monotonic() + self.silence_s
+                self._phase = payload
                 continue
+            phase, self._phase = self._phase, "start"
+            if kind == "died":
+                code = self._wait_for_exit()
+                return Measurement(Status.LAUNCH_ERROR, f"worker process died during {phase} ({describe_exit(code)})"
+                                   f"{self._last_words()}", device=self.device, context_lost=True)
             if payload.context_lost:
                 self._wait_for_exit()
             return payload
         return None
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the worker was stopped (killed, or found dead): what it held will never run."""
+        return self._connection is None
 
     def time_out(self) -> Measurement:
         """The job's row once its worker was silent for `silence_s`: the worker is killed."""
@@ -169,6 +190,7 @@ class IsolatedWorker:
         coordinator finds the worker dead): each takes what is left to stop."""
         process, self._process = self._process, None
         connection, self._connection, self._messages = self._connection, None, None
+        self._pending.clear()
         if process is not None and process.poll() is None:
             kill_session(process.pid)
             process.wait(5.0)

@@ -1,0 +1,241 @@
+"""Where one run's jobs meet this host's workers (gen.gpu.local): the dealer posts jobs for
+workers, and the table, in the caller's thread, sends them, waits on every busy worker at once
+(poll), reads what each sent as it comes, and times each one's silence.
+
+A worker holds up to JOBS_AHEAD jobs: one running, the next waiting in its socket, so that it
+starts the next the moment it finishes one, without a round trip through this process. It still
+runs them one at a time, so no two timings share a GPU. A job that must be prepared first
+(compute-sanitizer at its small size, or a worker to start again) waits until its worker has
+nothing sent, and what is posted for that worker after it waits behind it: compute-sanitizer has
+the GPU to itself. When a worker dies or hangs, the job it was running gets the row, and the jobs
+queued behind it are sent again, in order, to the worker started afresh: none is lost or run twice.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import select
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from ..core.errors import Interrupted
+from ..core.results import Measurement, Status
+from .isolated import IsolatedWorker
+from .jobs import Job
+
+JOBS_AHEAD = 2  # jobs a worker holds at once: the one it runs and the next
+POLL_S = 0.1  # the longest the table waits before it looks for a kill
+
+Hazards = tuple[dict[str, int], str] | None  # compute-sanitizer's hazards per tool and note, if it ran
+# What a job may need first, in a thread of its own: compute-sanitizer on the job (when given one),
+# and the worker started again (when it is not alive); the hazards found. Raises if it cannot.
+Prepare = Callable[[IsolatedWorker, Job | None], Hazards]
+
+
+@dataclass
+class _Queued:
+    job: Job
+    hazards: Hazards = None
+    sanitized: bool = False  # compute-sanitizer ran on it, if it asked for that
+
+    @property
+    def needs_sanitizer(self) -> bool:
+        return bool(self.job.sanitize_size) and not self.sanitized
+
+
+@dataclass
+class _Seat:
+    """One worker as the table sees it."""
+
+    worker: IsolatedWorker
+    sent: deque[_Queued] = field(default_factory=deque)  # in the worker's hands; the first is running
+    waiting: deque[_Queued] = field(default_factory=deque)  # posted, not sent yet
+    preparing: bool = False
+    descriptor: int | None = None  # registered with the poll while something is sent
+
+
+def with_hazards(measurement: Measurement, hazards: Hazards) -> Measurement:
+    measurement.hazards, measurement.hazard_note = hazards if hazards is not None else (None, "")
+    return measurement
+
+
+class Table:
+    """One run's table. `free` holds a worker once per job it can take (the dealer's side); `post`
+    hands the table a job for a worker; `serve` yields each job with its measurement as it finishes."""
+
+    def __init__(self, workers: list[IsolatedWorker], killed: threading.Event, prepare: Prepare):
+        self.killed, self._prepare = killed, prepare
+        self.free: queue.SimpleQueue[IsolatedWorker | None] = queue.SimpleQueue()
+        self._seats = {id(worker): _Seat(worker) for worker in workers}
+        self._posted: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self._wake_read, self._wake_write = os.pipe()
+        self._open = True  # until `close`: the other threads post only while it is (under _lock)
+        self._lock = threading.Lock()
+        self._busy: dict[int, _Seat] = {}  # by the worker's descriptor
+        self._dealt: int | None = None  # jobs the dealer dealt, once it has dealt the last
+        self._finished = 0  # jobs whose measurement came back
+        self._poll = select.poll()
+        self._poll.register(self._wake_read, select.POLLIN)
+        for _ in range(JOBS_AHEAD):  # one of each first: the first jobs spread over the GPUs
+            for worker in workers:
+                self.free.put(worker)
+
+    def post(self, item: tuple) -> None:
+        """From another thread: ("job", worker, job); ("prepared", worker, queued) or ("failed",
+        worker, job, measurement) from a preparation; ("dealt", count) once every job was dealt."""
+        with self._lock:
+            if self._open:
+                self._posted.put(item)
+                os.write(self._wake_write, b"!")
+
+    def serve(self) -> Iterator[tuple[Job, Measurement]]:
+        """Each job with its measurement as it finishes, until every job dealt has finished; nothing
+        once killed (what was running is dropped)."""
+        while self._dealt is None or self._finished < self._dealt:
+            finished = self._round()
+            if self.killed.is_set():
+                return
+            self._finished += len(finished)
+            yield from finished
+
+    def close(self) -> None:
+        """The run is over (or left early): the dealer stops at the next worker it waits for, and a
+        worker still busy is stopped, its jobs dropped (their answers must not reach a later run)."""
+        self.free.put(None)
+        for seat in self._busy.values():
+            seat.worker.kill()
+        with self._lock:
+            self._open = False
+            os.close(self._wake_read)
+            os.close(self._wake_write)
+
+    # ---- one round -------------------------------------------------------------------------------
+
+    def _round(self) -> list[tuple[Job, Measurement]]:
+        """Wait until a worker sent something, something was posted, or a worker's silence ran out;
+        what finished meanwhile."""
+        finished: list[tuple[Job, Measurement]] = []
+        for descriptor, _ in self._poll.poll(self._wait_ms()):
+            if descriptor == self._wake_read:
+                os.read(self._wake_read, 1 << 16)
+                self._take_posted(finished)
+            elif (seat := self._busy.get(descriptor)) is not None:
+                self._read(seat, finished)
+        now = time.monotonic()
+        for seat in [seat for seat in self._busy.values() if seat.worker.deadline <= now]:
+            self._job_done(seat, seat.worker.time_out(), finished)
+        return finished
+
+    def _take_posted(self, finished: list[tuple[Job, Measurement]]) -> None:
+        while not self._posted.empty():
+            item = self._posted.get_nowait()
+            if item[0] == "dealt":
+                self._dealt = item[1]
+                continue
+            seat = self._seats[id(item[1])]
+            if item[0] == "job":
+                seat.waiting.append(_Queued(item[2]))
+            elif item[0] == "prepared":
+                seat.preparing = False
+                seat.waiting.appendleft(item[2])
+            else:  # "failed": its preparation could not be done; the row says why
+                seat.preparing = False
+                finished.append(self._finished_job(seat, item[2], item[3]))
+            self._advance(seat)
+
+    def _read(self, seat: _Seat, finished: list[tuple[Job, Measurement]]) -> None:
+        """What a readable worker sent: each job it finished (several, if they came together)."""
+        try:
+            measurement = seat.worker.receive()
+            while measurement is not None:
+                self._job_done(seat, measurement, finished)
+                measurement = seat.worker.receive_pending() if seat.sent else None
+        except Exception:  # its connection closed under it: killed
+            if not self.killed.is_set():
+                raise
+
+    def _job_done(self, seat: _Seat, measurement: Measurement, finished: list[tuple[Job, Measurement]]) -> None:
+        """The seat's running job finished (or hung, or killed its worker). A worker gone takes the
+        jobs queued behind it back to wait for the worker's next start."""
+        done = seat.sent.popleft()
+        if measurement.context_lost or seat.worker.stopped:  # what it held never ran: it waits for the next start
+            seat.waiting.extendleft(reversed(seat.sent))
+            seat.sent.clear()
+        if not seat.sent:
+            self._unregister(seat)
+        finished.append(self._finished_job(seat, done.job, with_hazards(measurement, done.hazards)))
+        self._advance(seat)
+
+    def _finished_job(self, seat: _Seat, job: Job, measurement: Measurement) -> tuple[Job, Measurement]:
+        self.free.put(seat.worker)
+        return job, measurement
+
+    # ---- sending ---------------------------------------------------------------------------------
+
+    def _advance(self, seat: _Seat) -> None:
+        """Send what waits for the worker, in order, up to a job that must be prepared first: that
+        one's preparation starts once the worker has nothing sent."""
+        while seat.waiting and not seat.preparing and not self.killed.is_set():
+            queued = seat.waiting[0]
+            if not queued.needs_sanitizer and seat.worker.alive:
+                seat.waiting.popleft()
+                if not self._send(seat, queued) and seat.sent:
+                    return  # its worker died: the job waits for what it sent to come back
+                continue
+            if seat.sent:
+                return  # compute-sanitizer and a start happen only while the worker holds no job
+            seat.waiting.popleft()
+            seat.preparing = True
+            threading.Thread(target=self._prepared, args=(seat.worker, queued), daemon=True).start()
+
+    def _prepared(self, worker: IsolatedWorker, queued: _Queued) -> None:
+        """In a thread of its own: compute-sanitizer and the worker's start, whatever the job needs."""
+        try:
+            hazards = self._prepare(worker, queued.job if queued.needs_sanitizer else None)
+        except Interrupted:  # killed: what was running is dropped
+            return
+        except Exception as error:  # a worker that cannot start again, say: a row that says so
+            self.post(("failed", worker, queued.job, Measurement(
+                Status.LAUNCH_ERROR, f"{type(error).__name__}: {error}", device=worker.device, context_lost=True)))
+            return
+        sanitized = queued.sanitized or queued.needs_sanitizer
+        self.post(("prepared", worker, _Queued(queued.job, hazards if queued.needs_sanitizer else queued.hazards,
+                                               sanitized)))
+
+    def _send(self, seat: _Seat, queued: _Queued) -> bool:
+        """The job to its worker. Unless the run was killed meanwhile (then it is dropped), a worker
+        that died under it takes the job back to wait for its next start: at once if it holds no
+        other job, else once what it holds comes back (its death is read from its socket)."""
+        try:  # a kill from another thread may stop the worker at any point of this
+            descriptor = seat.worker.fileno()
+            seat.worker.send(queued.job, queued_behind=bool(seat.sent))
+        except (Interrupted, OSError):  # the worker stopped under us: by a kill, or it died
+            if not self.killed.is_set():
+                seat.waiting.appendleft(queued)
+                if not seat.sent:
+                    seat.worker.kill()
+            return False
+        seat.sent.append(queued)
+        if seat.descriptor is None:
+            seat.descriptor = descriptor
+            self._busy[descriptor] = seat
+            self._poll.register(descriptor, select.POLLIN)
+        return True
+
+    def _unregister(self, seat: _Seat) -> None:
+        if seat.descriptor is not None:
+            self._busy.pop(seat.descriptor, None)
+            try:
+                self._poll.unregister(seat.descriptor)
+            except KeyError:
+                pass
+            seat.descriptor = None
+
+    def _wait_ms(self) -> float:
+        """Until the first busy worker's silence runs out; at most POLL_S, to notice a kill."""
+        first = min((seat.worker.deadline for seat in self._busy.values()), default=time.monotonic() + POLL_S)
+        return 1000 * max(0.0, min(POLL_S, first - time.monotonic()))
