@@ -4,12 +4,12 @@ on the device, and the reductions that compare an output with it there."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
-from pycuda.reduction import ReductionKernel
 
 from ..families.problem import Problem
 
@@ -17,12 +17,29 @@ from ..families.problem import Problem
 @dataclass
 class DeviceProblem:
     """One problem on the device: pristine inputs (copied for each check) and the expected output
-    buffer in float64, NaN outside the output region."""
+    buffer in float64, NaN outside the output region; and the buffers each check launches on, made
+    once and reused by every variant checked on this problem."""
 
     inputs: dict[str, Any]
     expected: Any
     reference_norm: float
     region_size: int
+    _work: dict[str, Any] = field(default_factory=dict)
+
+    def fresh_arrays(self, output: str, dtype: np.dtype) -> dict[str, Any]:
+        """The arrays of one launch: copies of the pristine inputs (so that a kernel scribbling on its
+        inputs cannot spoil the next check) and the output poisoned with NaN, in reused buffers."""
+        for name, pristine in self.inputs.items():
+            work = self._buffer(name, pristine.shape, pristine.dtype)
+            cuda.memcpy_dtod_async(work.gpudata, pristine.gpudata, pristine.nbytes)
+        out = self._buffer(output, self.expected.shape, dtype)
+        out.fill(np.nan)
+        return {name: self._work[name] for name in (*self.inputs, output)}
+
+    def _buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        if name not in self._work or self._work[name].dtype != dtype:
+            self._work[name] = gpuarray.empty(shape, dtype=dtype)
+        return self._work[name]
 
     @classmethod
     def of(cls, problem: Problem, dtype: str, shape: Any, seed: int,
@@ -43,20 +60,70 @@ class DeviceProblem:
                    norm, int(reference.size))
 
 
+COMPARE_BLOCKS, COMPARE_THREADS = 256, 256  # fixed, so that the sums are added in the same order on any GPU
+_COMPARE_SOURCE = """
+template <typename T>
+__device__ void compare(const T *result, const double *expected, unsigned long long n, double *parts) {
+    __shared__ double squared[%(threads)d], missing[%(threads)d], stray[%(threads)d];
+    double sq = 0.0, miss = 0.0, out = 0.0;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        double want = expected[i], got = (double)result[i];
+        bool want_nan = isnan(want), got_nan = isnan(got);
+        if (!want_nan && !got_nan) sq += (got - want) * (got - want);
+        miss += (!want_nan && got_nan) ? 1.0 : 0.0;
+        out += (want_nan && !got_nan) ? 1.0 : 0.0;
+    }
+    squared[threadIdx.x] = sq; missing[threadIdx.x] = miss; stray[threadIdx.x] = out;
+    __syncthreads();
+    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            squared[threadIdx.x] += squared[threadIdx.x + half];
+            missing[threadIdx.x] += missing[threadIdx.x + half];
+            stray[threadIdx.x] += stray[threadIdx.x + half];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        parts[blockIdx.x] = squared[0];
+        parts[gridDim.x + blockIdx.x] = missing[0];
+        parts[2 * gridDim.x + blockIdx.x] = stray[0];
+    }
+}
+extern "C" __global__ void compare_float(const float *r, const double *e, unsigned long long n, double *p) {
+    compare(r, e, n, p);
+}
+extern "C" __global__ void compare_double(const double *r, const double *e, unsigned long long n, double *p) {
+    compare(r, e, n, p);
+}
+""" % {"threads": COMPARE_THREADS}
+
+
 class OutputChecker:
-    """Compares an output on the device with the expected buffer, in three reductions over the
-    whole buffer: squared error inside the region, NaN (unwritten) elements inside it, and
-    elements written outside it (the output is poisoned with NaN before the launch)."""
+    """Compares an output on the device with the expected buffer in one pass over the whole buffer
+    (one launch, one small copy back): squared error inside the region, NaN (unwritten) elements
+    inside it, and elements written outside it (the output is poisoned with NaN before the launch).
+    Each block's sums come back and are added on the host in a fixed order: the same error every run."""
 
     def __init__(self) -> None:
-        self._kernels: dict[str, tuple[Any, Any, Any]] = {}
+        from pycuda.compiler import SourceModule
+
+        module = SourceModule(_COMPARE_SOURCE, no_extern_c=True)
+        self._kernels = {np.dtype(np.float32): module.get_function("compare_float"),
+                         np.dtype(np.float64): module.get_function("compare_double")}
+        for kernel in self._kernels.values():
+            kernel.prepare("PPQP")
+        self._parts = cuda.pagelocked_empty((3, COMPARE_BLOCKS), np.float64)
+        self._parts_device = cuda.mem_alloc(self._parts.nbytes)
 
     def compare(self, out: Any, expected: DeviceProblem, tolerance: float) -> tuple[float, str]:
         """Relative error ||out - ref|| / ||ref|| of the region, and what is wrong ('' when nothing is)."""
-        squared, unwritten, stray = self._reductions(out.dtype)
-        missing = int(unwritten(out, expected.expected).get())
-        outside = int(stray(out, expected.expected).get())
-        error = math.sqrt(float(squared(out, expected.expected).get())) / (expected.reference_norm or 1.0)
+        self._kernels[out.dtype].prepared_call((COMPARE_BLOCKS, 1, 1), (COMPARE_THREADS, 1, 1), out.gpudata,
+                                               expected.expected.gpudata, expected.expected.size, self._parts_device)
+        cuda.memcpy_dtoh(self._parts, self._parts_device)
+        squared, missing, outside = (math.fsum(row) for row in self._parts)
+        missing, outside = int(missing), int(outside)
+        error = math.sqrt(squared) / (expected.reference_norm or 1.0)
         if missing:
             return math.nan, f"{missing} of {expected.region_size} output elements were not written (or are NaN)"
         if outside:
@@ -64,18 +131,3 @@ class OutputChecker:
         if error > tolerance:
             return error, f"relative error {error:.3g} is above the tolerance {tolerance:.3g}"
         return error, ""
-
-    def _reductions(self, dtype: np.dtype) -> tuple[Any, Any, Any]:
-        ctype = "float" if dtype == np.float32 else "double"
-        if ctype not in self._kernels:
-            arguments = f"const {ctype} *result, const double *expected"
-            difference = "((double)result[i] - expected[i])"
-            self._kernels[ctype] = (
-                ReductionKernel(np.float64, "0", "a+b", arguments=arguments,
-                                map_expr=f"(!isnan(expected[i]) && !isnan(result[i])) ? {difference} * {difference} "
-                                         f": 0.0"),
-                ReductionKernel(np.int64, "0", "a+b", arguments=arguments,
-                                map_expr="(!isnan(expected[i]) && isnan(result[i])) ? 1 : 0"),
-                ReductionKernel(np.int64, "0", "a+b", arguments=arguments,
-                                map_expr="(isnan(expected[i]) && !isnan(result[i])) ? 1 : 0"))
-        return self._kernels[ctype]

@@ -18,7 +18,6 @@ from typing import Any, Callable
 
 import numpy as np
 import pycuda.driver as cuda
-import pycuda.gpuarray as gpuarray
 
 from ..core.results import Measurement, Status, Timing, slower_than_cutoff
 from ..families import get_family
@@ -98,10 +97,7 @@ class Runner:
             report(f"check seed {seed}")
             expected = self._problem(problem, variant.dtype, shape, seed,
                                      lambda step: report(f"check seed {seed}: {step}"))
-            # Fresh copies, so that a kernel scribbling on its inputs cannot spoil the next check.
-            arrays = {name: array.copy() for name, array in expected.inputs.items()}
-            arrays[output] = gpuarray.empty(expected.expected.shape, dtype=NUMPY_DTYPE[variant.dtype])
-            arrays[output].fill(np.nan)
+            arrays = expected.fresh_arrays(output, np.dtype(NUMPY_DTYPE[variant.dtype]))
             call = launcher(function, launch, problem, shape, arrays)
             call()
             cuda.Context.synchronize()
