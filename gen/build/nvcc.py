@@ -50,12 +50,17 @@ class Nvcc:
 
 
 def nvcc_path() -> str | None:
-    """The nvcc on PATH, else under $CUDA_HOME, $CUDA_PATH or /usr/local/cuda: looked up each time,
-    as PATH may change."""
-    found = shutil.which("nvcc")
+    """The nvcc on PATH, else under $CUDA_HOME, $CUDA_PATH or /usr/local/cuda: looked up again
+    whenever one of them changes (a search of PATH costs more than a cache hit)."""
+    return _nvcc_under(os.environ.get("PATH"), os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"))
+
+
+@functools.lru_cache(maxsize=16)
+def _nvcc_under(path: str | None, cuda_home: str | None, cuda_path: str | None) -> str | None:
+    found = shutil.which("nvcc", path=path)
     if found:
         return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+    for root in (cuda_home, cuda_path, "/usr/local/cuda"):
         if root and (Path(root) / "bin" / "nvcc").exists():
             return str(Path(root) / "bin" / "nvcc")
     return None

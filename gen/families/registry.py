@@ -42,7 +42,13 @@ def family_paths() -> list[Path]:
 
 def family_path_of(family: Family) -> Path | None:
     """The family-path folder `family` was loaded from; None for built-ins and installed plugins."""
-    folder = Path(family.source).parent.resolve()
+    return _folder_on_path(family.source, os.environ.get(FAMILY_PATH_ENV, ""))
+
+
+@functools.lru_cache(maxsize=256)
+def _folder_on_path(source: str, family_path: str) -> Path | None:
+    """Resolving paths costs a system call a component: once per family and family path."""
+    folder = Path(source).parent.resolve()
     return folder if folder in {path.resolve() for path in family_paths()} else None
 
 
