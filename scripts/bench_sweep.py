@@ -108,9 +108,26 @@ def print_report(report: SweepReport, args: argparse.Namespace, wall: float) -> 
                       ["GPU worker: time", round(stats.time_seconds, 2), f"{stats.time_seconds / wall:.0%}"],
                       ["wall", round(wall, 2), "100%"]]))
     print(f"ok rows/s: {len(ok) / wall:.1f} ({len(ok)} ok rows in {wall:.2f} s)")
+    if ok:
+        print_timing_costs(ok, args.timing_budget)
     if ok and args.simulated is None:
         best = max(ok, key=lambda r: r.throughput)
         print(f"fastest: {best.name} {best.median_ms:.3f} ms, {best.throughput:.2f} {best.unit}")
+
+
+def print_timing_costs(ok: list, budget_s: float) -> None:
+    """Where the GPU time of the rows went: samples per row, the rows that ran out of budget, and
+    the kernels' own time (median x samples) against the time the worker spent on them."""
+    samples = sorted(r.samples for r in ok)
+    kernel_s = sum(r.median_ms * r.samples for r in ok) / 1e3
+    measure_s = sum(r.measure_seconds or 0.0 for r in ok)
+    budget_bound = sum((r.measure_seconds or 0.0) >= budget_s for r in ok)
+    quartiles = [samples[int(q * (len(samples) - 1))] for q in (0, 0.25, 0.5, 0.75, 1)]
+    print(f"samples per row (min, quartiles, max): {quartiles}; rows that used their whole budget: {budget_bound}; "
+          f"kernel time (median x samples) {kernel_s:.2f} s of {measure_s:.2f} s the worker spent")
+    slowest = sorted(ok, key=lambda r: -(r.measure_seconds or 0.0))[:5]
+    for r in slowest:
+        print(f"  {r.name}: {r.samples} samples, median {r.median_ms:.4f} ms, {r.measure_seconds * 1e3:.1f} ms")
 
 
 def profile_jobs(family_name: str, size: str, pattern: str | None, run: RunOptions, count: int) -> None:

@@ -8,10 +8,14 @@
 #   reduce     the example family's sweep, for docs/results   kt           scripts/bench_vs_kernel_tuner.py
 #   full       cold brute force over the full sgemm space     smoke        scripts/gpu_smoke.sh --sanitize
 #   compilers  scripts/bench_compilers.py: NVRTC against nvcc, cold compiles and resources
+#   scale      scripts/bench_scale.py: the coordinator against 1-64 simulated GPUs, local executor
+#   scale-dask the same on a local Dask cluster (1-32 workers; needs the Dask wheels in .whl/)
 #   tests-k    the GPU tests whose names match $TESTS_K (pytest -k)
 #   throughput scripts/bench_sweep.py: the sgemm space at 512^3, warm cache, budget 0.05 s (issue 22);
 #              the cache comes from .whl/sgemm-cache-sm90-nvcc.tar.xz when carried; $BENCH_FILTER
 #              narrows the space, $BENCH_FLAGS adds flags (--profile-jobs N, say)
+#   throughput-ab  the same, this tree against the one in $BENCH_OLD (git archive REV gen templates
+#              tests scripts, with this bench_sweep.py), alternating, twice each
 #   dask       the two-GPU test (two GPUs)
 #   dask-a     the Dask cluster benchmark's compile and one-GPU sweep; dask-b (a later call, with
 #              runs/cluster-bench carried): its cluster sweeps, whole and with a worker killed, and
@@ -41,14 +45,27 @@ part() {  # part NAME COMMAND...: run it, log it, time it
 for name in "$@"; do
   case $name in
     tests) part tests python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k "not every_default_sgemm" tests/ ;;
+    scale)  # the coordinator against 1-64 simulated GPUs on this machine's cores (issue 22)
+      part scale python3 scripts/bench_scale.py --executors local --markdown "$out/scale-local.md" ;;
+    scale-dask)  # the same on a local Dask cluster (its wheels carried in .whl/), up to 32 workers
+      part scale-dask python3 scripts/bench_scale.py --executors dask --workers 1,2,4,8,16,32 --max-jobs 1000 \
+        --markdown "$out/scale-dask.md" ;;
     tests-k) part tests-k python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k "$TESTS_K" tests/ ;;
-    throughput)
+    throughput|throughput-ab)
       if [ ! -d runs/sgemm-cache ] && [ -f .whl/sgemm-cache-sm90-nvcc.tar.xz ]; then
         mkdir -p runs/sgemm-cache && tar xJf .whl/sgemm-cache-sm90-nvcc.tar.xz -C runs/sgemm-cache --strip-components=1
       fi
-      # shellcheck disable=SC2086  # BENCH_FLAGS is several flags
-      part throughput python3 scripts/bench_sweep.py --family sgemm --size 512x512x512 --timing-budget 0.05 \
-        --compiler nvcc --cache runs/sgemm-cache ${BENCH_FILTER:+--filter "$BENCH_FILTER"} ${BENCH_FLAGS:-} ;;
+      bench=(--family sgemm --size 512x512x512 --timing-budget 0.05 --compiler nvcc --cache runs/sgemm-cache
+             ${BENCH_FILTER:+--filter "$BENCH_FILTER"})
+      if [ "$name" = throughput ]; then
+        # shellcheck disable=SC2086  # BENCH_FLAGS is several flags
+        part throughput python3 scripts/bench_sweep.py "${bench[@]}" ${BENCH_FLAGS:-}
+      else  # this tree against an older one ($BENCH_OLD: its gen/ and scripts/), alternating, 2 runs each
+        for round in 1 2; do
+          part "throughput-old-$round" python3 "$BENCH_OLD/scripts/bench_sweep.py" "${bench[@]}"
+          part "throughput-new-$round" python3 scripts/bench_sweep.py "${bench[@]}"
+        done
+      fi ;;
     tests-sgemm) part tests-sgemm python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 400 -k every_default_sgemm tests/ ;;
     reduce) part reduce python3 -m gen --family-path docs/examples/reduction sweep reduce -p dtype=f32,f64 \
               --size 16384x16384 --size 4096x65536 --size 1000x999 --out "$out/reduce" ;;

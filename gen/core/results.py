@@ -96,7 +96,7 @@ class TimingOptions:
     min_samples: int = 10
     max_samples: int = 2000
     target_rsd: float = 0.005  # stop once the median's relative standard error is under this
-    warmup: int = 3
+    warmup: int = 3  # launches before timing; one is enough for a kernel that runs 1 ms or more (gen.gpu.timing)
     stop_above_ms: float | None = None  # stop once EARLY_STOP_SAMPLES samples are all slower than this
 
 
