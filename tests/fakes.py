@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Iterator
 
 from gen.build.nvcc import Nvcc
 from gen.gpu.jobs import Job
+from gen.gpu.worker_process import HeldPhases
 from gen.core.results import DeviceInfo, Measurement, Status, Timing
 
 FAKE_DEVICE = DeviceInfo(name="Fake GPU", cc="9.0", sm_count=132, memory_bytes=80 * 2**30, l2_bytes=50 * 2**20,
@@ -154,16 +155,31 @@ SERVICE_S = "TILEGEN_FAKE_SERVICE_S"  # timed_worker's service time per job, in 
 
 def timed_worker(connection: Connection, index: int) -> None:
     """A simulated GPU of any index (scripts/bench_scale.py): every job ok after $TILEGEN_FAKE_SERVICE_S
-    seconds (default 0.01), after the phases a real worker reports for a job that is checked and timed."""
+    seconds (default 0.01), reporting the phases a real worker reports for a job that is checked and
+    timed, as it does (a phase is told only once it lasts: gen.gpu.worker_process.HeldPhases)."""
     seconds = float(os.environ.get(SERVICE_S, "0.01"))
     device = replace(FAKE_DEVICE, index=index)
     connection.send(("ready", device))
+    phases = HeldPhases(connection)
     while (job := connection.recv()) is not None:
         for seed in job.seeds:
-            connection.send(("phase", f"check seed {seed}"))
-        connection.send(("phase", "time"))
+            phases(f"check seed {seed}")
+        phases("time")
         time.sleep(seconds)
-        connection.send(("done", replace(fake_measurement(job), device=device)))
+        phases.send(("done", replace(fake_measurement(job), device=device)))
+
+
+def phase_hanging_worker(connection: Connection, index: int) -> None:
+    """As the real worker reports phases (gen.gpu.worker_process.HeldPhases): a t8 variant hangs
+    while measuring a ceiling, after a phase too short to be told."""
+    connection.send(("ready", FAKE_DEVICE))
+    phases = HeldPhases(connection)
+    while (job := connection.recv()) is not None:
+        phases("check seed 1")
+        if "_t8_" in job.name:
+            phases("measuring the ceiling gemm_f32")
+            time.sleep(3600)
+        phases.send(("done", fake_measurement(job)))
 
 
 def long_message_worker(connection: Connection, index: int) -> None:

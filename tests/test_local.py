@@ -49,8 +49,10 @@ def test_one_thread_feeds_every_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("target, status, message", [
     ("tests.fakes:hanging_worker", Status.TIMEOUT, "no progress for 1 s during start; worker killed"),
+    ("tests.fakes:phase_hanging_worker", Status.TIMEOUT,
+     "no progress for 1 s during measuring the ceiling gemm_f32; worker killed"),
     ("tests.fakes:crashing_worker", Status.LAUNCH_ERROR, "exit code 3"),
-], ids=["hangs", "crashes"])
+], ids=["hangs", "hangs-in-a-phase", "crashes"])
 def test_a_bad_variant_on_one_gpu_is_a_row_and_every_other_job_runs(target, status, message) -> None:
     executor = LocalExecutor([0, 1, 2], silence_s=1.0, target=target)
     jobs = [_job(16, number) for number in range(6)] + [_job(8)] + [_job(16, number) for number in range(6, 12)]

@@ -87,8 +87,8 @@ class Engine:
         self.unavailable: str | None = None  # why no kernel can run here, once that is known
         self._executor = executor
         self._lock = threading.Lock()
-        self._events: queue.Queue[Row | BaseException] = queue.Queue()
-        self._jobs: queue.Queue[tuple[Job, Row]] = queue.Queue()
+        self._events: queue.SimpleQueue[Row | BaseException] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Job, Row]] = queue.SimpleQueue()
         self._waiting_rows: dict[Job, list[Row]] = {}  # jobs with the GPU (two may be alike)
         self._in_flight = 0  # submitted points whose row has not been taken yet
         self._gpus = 1

@@ -29,6 +29,7 @@ from .jobs import Job
 
 JOBS_AHEAD = 2  # jobs a worker holds at once: the one it runs and the next
 POLL_S = 0.1  # the longest the table waits before it looks for a kill
+SCAN_S = 0.02  # how often the busy workers' silences are looked at (a hang is found this much late at most)
 
 Hazards = tuple[dict[str, int], str] | None  # compute-sanitizer's hazards per tool and note, if it ran
 # What a job may need first, in a thread of its own: compute-sanitizer on the job (when given one),
@@ -78,6 +79,7 @@ class Table:
         self._busy: dict[int, _Seat] = {}  # by the worker's descriptor
         self._dealt: int | None = None  # jobs the dealer dealt, once it has dealt the last
         self._finished = 0  # jobs whose measurement came back
+        self._next_scan = 0.0  # when the workers' silences are looked at next
         self._poll = select.poll()
         self._poll.register(self._wake_read, select.POLLIN)
         for _ in range(JOBS_AHEAD):  # one of each first: the first jobs spread over the GPUs
@@ -126,8 +128,10 @@ class Table:
             elif (seat := self._busy.get(descriptor)) is not None:
                 self._read(seat, finished)
         now = time.monotonic()
-        for seat in [seat for seat in self._busy.values() if seat.worker.deadline <= now]:
-            self._job_done(seat, seat.worker.time_out(), finished)
+        if now >= self._next_scan:  # not every round: with many workers, a scan costs more than a row
+            self._next_scan = now + SCAN_S
+            for seat in [seat for seat in self._busy.values() if seat.worker.deadline <= now]:
+                self._job_done(seat, seat.worker.time_out(), finished)
         return finished
 
     def _take_posted(self, finished: list[tuple[Job, Measurement]]) -> None:
@@ -236,6 +240,5 @@ class Table:
             seat.descriptor = None
 
     def _wait_ms(self) -> float:
-        """Until the first busy worker's silence runs out; at most POLL_S, to notice a kill."""
-        first = min((seat.worker.deadline for seat in self._busy.values()), default=time.monotonic() + POLL_S)
-        return 1000 * max(0.0, min(POLL_S, first - time.monotonic()))
+        """Until the next scan for silent workers; at most POLL_S, to notice a kill."""
+        return 1000 * max(0.0, min(POLL_S, self._next_scan - time.monotonic()))

@@ -14,6 +14,8 @@ import importlib
 import json
 import signal
 import sys
+import threading
+import time
 import traceback
 from dataclasses import asdict
 from multiprocessing.connection import Connection
@@ -24,6 +26,7 @@ from .jobs import Job
 
 MODULE = "gen.gpu.worker_process"  # what `python -m` runs (this module's __name__ is "__main__" then)
 WORKER = f"{MODULE}:worker_main"
+PHASE_HOLD_S = 0.1  # a job's phase is told the coordinator once it has lasted this long
 
 
 def worker_main(connection: Connection, physical_index: int) -> None:
@@ -40,15 +43,52 @@ def worker_main(connection: Connection, physical_index: int) -> None:
         connection.send(("unavailable", f"no usable CUDA GPU {physical_index}: {type(error).__name__}: {error}"))
         return
     connection.send(("ready", runner.device))
+    phases = HeldPhases(connection)
     while (job := connection.recv()) is not None:
         try:
-            measurement = runner.run(job, report=lambda phase: connection.send(("phase", phase)))
+            measurement = runner.run(job, report=phases)
         except Exception:
             measurement = Measurement(Status.LAUNCH_ERROR, traceback.format_exc(limit=3), device=runner.device,
                                       context_lost=True)
-        connection.send(("done", measurement))
+        phases.send(("done", measurement))
         if measurement.context_lost:
             return
+
+
+class HeldPhases:
+    """A worker's report of its job's phases, told the coordinator only once a phase has lasted
+    PHASE_HOLD_S: a job of a few milliseconds sends none (its phases cost the coordinator more than
+    the rest of its row), while a job that hangs always has its phase named, at most PHASE_HOLD_S
+    late. `send` sends the worker's own messages (a measurement) on the same connection."""
+
+    def __init__(self, connection: Connection):
+        self._connection = connection
+        self._changed = threading.Condition()
+        self._phase: str | None = None  # the phase not yet told, if any
+        self._since = 0.0
+        threading.Thread(target=self._tell, name="tilegen-phases", daemon=True).start()
+
+    def __call__(self, phase: str) -> None:
+        with self._changed:
+            self._phase, self._since = phase, time.monotonic()
+            self._changed.notify()
+
+    def send(self, message: tuple) -> None:
+        """A message of the worker's: the phase held back is dropped, its job being over."""
+        with self._changed:
+            self._phase = None
+            self._connection.send(message)
+
+    def _tell(self) -> None:
+        with self._changed:
+            while True:
+                if self._phase is None:
+                    self._changed.wait()
+                elif (due := self._since + PHASE_HOLD_S - time.monotonic()) > 0:
+                    self._changed.wait(due)
+                else:
+                    self._connection.send(("phase", self._phase))
+                    self._phase = None
 
 
 def once_command(job: Job) -> list[str]:
