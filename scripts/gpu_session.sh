@@ -9,6 +9,7 @@
 #   full       cold brute force over the full sgemm space     smoke        scripts/gpu_smoke.sh --sanitize
 #   compilers  scripts/bench_compilers.py: NVRTC against nvcc, cold compiles and resources
 #   scale      scripts/bench_scale.py: the coordinator against 1-64 simulated GPUs, local executor
+#              (2 s of ideal work per run: up to 12,800 jobs)
 #   scale-dask the same on a local Dask cluster (1-32 workers; needs the Dask wheels in .whl/)
 #   tests-k    the GPU tests whose names match $TESTS_K (pytest -k)
 #   throughput scripts/bench_sweep.py: the sgemm space at 512^3, warm cache, budget 0.05 s (issue 22);
@@ -46,9 +47,9 @@ for name in "$@"; do
   case $name in
     tests) part tests python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k "not every_default_sgemm" tests/ ;;
     scale)  # the coordinator against 1-64 simulated GPUs on this machine's cores (issue 22)
-      part scale python3 scripts/bench_scale.py --executors local --markdown "$out/scale-local.md" ;;
+      part scale python3 scripts/bench_scale.py --executors local --max-jobs 13000 --markdown "$out/scale-local.md" ;;
     scale-dask)  # the same on a local Dask cluster (its wheels carried in .whl/), up to 32 workers
-      part scale-dask python3 scripts/bench_scale.py --executors dask --workers 1,2,4,8,16,32 --max-jobs 1000 \
+      part scale-dask timeout 300 python3 scripts/bench_scale.py --executors dask --workers 1,2,4,8,16,32 --max-jobs 1000 \
         --markdown "$out/scale-dask.md" ;;
     tests-k) part tests-k python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k "$TESTS_K" tests/ ;;
     throughput|throughput-ab)
