@@ -36,7 +36,7 @@ from .options import runs_on
 from .plan import Point, shape_text
 
 POLL_S = 0.1  # how long a wait lasts before it looks for a stop
-QUEUED_PER_GPU = 2  # compiled points kept waiting per GPU, so that it never idles between jobs
+QUEUED_PER_GPU = 4  # jobs per GPU: the one it runs, the next its worker holds (gen.gpu.table), two waiting
 
 
 @dataclass(frozen=True)
