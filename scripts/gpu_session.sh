@@ -56,14 +56,15 @@ for name in "$@"; do
       if [ ! -d runs/sgemm-cache ] && [ -f .whl/sgemm-cache-sm90-nvcc.tar.xz ]; then
         mkdir -p runs/sgemm-cache && tar xJf .whl/sgemm-cache-sm90-nvcc.tar.xz -C runs/sgemm-cache --strip-components=1
       fi
-      bench=(--family sgemm --size 512x512x512 --timing-budget 0.05 --compiler nvcc --cache runs/sgemm-cache
+      bench=(--family sgemm --size 512x512x512 --timing-budget 0.05 --compiler nvcc --cache "$PWD/runs/sgemm-cache"
              ${BENCH_FILTER:+--filter "$BENCH_FILTER"})
       if [ "$name" = throughput ]; then
         # shellcheck disable=SC2086  # BENCH_FLAGS is several flags
         part throughput python3 scripts/bench_sweep.py "${bench[@]}" ${BENCH_FLAGS:-}
-      else  # this tree against an older one ($BENCH_OLD: its gen/ and scripts/), alternating, 2 runs each
+      else  # this tree against an older one ($BENCH_OLD: its gen/ and scripts/), alternating, 2 runs each;
+        # the older one runs from its own folder: a GPU worker (python -m) imports gen from there
         for round in 1 2; do
-          part "throughput-old-$round" python3 "$BENCH_OLD/scripts/bench_sweep.py" "${bench[@]}"
+          part "throughput-old-$round" bash -c 'cd "$0" && exec python3 scripts/bench_sweep.py "$@"' "$BENCH_OLD" "${bench[@]}"
           part "throughput-new-$round" python3 scripts/bench_sweep.py "${bench[@]}"
         done
       fi ;;
