@@ -11,6 +11,7 @@
 #   scale      scripts/bench_scale.py: the coordinator against 1-64 simulated GPUs, local executor
 #              (2 s of ideal work per run: up to 12,800 jobs)
 #   scale-dask the same on a local Dask cluster (1-32 workers; needs the Dask wheels in .whl/)
+#   early-stop scripts/bench_early_stop.py: a tune with and without the early stop (issue 21)
 #   tests-k    the GPU tests whose names match $TESTS_K (pytest -k)
 #   throughput scripts/bench_sweep.py: the sgemm space at 512^3, warm cache, budget 0.05 s (issue 22);
 #              the cache comes from .whl/sgemm-cache-sm90-nvcc.tar.xz when carried; $BENCH_FILTER
@@ -51,6 +52,7 @@ for name in "$@"; do
     scale-dask)  # the same on a local Dask cluster (its wheels carried in .whl/), up to 32 workers
       part scale-dask timeout 300 python3 scripts/bench_scale.py --executors dask --workers 1,2,4,8,16,32 --max-jobs 1000 \
         --markdown "$out/scale-dask.md" ;;
+    early-stop) part early-stop python3 scripts/bench_early_stop.py ;;
     tests-k) part tests-k python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k "$TESTS_K" tests/ ;;
     throughput|throughput-ab)
       if [ ! -d runs/sgemm-cache ] && [ -f .whl/sgemm-cache-sm90-nvcc.tar.xz ]; then
