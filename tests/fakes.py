@@ -67,6 +67,29 @@ def context_losing_worker(connection: Connection, index: int) -> None:
             return
 
 
+def exiting_worker(connection: Connection, index: int) -> None:
+    """Its process ends right after a t8 variant's row, between jobs, with the next one unread (as an
+    out-of-memory kill might end it)."""
+    connection.send(("ready", FAKE_DEVICE))
+    while (job := connection.recv()) is not None:
+        connection.send(("done", fake_measurement(job)))
+        if "_t8_" in job.name:
+            os._exit(0)
+
+
+def busy_phases_worker(connection: Connection, index: int) -> None:
+    """A t8 variant goes through a new phase every 20 ms for 1.5 s: each too short to be told on its
+    own (gen.gpu.worker_process.HeldPhases), and never silent."""
+    connection.send(("ready", FAKE_DEVICE))
+    phases = HeldPhases(connection)
+    while (job := connection.recv()) is not None:
+        if "_t8_" in job.name:
+            for step in range(75):
+                phases(f"step {step}")
+                time.sleep(0.02)
+        phases.send(("done", fake_measurement(job)))
+
+
 LAST_SHAPE = "1x1x1"  # lookahead_worker waits for no job after one of this shape
 
 

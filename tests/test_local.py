@@ -142,3 +142,24 @@ def test_a_job_queued_behind_one_that_loses_the_context_runs_on_the_fresh_worker
         executor.close()
     assert rows == [(jobs[0], Status.OK), (jobs[1], Status.LAUNCH_ERROR), (jobs[2], Status.OK), (jobs[3], Status.OK)]
     assert restarts == 1
+
+
+def test_a_job_queued_behind_one_after_which_the_worker_died_runs_on_the_fresh_worker() -> None:
+    """The worker ended between jobs, with the next one unread in its socket: that job is not blamed."""
+    executor = LocalExecutor([0], target="tests.fakes:exiting_worker")
+    jobs = [_job(8), _job(16, 0), _job(16, 1)]
+    try:
+        rows = [(job, measurement.status) for job, measurement in executor.run(jobs)]
+        restarts = executor.workers[0].restarts
+    finally:
+        executor.close()
+    assert rows == [(job, Status.OK) for job in jobs] and restarts == 1
+
+
+def test_a_job_whose_phases_follow_each_other_fast_is_not_taken_for_a_hang() -> None:
+    executor = LocalExecutor([0], silence_s=1.0, target="tests.fakes:busy_phases_worker")
+    try:
+        rows = [measurement.status for _, measurement in executor.run([_job(8), _job(16)])]
+    finally:
+        executor.close()
+    assert rows == [Status.OK, Status.OK]

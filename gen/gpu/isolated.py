@@ -54,6 +54,7 @@ class IsolatedWorker:
         self._messages: Messages | None = None  # what the worker sends once it is ready
         self._pending: deque[tuple[str, Any]] = deque()  # messages read and not yet taken
         self._phase = "start"
+        self.died_unstarted = False  # its process died before the job it ran told any phase
         self.deadline = 0.0  # time.monotonic() past which the job under way counts as hung
         self._stderr = None
         self.device: DeviceInfo | None = None
@@ -74,6 +75,7 @@ class IsolatedWorker:
 
     def start(self) -> DeviceInfo:
         self.starts += 1
+        self.died_unstarted = False
         ours, theirs = socket.socketpair()
         self._stderr = tempfile.TemporaryFile()
         environment = self.environment()
@@ -150,6 +152,7 @@ class IsolatedWorker:
                 continue
             phase, self._phase = self._phase, "start"
             if kind == "died":
+                self.died_unstarted = phase == "start"
                 code = self._wait_for_exit()
                 return Measurement(Status.LAUNCH_ERROR, f"worker process died during {phase} ({describe_exit(code)})"
                                    f"{self._last_words()}", device=self.device, context_lost=True)
@@ -175,12 +178,13 @@ class IsolatedWorker:
 
     def stop(self) -> None:
         """Ask the worker to finish, then make sure it has."""
-        if self._process is None:
+        process, connection = self._process, self._connection  # a kill from another thread may clear them
+        if process is None:
             return
-        if self.alive and self._connection is not None:
+        if process.poll() is None and connection is not None:
             try:
-                self._connection.send(None)
-                self._process.wait(1.0)
+                connection.send(None)
+                process.wait(1.0)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self.kill()

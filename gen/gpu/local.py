@@ -13,6 +13,7 @@ import threading
 from dataclasses import replace
 from typing import Iterable, Iterator, Sequence
 
+from ..core.errors import Interrupted
 from ..core.processes import ProcessGroup
 from ..core.results import DeviceInfo, GpuModel, Measurement
 from .isolated import IsolatedWorker
@@ -67,6 +68,9 @@ class LocalExecutor:
         hazards = sanitized(worker, job, self._children) if job is not None else None
         if not worker.alive:
             worker.start()
+            if self._killed.is_set():  # killed while it started: what kill() stopped was the old one
+                worker.kill()
+                raise Interrupted(f"the worker of GPU {worker.physical_index} was stopped")
         return hazards
 
     def close(self) -> None:

@@ -42,6 +42,8 @@ class _Queued:
     job: Job
     hazards: Hazards = None
     sanitized: bool = False  # compute-sanitizer ran on it, if it asked for that
+    behind: bool = False  # sent while its worker ran another job
+    retried: bool = False  # sent again after its worker died before it told any phase
 
     @property
     def needs_sanitizer(self) -> bool:
@@ -166,9 +168,16 @@ class Table:
         """The seat's running job finished (or hung, or killed its worker). A worker gone takes the
         jobs queued behind it back to wait for the worker's next start."""
         done = seat.sent.popleft()
-        if measurement.context_lost or seat.worker.stopped:  # what it held never ran: it waits for the next start
+        gone = measurement.context_lost or seat.worker.stopped
+        if gone:  # what it held never ran: it waits for the worker's next start
             seat.waiting.extendleft(reversed(seat.sent))
             seat.sent.clear()
+            self._unregister(seat)
+            if done.behind and not done.retried and seat.worker.died_unstarted:
+                # The worker died after its last job, or as this one began: once, this one is not blamed.
+                seat.waiting.appendleft(_Queued(done.job, done.hazards, done.sanitized, retried=True))
+                self._advance(seat)
+                return
         if not seat.sent:
             self._unregister(seat)
         finished.append(self._finished_job(seat, done.job, with_hazards(measurement, done.hazards)))
@@ -223,6 +232,7 @@ class Table:
                 if not seat.sent:
                     seat.worker.kill()
             return False
+        queued.behind = bool(seat.sent)
         seat.sent.append(queued)
         if seat.descriptor is None:
             seat.descriptor = descriptor

@@ -69,8 +69,12 @@ class HeldPhases:
         threading.Thread(target=self._tell, name="tilegen-phases", daemon=True).start()
 
     def __call__(self, phase: str) -> None:
+        """A new phase; one held back already keeps its time, so that phases that follow each other
+        fast are still told, the latest of them, every PHASE_HOLD_S."""
         with self._changed:
-            self._phase, self._since = phase, time.monotonic()
+            if self._phase is None:
+                self._since = time.monotonic()
+            self._phase = phase
             self._changed.notify()
 
     def send(self, message: tuple) -> None:
