@@ -10,15 +10,14 @@ Rows are recorded under the GPU model their provenance names; the database must 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 try:  # issue 20's layers
-    from gen.core.results import Row
+    from gen.store.results_log import read_rows
     from gen.store.tuning_db import TuningDB
 except ImportError:  # tilegen before them
-    from gen.results import Row  # type: ignore[no-redef]
+    from gen.store import read_rows  # type: ignore[no-redef]
     from gen.tunedb import TuningDB  # type: ignore[no-redef]
 
 
@@ -30,8 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.db.exists():
         print(f"rows_to_db: {args.db} exists; give a new file", file=sys.stderr)
         return 2
-    lines = args.rows.read_text(encoding="utf-8").splitlines()
-    rows = [Row.from_dict(json.loads(line)) for line in lines if line.strip()]
+    rows = read_rows(args.rows)
     recorded = TuningDB(args.db).record(rows)
     print(f"{recorded} of {len(rows)} rows recorded in {args.db}")
     return 0 if recorded == len(rows) else 1

@@ -135,7 +135,7 @@ def _compile_alone(variant: Variant, source: str, key: str, options: CompileOpti
     attempt, verdict = judged(lambda: _run(options, {variant.name: source}, children), [variant.name], variant.name)
     if verdict.outcome in (Outcome.TIMED_OUT, Outcome.CRASHED):
         return Compiled(variant, options.arch, None, None, attempt.seconds,
-                        f"{verdict.reason}; not cached ({verdict.fix})", cached=False, compiler=_made_by(options))
+                        f"{verdict.reason}; not cached ({verdict.fix})", cached=False, compiler=made_by(options))
     if verdict.outcome is Outcome.SOURCE_ERROR:
         entry = CacheEntry(attempt.log, attempt.seconds)
     else:
@@ -172,8 +172,9 @@ def _compiled(variant: Variant, options: CompileOptions, cache: CompileCache, en
               cached: bool) -> Compiled:
     cubin = cache.folder / entry.cubin.name if entry.cubin else None
     return Compiled(variant, options.arch, cubin, entry.resources, entry.seconds, entry.log, cached,
-                    _made_by(options))
+                    made_by(options))
 
 
-def _made_by(options: CompileOptions) -> str:
+def made_by(options: CompileOptions) -> str:
+    """'nvrtc 13.0.88': the compiler and its version, as rows and summaries name them."""
     return f"{options.compiler.name} {options.compiler.version()}"

@@ -44,7 +44,8 @@ class Compiler(Protocol):
 
 
 COMPILER_ENV = "TILEGEN_COMPILER"  # nvrtc or nvcc: the default compiler of every command that does not say
-COMPILERS = ("nvrtc", "nvcc")
+_BY_NAME: dict[str, type] = {"nvrtc": Nvrtc, "nvcc": Nvcc}
+COMPILERS = tuple(_BY_NAME)
 
 
 def default_compiler() -> Compiler:
@@ -58,8 +59,6 @@ def default_compiler() -> Compiler:
 
 def compiler_named(name: str, what: str = "--compiler") -> Compiler:
     """The compiler called `name` (nvrtc, nvcc); UsageError for another name."""
-    if name == "nvcc":
-        return Nvcc()
-    if name == "nvrtc":
-        return Nvrtc()
+    if name in _BY_NAME:
+        return _BY_NAME[name]()
     raise UsageError(f"{what} {name!r} is not a compiler tilegen has; use one of: {', '.join(COMPILERS)}")

@@ -51,6 +51,10 @@ class Nvrtc:
     isolated: bool = True  # a worker process per compile thread; False: NVRTC in the threads themselves
     worker: str = "gen.build.nvrtc_process"  # the module each worker process runs (a test may name a stand-in)
 
+    def __post_init__(self) -> None:
+        if not self.isolated:  # NVRTC in this process reads it as it compiles: set once, before any compile
+            os.environ.update(NO_DRIVER_CACHE)
+
     def version(self) -> str:
         try:
             return library_version()
@@ -67,7 +71,6 @@ class Nvrtc:
         name, source = one_program(sources)
         options = nvrtc_options(arch, flags)
         if not self.isolated:
-            os.environ.update(NO_DRIVER_CACHE)  # read when NVRTC compiles, so in time for this one
             return attempt_of(compile_program(name, source, options))
         return _worker(children, self.worker).compile(name, source, options, deadline_s)
 

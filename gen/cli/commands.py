@@ -9,7 +9,7 @@ import contextlib
 import sys
 from typing import Any
 
-from ..build.compiler import CompileOptions, cache_summary, clear_cache, cubin_cache, purge_failed
+from ..build.compiler import CompileOptions, cache_summary, clear_cache, cubin_cache, made_by, purge_failed
 from ..build.emit import emit
 from ..build.render import render, template_problems
 from ..core.errors import UsageError
@@ -91,9 +91,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         result = compile_space(space, args.filter, args.keep_skipped, compiling, log)
     print(resource_table(result.rows))
     counts = status_counts(result.rows)
-    made_by = f"{compiling.compiler.name} {compiling.compiler.version()}"
     print(f"{counts[Status.COMPILED]} compiled ({result.stats.cached} from cache), {counts[Status.COMPILE_ERROR]} "
-          f"failed, {counts[Status.SKIPPED]} skipped as invalid; by {made_by} for {compiling.arch}")
+          f"failed, {counts[Status.SKIPPED]} skipped as invalid; by {made_by(compiling)} for {compiling.arch}")
     if log:
         print(f"rows written to {log.path} and {args.out / 'results.csv'}")
     return exit_code(result.rows)

@@ -108,10 +108,7 @@ def _emit_command(commands: Any) -> None:
 def _compile_command(commands: Any) -> None:
     parser = _command(commands, "compile", help="compile a space with nvcc and print its resources")
     _add_space_arguments(parser)
-    parser.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
-    parser.add_argument("--jobs", type=jobs, help="parallel compiles, at most one per core (default: one per core)")
-    parser.add_argument("--compiler", choices=COMPILERS,
-                        help=f"nvrtc (in process) or nvcc (default: ${COMPILER_ENV}, else nvrtc where installed)")
+    _add_compile_arguments(parser)
     parser.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")
     parser.set_defaults(handler=run.cmd_compile)
 
@@ -245,12 +242,17 @@ def _add_max_points(parser: argparse.ArgumentParser) -> None:
                         help=f"refuse more points than this (default: {MAX_POINTS:,})")
 
 
-def _add_run_arguments(parser: argparse.ArgumentParser, timing_budget: float) -> None:
-    """How evaluations run: the same options, with the same meaning, on sweep and tune."""
+def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
+    """How variants compile: the same options on compile, sweep and tune."""
     parser.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
     parser.add_argument("--jobs", type=jobs, help="parallel compiles, at most one per core (default: one per core)")
     parser.add_argument("--compiler", choices=COMPILERS,
                         help=f"nvrtc (in process) or nvcc (default: ${COMPILER_ENV}, else nvrtc where installed)")
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser, timing_budget: float) -> None:
+    """How evaluations run: the same options, with the same meaning, on sweep and tune."""
+    _add_compile_arguments(parser)
     parser.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
     parser.add_argument("--timing-budget", type=seconds, default=timing_budget, metavar="SECONDS",
                         help=f"time spent timing each variant at each size, at most (default: {timing_budget})")

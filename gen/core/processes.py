@@ -48,12 +48,7 @@ class ProcessGroup:
         during it, subprocess.TimeoutExpired after `timeout` seconds (the child's session killed)."""
         process: subprocess.Popen | None = None
         try:
-            with _interrupts_held(), self._lock:
-                if self._stopped.is_set():
-                    raise Interrupted("stopping")
-                process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                           env=env, start_new_session=True)
-                self._running.add(process)
+            process = self._spawn(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_session(process.pid)
@@ -76,11 +71,15 @@ class ProcessGroup:
               ) -> subprocess.Popen:
         """A long-lived child (a compiler's worker process) in a session of its own, killed with the
         group; Interrupted if the group was killed. `stopped` tells its user when it ends."""
+        return self._spawn(command, pass_fds=tuple(pass_fds), env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def _spawn(self, command: Sequence[str], **popen: Any) -> subprocess.Popen:
+        """A child in a session of its own, counted in the group; Interrupted once the group was killed."""
         with _interrupts_held(), self._lock:
             if self._stopped.is_set():
                 raise Interrupted("stopping")
-            process = subprocess.Popen(list(command), pass_fds=tuple(pass_fds), env=env, stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+            process = subprocess.Popen(list(command), start_new_session=True, **popen)
             self._running.add(process)
             return process
 

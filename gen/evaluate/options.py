@@ -52,9 +52,9 @@ class RunOptions:
         if self.compiler is not None:
             compiler_named(self.compiler, "compiler")
 
-    def compile_options(self, arch: str | None = None) -> CompileOptions:
-        """How the points' variants compile: for `arch`, else --arch, else the local GPU's."""
-        return CompileOptions.local(arch or self.arch, self.compile_jobs, self.compiler)
+    def compile_options(self) -> CompileOptions:
+        """How the points' variants compile: for --arch, else the local GPU's."""
+        return CompileOptions.local(self.arch, self.compile_jobs, self.compiler)
 
 
 def _gpu_indices(gpus: object) -> tuple[int, ...]:

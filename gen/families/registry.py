@@ -49,7 +49,7 @@ def family_path_of(family: Family) -> Path | None:
 def _folder_on_path(source: str, family_path: str) -> Path | None:
     """Resolving paths costs a system call a component: once per family and family path."""
     folder = Path(source).parent.resolve()
-    return folder if folder in {path.resolve() for path in family_paths()} else None
+    return folder if folder in {Path(p).resolve() for p in family_path.split(os.pathsep) if p} else None
 
 
 @functools.cache

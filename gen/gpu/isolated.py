@@ -106,9 +106,9 @@ class IsolatedWorker:
         if not self.alive:
             self.start()
         self.send(job)
+        waiting = select.poll()
+        waiting.register(self.fileno(), select.POLLIN)
         while True:
-            waiting = select.poll()
-            waiting.register(self.fileno(), select.POLLIN)
             if not waiting.poll(max(0.0, self.deadline - time.monotonic()) * 1000):
                 return self.time_out()
             if (measurement := self.receive()) is not None:

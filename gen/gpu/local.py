@@ -108,5 +108,3 @@ def sanitized(worker: IsolatedWorker, job: Job, children: ProcessGroup) -> Hazar
 
     small = replace(job, shape=job.sanitize_size, timing=None, seeds=job.seeds[:1], sanitize_size=None)
     return sanitize(small, worker.environment(), children)
-
-

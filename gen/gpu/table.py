@@ -168,19 +168,16 @@ class Table:
         """The seat's running job finished (or hung, or killed its worker). A worker gone takes the
         jobs queued behind it back to wait for the worker's next start."""
         done = seat.sent.popleft()
-        gone = measurement.context_lost or seat.worker.stopped
-        if gone:  # what it held never ran: it waits for the worker's next start
+        if measurement.context_lost or seat.worker.stopped:  # what it held never ran: it waits for the next start
             seat.waiting.extendleft(reversed(seat.sent))
             seat.sent.clear()
-            self._unregister(seat)
-            if done.behind and not done.retried and seat.worker.died_unstarted:
-                # The worker died after its last job, or as this one began: once, this one is not blamed.
-                seat.waiting.appendleft(_Queued(done.job, done.hazards, done.sanitized, retried=True))
-                self._advance(seat)
-                return
         if not seat.sent:
             self._unregister(seat)
-        finished.append(self._finished_job(seat, done.job, with_hazards(measurement, done.hazards)))
+        if done.behind and not done.retried and seat.worker.died_unstarted:
+            # The worker died after its last job, or as this one began: once, this one is not blamed.
+            seat.waiting.appendleft(_Queued(done.job, done.hazards, done.sanitized, retried=True))
+        else:
+            finished.append(self._finished_job(seat, done.job, with_hazards(measurement, done.hazards)))
         self._advance(seat)
 
     def _finished_job(self, seat: _Seat, job: Job, measurement: Measurement) -> tuple[Job, Measurement]:

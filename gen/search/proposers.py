@@ -68,6 +68,7 @@ class Search:
         self.trace_times: list[float] = []  # when each was told (time.monotonic)
         self.evaluated = 0  # points proposed for the engine (the others were recalled)
         self._pending = 0
+        self._best_ms: float | None = None  # the best median told so far
         self._exhausted = False
         self._by_name = {v.name: v for v in strategy.space.variants}
 
@@ -89,6 +90,8 @@ class Search:
     def tell(self, row: Row) -> None:
         median = row.median_ms if is_ok(row) else None
         self.strategy.tell(self._by_name[row.name], median)
+        if median is not None and (self._best_ms is None or median < self._best_ms):
+            self._best_ms = median
         self.trace.append(median)
         self.trace_times.append(time.monotonic())
         self._pending -= 1
@@ -100,10 +103,9 @@ class Search:
     def timing_cutoff_ms(self) -> float | None:
         """The best median so far, `early_stop` (a fraction) slower: a point clearly slower than
         that cannot win, so its timing may stop early. None before the first measurement."""
-        medians = [median for median in self.trace if median is not None]
-        if self.early_stop is None or not medians:
+        if self.early_stop is None or self._best_ms is None:
             return None
-        return min(medians) * (1 + self.early_stop)
+        return self._best_ms * (1 + self.early_stop)
 
     def finalists(self, count: int) -> list[Variant]:
         """The fastest variants measured, fastest first."""
