@@ -51,11 +51,13 @@ def main() -> None:
     parser.add_argument("--filter", help="only the variants whose names match (as tilegen's --filter)")
     parser.add_argument("--cache", type=Path, help="a compile cache, warmed first (default: a cold one)")
     parser.add_argument("--compiler", choices=["nvrtc", "nvcc"])
+    parser.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1 (default: 0)")
     parser.add_argument("--simulated", type=float, metavar="MS", help="a simulated GPU, MS ms per job")
     parser.add_argument("--profile", type=Path, metavar="FILE", help="cProfile of the coordinator's threads")
     parser.add_argument("--profile-jobs", type=int, default=0, metavar="N", help="N jobs again, profiled")
     args = parser.parse_args()
-    run = RunOptions(timing=TimingOptions(budget_s=args.timing_budget), compiler=args.compiler, seed=1)
+    run = RunOptions(timing=TimingOptions(budget_s=args.timing_budget), compiler=args.compiler, seed=1,
+                     gpus=[int(g) for g in args.gpus.split(",")])
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["TILEGEN_CACHE"] = str(args.cache or Path(scratch) / "cache")
         if args.simulated is not None:

@@ -15,7 +15,8 @@
 #   tests-k    the GPU tests whose names match $TESTS_K (pytest -k)
 #   throughput scripts/bench_sweep.py: the sgemm space at 512^3, warm cache, budget 0.05 s (issue 22);
 #              the cache comes from .whl/sgemm-cache-sm90-nvcc.tar.xz when carried; $BENCH_FILTER
-#              narrows the space, $BENCH_FLAGS adds flags (--profile-jobs N, say)
+#              narrows the space, $BENCH_FLAGS adds flags (--profile-jobs N, say); with $BENCH_GPUS
+#              (0,1), one GPU against those, alternating
 #   throughput-ab  the same, this tree against the one in $BENCH_OLD (git archive REV gen templates
 #              tests scripts, with this bench_sweep.py), alternating, twice each
 #   dask       the two-GPU test (two GPUs)
@@ -60,7 +61,12 @@ for name in "$@"; do
       fi
       bench=(--family sgemm --size 512x512x512 --timing-budget 0.05 --compiler nvcc --cache "$PWD/runs/sgemm-cache"
              ${BENCH_FILTER:+--filter "$BENCH_FILTER"})
-      if [ "$name" = throughput ]; then
+      if [ "$name" = throughput ] && [ -n "${BENCH_GPUS:-}" ]; then  # one GPU against $BENCH_GPUS, alternating
+        for round in 1 2; do
+          part "throughput-1gpu-$round" python3 scripts/bench_sweep.py "${bench[@]}"
+          part "throughput-gpus-$round" python3 scripts/bench_sweep.py "${bench[@]}" --gpus "$BENCH_GPUS"
+        done
+      elif [ "$name" = throughput ]; then
         # shellcheck disable=SC2086  # BENCH_FLAGS is several flags
         part throughput python3 scripts/bench_sweep.py "${bench[@]}" ${BENCH_FLAGS:-}
       else  # this tree against an older one ($BENCH_OLD: its gen/ and scripts/), alternating, 2 runs each;
