@@ -116,7 +116,7 @@ def variants() -> list[Any]:
 def points(count: int) -> list[Point]:
     """`count` distinct points: the variants at shapes that are multiples of every tile."""
     family = get_family(FAMILY)
-    sides = [32 * i for i in range(1, 21)]
+    sides = [32 * i for i in range(1, 33)]
     shapes = (family.parse_shape(f"{m}x{n}x{k}") for m, n, k in itertools.product(sides, repeat=3))
     pairs = ((variant, shape) for shape in shapes for variant in variants())
     return [Point(variant, shape, "none") for variant, shape in itertools.islice(pairs, count)]

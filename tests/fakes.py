@@ -257,6 +257,9 @@ class FakeExecutor:
     def devices(self) -> list[DeviceInfo]:
         return [FAKE_DEVICE]
 
+    def capacity(self) -> int:
+        return 2  # the job it runs and the next
+
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
         for job in jobs:
             time.sleep(self.delay_s)

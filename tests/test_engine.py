@@ -114,6 +114,35 @@ def test_rounds_measure_the_finalists_together_one_round_at_a_time(compile_optio
     assert all(len(s.medians_ms) == 3 for s in standings)
 
 
+class FeedCounting(fakes.FakeExecutor):
+    """Notes, as it takes each job, how many more wait in the engine's feed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting: list[int] = []
+
+    def run(self, jobs):
+        for job, measurement in super().run(jobs):
+            self.waiting.append(len(jobs))
+            yield job, measurement
+
+
+def test_points_offered_all_at_once_reach_the_engine_as_it_has_room(compile_options) -> None:
+    """A sweep offers every point at once. Handed to the engine in one burst, they all became jobs
+    at the start, and making them took the interpreter lock from the thread that feeds the GPUs;
+    now the loop hands them over as rows come back, so the feed never holds more than the room."""
+    family = get_family("matmul")
+    shapes = [family.parse_shape(f"{32 * m}x32x32") for m in range(1, 121)]
+    points = [Point(family.variant({"tile": "16"}), shape) for shape in shapes]
+    executor = FeedCounting()
+    with Engine(CompilePool(compile_options), executor, Checking(seed=3, timing=None)) as engine:
+        room = engine.room()
+        outcome = evaluate(PointList(points), engine, ListSink())
+    assert sorted(row.shape for row in outcome.rows) == sorted(str(shape) for shape in shapes)
+    assert {row.status for row in outcome.rows} == {Status.OK}
+    assert 0 < max(executor.waiting) <= room < len(points)
+
+
 class Stalled:
     """A proposer that waits for rows while nothing is in flight: a bug the loop must not hang on."""
 

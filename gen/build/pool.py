@@ -16,6 +16,7 @@ and the queued ones end with Interrupted, never with a result.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 from concurrent.futures import Future, as_completed
@@ -34,7 +35,7 @@ class CompilePool:
         self._children = ProcessGroup()  # the compiler runs, killed together
         self._lock = threading.Condition()
         self._urgent: deque[Variant] = deque()
-        self._later: deque[Variant] = deque()
+        self._later: dict[Variant, None] = {}  # in order: a dict, so that one can leave it at once
         self._futures: dict[Variant, Future[Compiled]] = {}
         self._runs = 0  # compiler runs started: the first wave compiles one variant each
         self._stopped = False
@@ -52,7 +53,7 @@ class CompilePool:
         with self._lock:
             future = self._request(variant)
             if variant in self._later:
-                self._later.remove(variant)
+                del self._later[variant]
                 self._urgent.append(variant)
             return future
 
@@ -62,7 +63,7 @@ class CompilePool:
             for variant in variants:
                 if variant not in self._futures:
                     self._futures[variant] = Future()
-                    self._later.append(variant)
+                    self._later[variant] = None
             self._lock.notify_all()
 
     def close(self) -> None:
@@ -119,11 +120,15 @@ class CompilePool:
                 self._lock.wait()
             if self._stopped:
                 return None
-            source = self._urgent or self._later
             first_wave = self._runs < self.workers
-            count = 1 if first_wave else batch_size(len(source), self.workers)
+            count = 1 if first_wave else batch_size(len(self._urgent or self._later), self.workers)
             self._runs += 1
-            return [source.popleft() for _ in range(min(count, len(source)))]
+            if self._urgent:
+                return [self._urgent.popleft() for _ in range(min(count, len(self._urgent)))]
+            batch = list(itertools.islice(self._later, count))
+            for variant in batch:
+                del self._later[variant]
+            return batch
 
 
 def compile_variants(variants: Iterable[Variant], options: CompileOptions,

@@ -7,8 +7,9 @@ completion order.
         engine.submit(points)          # trusted: the plan checked them
         rows = engine.finished()       # whatever finished since the last call
 
-Callers see `submit`, `finished`, `room` (how many more points keep every compile thread and
-GPU busy) and `idle`; never the engine's queues. An error no row can hold (a template that does
+Callers see `submit`, `compile_ahead` (variants whose points come later), `finished`, `room`
+(how many more points keep every compile thread and GPU busy) and `idle`; never the engine's
+queues: jobs go to the GPUs through a JobFeed (gen.gpu.feed). An error no row can hold (a template that does
 not render, a compiler that keeps failing, GPUs that cannot load the cubins) comes out of
 `finished` once the rows finished before it are out. Leaving the `with` block on an exception (an
 interrupt) kills the compiler runs and the GPU workers: work cut short gives no row.
@@ -16,13 +17,14 @@ interrupt) kills the compiler runs and the GPU workers: work cut short gives no 
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
 from ..build.compiler import Compiled, compiled_row, provenance
 from ..build.pool import CompilePool
@@ -30,13 +32,13 @@ from ..core.errors import Interrupted, UsageError
 from ..core.results import DeviceInfo, Measurement, Row, TimingOptions
 from ..families import get_family
 from ..families.variant import Variant
+from ..gpu.feed import JobFeed
 from ..gpu.jobs import Job, job_for
 from ..gpu.executor import Executor, GpuUnavailable
 from .options import runs_on
 from .plan import Point, shape_text
 
 POLL_S = 0.1  # how long a wait lasts before it looks for a stop
-QUEUED_PER_GPU = 4  # jobs per GPU: the one it runs, the next its worker holds (gen.gpu.table), two waiting
 
 
 @dataclass(frozen=True)
@@ -88,10 +90,10 @@ class Engine:
         self._executor = executor
         self._lock = threading.Lock()
         self._events: queue.SimpleQueue[Row | BaseException] = queue.SimpleQueue()
-        self._jobs: queue.SimpleQueue[tuple[Job, Row]] = queue.SimpleQueue()
-        self._waiting_rows: dict[Job, list[Row]] = {}  # jobs with the GPU (two may be alike)
+        self._jobs = JobFeed(on_take=self._with_cutoff)
+        self._tickets = itertools.count(1)
+        self._waiting_rows: dict[int, Row] = {}  # by the ticket of its job, from the job's start to its end
         self._in_flight = 0  # submitted points whose row has not been taken yet
-        self._gpus = 1
         self._counted: set[Variant] = set()
         self._sanitized: set[Variant] = set()
         self._provenance: dict[str, dict[str, str]] = {}
@@ -123,9 +125,10 @@ class Engine:
             self.compiler.submit(point.variant).add_done_callback(partial(self._compiled, point))
         return count
 
-    def prefetch(self, variants: Iterable[Variant]) -> None:
-        """Compile these when threads are free (points that may come): never a row."""
-        self.compiler.prefetch(variants)
+    def compile_ahead(self, variants: Iterable[Variant]) -> None:
+        """Compile these now, ahead of their points (which come once there is room): never a row."""
+        for variant in variants:
+            self.compiler.submit(variant)
 
     def stop_timing_above(self, cutoff_ms: float | None) -> None:
         """Jobs that start from now on stop timing once their samples are clearly slower than
@@ -133,8 +136,10 @@ class Engine:
         self._cutoff_ms = cutoff_ms
 
     def room(self) -> int:
-        """How many more points keep every compile thread and GPU busy without queueing more."""
-        capacity = QUEUED_PER_GPU * self._gpus + self.compiler.workers
+        """How many more points keep every compile thread and GPU busy without queueing more: as
+        many jobs again as the GPUs hold (ready for them in the feed), and one per compile thread."""
+        held = self._executor.capacity() if self._executor is not None else 1
+        capacity = 2 * held + self.compiler.workers
         with self._lock:
             return max(0, capacity - self._in_flight)
 
@@ -163,11 +168,13 @@ class Engine:
     def close(self) -> None:
         """After the last row: stop the threads; speculative compiles still running are killed."""
         self._stopping.set()
+        self._jobs.close()
         self.compiler.kill()
 
     def abort(self) -> None:
         """Stop now (an interrupt or an error): kill the compiler runs and the GPU workers."""
         self._stopping.set()
+        self._jobs.close()
         self.compiler.kill()
         if self._executor is not None:
             self._executor.kill()
@@ -186,14 +193,17 @@ class Engine:
 
     def _compiled(self, point: Point, future: Future[Compiled]) -> None:
         """A row for what needs no GPU, else a job (in the thread that compiled the variant)."""
-        if future.cancelled() or self._stopping.is_set():
-            return
-        if (error := future.exception()) is not None:
-            if not isinstance(error, Interrupted):
-                self._events.put(error)
+        if self._stopping.is_set():
             return
         try:
-            self._compiled_point(point, future.result())
+            compiled = future.result()  # done: no wait
+        except (CancelledError, Interrupted):
+            return
+        except BaseException as error:
+            self._events.put(error)
+            return
+        try:
+            self._compiled_point(point, compiled)
         except BaseException as failure:  # a family's property that raises, say: the run ends with it
             self._events.put(failure)
 
@@ -208,8 +218,10 @@ class Engine:
             self._events.put(row)
             return
         job = job_for(compiled, point.shape, point.cache_config or "none", self.checking.seed, self.checking.timing,
-                      self._sanitize_size(compiled.variant))
-        self._jobs.put((job, row))
+                      self._sanitize_size(compiled.variant), next(self._tickets))
+        with self._lock:
+            self._waiting_rows[job.ticket] = row
+        self._jobs.put(job)
 
     def _made_by(self, family: str) -> dict[str, str]:
         if family not in self._provenance:
@@ -241,8 +253,7 @@ class Engine:
             return
         try:
             self._check_arch(devices)
-            self._gpus = max(1, len(devices))
-            for job, measurement in self._executor.run(self._job_stream()):
+            for job, measurement in self._executor.run(self._jobs):
                 if self._stopping.is_set():
                     return
                 self._measured(job, measurement)
@@ -253,11 +264,9 @@ class Engine:
                 self._events.put(error)
 
     def _without_gpus(self, reason: str) -> None:
-        while not self._stopping.is_set():
-            try:
-                _, row = self._jobs.get(timeout=POLL_S)
-            except queue.Empty:
-                continue
+        for job in self._jobs:  # until the engine closes
+            with self._lock:
+                row = self._waiting_rows.pop(job.ticket)
             row.message = f"not run: {reason}"
             self._events.put(row)
 
@@ -269,24 +278,16 @@ class Engine:
             raise UsageError(f"the variants are compiled for {arch}, which {', '.join(wrong)} cannot run; pass the "
                              f"GPUs' --arch (a sweep compiles for one; tune compiles per GPU model)")
 
-    def _job_stream(self) -> Iterator[Job]:
-        while not self._stopping.is_set():
-            try:
-                job, row = self._jobs.get(timeout=POLL_S)
-            except queue.Empty:
-                continue
-            cutoff = self._cutoff_ms  # the freshest: read as the job goes to a GPU
-            if cutoff is not None and job.timing is not None:
-                job = replace(job, timing=replace(job.timing, stop_above_ms=cutoff))
-            with self._lock:
-                self._waiting_rows.setdefault(job, []).append(row)
-            yield job
+    def _with_cutoff(self, job: Job) -> Job:
+        """The job as it goes to a GPU, with the freshest timing cutoff."""
+        cutoff = self._cutoff_ms
+        if cutoff is not None and job.timing is not None:
+            return replace(job, timing=replace(job.timing, stop_above_ms=cutoff))
+        return job
 
     def _measured(self, job: Job, measurement: Measurement) -> None:
         with self._lock:
-            row = self._waiting_rows[job].pop(0)
-            if not self._waiting_rows[job]:
-                del self._waiting_rows[job]
+            row = self._waiting_rows.pop(job.ticket)
             self.stats.count_measurement(measurement)
         measurement.apply_to(row)
         self._events.put(row)

@@ -43,9 +43,7 @@ WATCH_S = 1.0  # how often the coordinator looks for workers that left or joined
 def lost_verdict(resends: int) -> str:
     """Why a job whose result or workers were lost while it was in flight, after being sent again
     `resends` times, is a launch_error now; '' while it may be sent again."""
-    if resends < MAX_RESENDS:
-        return ""
-    return f"its Dask workers were lost {resends + 1} times while it was in flight"
+    return "" if resends < MAX_RESENDS else f"its Dask workers were lost {resends + 1} times while it was in flight"
 
 
 @dataclass
@@ -107,6 +105,10 @@ class DaskExecutor:
             self._devices = self._first_devices()
         with self._lock:
             return list(self._devices.values())
+
+    def capacity(self) -> int:
+        with self._lock:
+            return JOBS_AHEAD_PER_GPU * max(1, len(self._devices or {}))
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
         """Jobs go out as GPUs free up (a few ahead per accepted GPU); measurements come back as they
@@ -263,8 +265,7 @@ class DaskExecutor:
                 for future, sent in received]
 
     def _send_again(self, lost: list[tuple[Any, _Sent]]) -> None:
-        """Send jobs whose results were lost again (their futures come back as launch_errors after
-        MAX_RESENDS)."""
+        """Send jobs whose results were lost again (after MAX_RESENDS, they come back as launch_errors)."""
         with self._lock:
             for future, sent in lost:
                 if not self._resend(future, sent):

@@ -1,5 +1,5 @@
-"""The executor: the one interface the pipeline sees of the GPUs (`devices`, `run`, `close`,
-`kill`, `by_model`), whether they are this host's (gen.gpu.local) or a Dask cluster's
+"""The executor: the one interface the pipeline sees of the GPUs (`devices`, `capacity`, `run`,
+`close`, `kill`, `by_model`), whether they are this host's (gen.gpu.local) or a Dask cluster's
 (gen.gpu.dask); and GpuUnavailable, what any of them raises when no kernel can run."""
 
 from __future__ import annotations
@@ -20,9 +20,14 @@ class Executor(Protocol):
     def devices(self) -> list[DeviceInfo]:
         """Start the workers (if need be) and say which GPUs they hold; GpuUnavailable if none."""
 
+    def capacity(self) -> int:
+        """How many jobs it takes at once to keep its GPUs busy now (a few per GPU): the engine keeps
+        as many again ready for it."""
+
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
-        """Yield each job with its measurement as it completes (in any order). `jobs` is consumed
-        lazily, one job whenever a GPU is free, so it may be a stream that blocks."""
+        """Yield each job with its measurement as it completes (in any order). `jobs` (the engine's
+        JobFeed, gen.gpu.feed) is consumed lazily, a job whenever a GPU can take one, so it may be a
+        stream that blocks."""
 
     def close(self) -> None: ...
 

@@ -25,12 +25,13 @@ class Job:
     seeds: tuple[int, ...] = (1,)  # one check per seed, each on fresh random inputs
     timing: TimingOptions | None = field(default_factory=TimingOptions)
     sanitize_size: str | None = None  # first run compute-sanitizer on this (small) shape
+    ticket: int = field(default=0, compare=False)  # the engine's number for it: not part of the work
 
 
 def job_for(compiled: Any, shape: Any, cache_config: str, seed: int, timing: TimingOptions | None,
-            sanitize_size: str | None = None) -> Job:
+            sanitize_size: str | None = None, ticket: int = 0) -> Job:
     """The job that checks (and times) a compiled variant: deliberately racy ones on several inputs."""
     variant = compiled.variant
     checks = RACY_CHECKS if variant.deliberately_racy else 1
     return Job(variant.name, variant.family, str(compiled.cubin), str(shape), cache_config,
-               tuple(seed + i for i in range(checks)), timing, sanitize_size)
+               tuple(seed + i for i in range(checks)), timing, sanitize_size, ticket)

@@ -2,10 +2,11 @@
 job at a time, so that timings never share a GPU; and `run_job`, a job on one worker with
 compute-sanitizer first when it asks for it (the Dask workers run jobs through it too).
 
-One thread waits on every worker's socket at once (poll, gen.gpu.table) and reads whatever each
-sent, so that feeding 64 GPUs costs about what feeding one does: a thread per GPU spent more on
-handing the interpreter lock around than on the jobs (scripts/bench_scale.py measures it). Each
-worker holds its next job while it runs one, so that it never waits for this process between jobs."""
+One thread waits on every worker's socket at once (poll, gen.gpu.table), reads whatever each
+sent, and sends each worker its next job from the feed, so that feeding 64 GPUs costs about what
+feeding one does: a thread per GPU spent more on handing the interpreter lock around than on the
+jobs (scripts/bench_scale.py measures it). Each worker holds its next job while it runs one, so
+that it never waits for this process between jobs."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from typing import Iterable, Iterator, Sequence
 from ..core.errors import Interrupted
 from ..core.processes import ProcessGroup
 from ..core.results import DeviceInfo, GpuModel, Measurement
+from .feed import JobFeed
 from .isolated import IsolatedWorker
 from .jobs import Job
-from .table import Hazards, Table, with_hazards
+from .table import JOBS_AHEAD, Hazards, Table, with_hazards
 from .worker_process import WORKER
 
 
@@ -36,31 +38,21 @@ class LocalExecutor:
             self._devices = [worker.start() for worker in self.workers]
         return self._devices
 
-    def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
-        """One thread (the caller's) sends the jobs and waits on every worker at once, reading what
-        each sent as it comes (gen.gpu.table); a dealer thread takes the next job whenever a worker
-        can hold one more. What may block for long (compute-sanitizer, a worker starting again)
-        runs in a thread of its own meanwhile."""
+    def capacity(self) -> int:
+        return JOBS_AHEAD * len(self.workers)
+
+    def run(self, jobs: JobFeed | Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
+        """One thread (the caller's) takes the jobs from the feed (or the finite iterable) as the
+        workers can hold them, sends them, and waits on every worker at once, reading what each sent
+        as it comes (gen.gpu.table). What may block for long (compute-sanitizer, a worker starting
+        again) runs in a thread of its own meanwhile."""
         self.devices()
-        table = Table(self.workers, self._killed, self._prepare)
-        dealer = threading.Thread(target=self._deal, args=(iter(jobs), table), name="tilegen-dealer", daemon=True)
-        dealer.start()
+        feed = jobs if isinstance(jobs, JobFeed) else JobFeed.of(jobs)
+        table = Table(self.workers, self._killed, self._prepare, feed)
         try:
             yield from table.serve()
         finally:
             table.close()
-
-    def _deal(self, source: Iterator[Job], table: Table) -> None:
-        """Hand each job to a worker that can hold one more; then tell the table how many there were."""
-        dealt = 0
-        try:
-            while (worker := table.free.get()) is not None and not self._killed.is_set():
-                if (job := next(source, None)) is None:
-                    break
-                dealt += 1
-                table.post(("job", worker, job))
-        finally:
-            table.post(("dealt", dealt))
 
     def _prepare(self, worker: IsolatedWorker, job: Job | None) -> Hazards:
         """compute-sanitizer on `job` at its small size (on the worker's GPU, which holds no job

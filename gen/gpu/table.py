@@ -1,12 +1,13 @@
-"""Where one run's jobs meet this host's workers (gen.gpu.local): the dealer posts jobs for
-workers, and the table, in the caller's thread, sends them, waits on every busy worker at once
-(poll), reads what each sent as it comes, and times each one's silence.
+"""Where one run's jobs meet this host's workers (gen.gpu.local): the table, in the caller's
+thread, takes jobs from the feed (gen.gpu.feed) as workers can hold them, sends them, waits on
+every busy worker at once (poll), reads what each sent as it comes, and times each one's silence.
+A job's result, and the next job sent in its place, cost one thread no hand-over.
 
 A worker holds up to JOBS_AHEAD jobs: one running, the next waiting in its socket, so that it
 starts the next the moment it finishes one, without a round trip through this process. It still
 runs them one at a time, so no two timings share a GPU. A job that must be prepared first
 (compute-sanitizer at its small size, or a worker to start again) waits until its worker has
-nothing sent, and what is posted for that worker after it waits behind it: compute-sanitizer has
+nothing sent, and what is dealt to that worker after it waits behind it: compute-sanitizer has
 the GPU to itself. When a worker dies or hangs, the job it was running gets the row, and the jobs
 queued behind it are sent again, in order, to the worker started afresh: none is lost or run twice.
 """
@@ -24,6 +25,7 @@ from typing import Callable, Iterator
 
 from ..core.errors import Interrupted
 from ..core.results import Measurement, Status
+from .feed import JobFeed
 from .isolated import IsolatedWorker
 from .jobs import Job
 
@@ -67,55 +69,72 @@ def with_hazards(measurement: Measurement, hazards: Hazards) -> Measurement:
 
 
 class Table:
-    """One run's table. `free` holds a worker once per job it can take (the dealer's side); `post`
-    hands the table a job for a worker; `serve` yields each job with its measurement as it finishes."""
+    """One run's table: `serve` deals the feed's jobs to the workers and yields each job with its
+    measurement as it finishes; `post` is how a preparation's thread hands its outcome back."""
 
-    def __init__(self, workers: list[IsolatedWorker], killed: threading.Event, prepare: Prepare):
-        self.killed, self._prepare = killed, prepare
-        self.free: queue.SimpleQueue[IsolatedWorker | None] = queue.SimpleQueue()
+    def __init__(self, workers: list[IsolatedWorker], killed: threading.Event, prepare: Prepare, feed: JobFeed):
+        self.killed, self._prepare, self._feed = killed, prepare, feed
         self._seats = {id(worker): _Seat(worker) for worker in workers}
+        # A seat once per job its worker can take; one of each first: the first jobs spread over the GPUs.
+        self._free: deque[_Seat] = deque(seat for _ in range(JOBS_AHEAD) for seat in self._seats.values())
         self._posted: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         self._wake_read, self._wake_write = os.pipe()
-        self._open = True  # until `close`: the other threads post only while it is (under _lock)
+        self._open = True  # until `close`: the other threads wake the table only while it is (under _lock)
         self._lock = threading.Lock()
         self._busy: dict[int, _Seat] = {}  # by the worker's descriptor
-        self._dealt: int | None = None  # jobs the dealer dealt, once it has dealt the last
+        self._dealt = 0  # jobs taken from the feed
+        self._fed_all = False  # the feed has ended: every job is dealt
         self._finished = 0  # jobs whose measurement came back
         self._next_scan = 0.0  # when the workers' silences are looked at next
         self._poll = select.poll()
         self._poll.register(self._wake_read, select.POLLIN)
-        for _ in range(JOBS_AHEAD):  # one of each first: the first jobs spread over the GPUs
-            for worker in workers:
-                self.free.put(worker)
 
     def post(self, item: tuple) -> None:
-        """From another thread: ("job", worker, job); ("prepared", worker, queued) or ("failed",
-        worker, job, measurement) from a preparation; ("dealt", count) once every job was dealt."""
-        with self._lock:
-            if self._open:
-                self._posted.put(item)
-                os.write(self._wake_write, b"!")
+        """From a preparation's thread: ("prepared", worker, queued), or ("failed", worker, job,
+        measurement) when it could not be done."""
+        self._posted.put(item)
+        self._wake()
 
     def serve(self) -> Iterator[tuple[Job, Measurement]]:
-        """Each job with its measurement as it finishes, until every job dealt has finished; nothing
-        once killed (what was running is dropped)."""
-        while self._dealt is None or self._finished < self._dealt:
+        """Each job with its measurement as it finishes, until the feed has ended and every job dealt
+        has finished; nothing once killed (what was running is dropped)."""
+        self._deal()
+        while not self._fed_all or self._finished < self._dealt:
             finished = self._round()
             if self.killed.is_set():
                 return
             self._finished += len(finished)
+            self._deal()
             yield from finished
 
     def close(self) -> None:
-        """The run is over (or left early): the dealer stops at the next worker it waits for, and a
-        worker still busy is stopped, its jobs dropped (their answers must not reach a later run)."""
-        self.free.put(None)
+        """The run is over (or left early): a worker still busy is stopped, its jobs dropped (their
+        answers must not reach a later run)."""
         for seat in self._busy.values():
             seat.worker.kill()
         with self._lock:
             self._open = False
             os.close(self._wake_read)
             os.close(self._wake_write)
+
+    def _wake(self) -> None:
+        """From another thread: the table looks at the feed and the posts again (unless closed)."""
+        with self._lock:
+            if self._open:
+                os.write(self._wake_write, b"!")
+
+    def _deal(self) -> None:
+        """Hand the feed's jobs to the workers that can hold one more; when it has none now, it
+        wakes the table once one comes."""
+        while self._free and not self._fed_all and not self.killed.is_set():
+            job = self._feed.take(on_arrival=self._wake)
+            if job is None:
+                self._fed_all = self._feed.ended
+                return
+            self._dealt += 1
+            seat = self._free.popleft()
+            seat.waiting.append(_Queued(job))
+            self._advance(seat)
 
     # ---- one round -------------------------------------------------------------------------------
 
@@ -138,19 +157,13 @@ class Table:
 
     def _take_posted(self, finished: list[tuple[Job, Measurement]]) -> None:
         while not self._posted.empty():
-            item = self._posted.get_nowait()
-            if item[0] == "dealt":
-                self._dealt = item[1]
-                continue
-            seat = self._seats[id(item[1])]
-            if item[0] == "job":
-                seat.waiting.append(_Queued(item[2]))
-            elif item[0] == "prepared":
-                seat.preparing = False
-                seat.waiting.appendleft(item[2])
+            kind, worker, *what = self._posted.get_nowait()
+            seat = self._seats[id(worker)]
+            seat.preparing = False
+            if kind == "prepared":
+                seat.waiting.appendleft(what[0])
             else:  # "failed": its preparation could not be done; the row says why
-                seat.preparing = False
-                finished.append(self._finished_job(seat, item[2], item[3]))
+                finished.append(self._finished_job(seat, what[0], what[1]))
             self._advance(seat)
 
     def _read(self, seat: _Seat, finished: list[tuple[Job, Measurement]]) -> None:
@@ -181,7 +194,7 @@ class Table:
         self._advance(seat)
 
     def _finished_job(self, seat: _Seat, job: Job, measurement: Measurement) -> tuple[Job, Measurement]:
-        self.free.put(seat.worker)
+        self._free.append(seat)
         return job, measurement
 
     # ---- sending ---------------------------------------------------------------------------------
