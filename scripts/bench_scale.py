@@ -157,6 +157,9 @@ def make_executor(kind: str, workers: int) -> Any:
 
         return LocalExecutor(gpus, target=TARGET)
     if kind == "dask":
+        # The simulated GPUs' indices go past the real ones: Dask's GPU monitor (NVML) would fail
+        # to find the worker's CUDA_VISIBLE_DEVICES and its nanny would not start.
+        os.environ["DASK_DISTRIBUTED__DIAGNOSTICS__NVML"] = "False"
         from gen.gpu.dask import DaskExecutor
 
         return DaskExecutor("local", gpus, target=TARGET)

@@ -11,7 +11,8 @@
 #   scale      scripts/bench_scale.py: the coordinator against 1-64 simulated GPUs, local executor
 #              (2 s of ideal work per run: up to 12,800 jobs)
 #   scale-ab   the same at N = 1, 16, 32, 64 (3 s of ideal work a run), this tree against the one in
-#              $BENCH_OLD, alternating, twice each
+#              $BENCH_OLD, alternating, twice each ($SCALE_ROUNDS: "1" for once); $SCALE_FLAGS
+#              replaces those flags (--executors dask ...)
 #   scale-dask the same on a local Dask cluster (1-32 workers; needs the Dask wheels in .whl/)
 #   early-stop scripts/bench_early_stop.py: a tune with and without the early stop (issue 21)
 #   tests-k    the GPU tests whose names match $TESTS_K (pytest -k)
@@ -53,8 +54,9 @@ for name in "$@"; do
     scale)  # the coordinator against 1-64 simulated GPUs on this machine's cores (issue 22)
       part scale python3 scripts/bench_scale.py --executors local --max-jobs 13000 --markdown "$out/scale-local.md" ;;
     scale-ab)  # this tree's coordinator against $BENCH_OLD's (run from its own folder), alternating
-      scale=(--executors local --workers 1,16,32,64 --seconds 3 --max-jobs 20000)
-      for round in 1 2; do
+      # shellcheck disable=SC2206  # SCALE_FLAGS is several flags
+      scale=(${SCALE_FLAGS:---executors local --workers 1,16,32,64 --seconds 3 --max-jobs 20000})
+      for round in ${SCALE_ROUNDS:-1 2}; do
         part "scale-old-$round" bash -c 'cd "$0" && exec python3 scripts/bench_scale.py "$@"' "$BENCH_OLD" "${scale[@]}"
         part "scale-new-$round" python3 scripts/bench_scale.py "${scale[@]}" --markdown "$out/scale-new-$round.md"
       done ;;

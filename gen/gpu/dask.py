@@ -5,16 +5,17 @@ the coordinator. What runs on each Dask worker is in gen.gpu.dask_worker.
     tilegen sweep ... --cluster tcp://HOST:8786  # an existing scheduler; on each GPU host:
     tilegen worker tcp://HOST:8786               # one Dask worker per GPU, each pinned to it
 
-The coordinator compiles (once per architecture), ships each cubin with its job, and is the only
-writer of results and of the tuning database. Jobs go only to the workers whose GPU answered; one
+The coordinator compiles (once per architecture), ships each cubin with its job (several jobs to
+a Dask task when several wait: gen.gpu.dask_flight), and is the only writer of results and of the
+tuning database. Jobs go only to the workers whose GPU answered; one
 that joins mid-run is asked for its GPU first, and takes jobs if that is of a model the run
 started with (each one refused is named).
 
 Faults: when a Dask worker dies, the scheduler runs its jobs in flight on the run's other workers;
 each job's row is written once, and the lost worker is named. A restarted worker comes back at a
 new address, as a worker that joins: jobs in flight that only lost workers could take go to it. A
-gather that stalls (a result lost with its worker) is given up and its jobs are sent again, at
-most MAX_RESENDS times. When no worker of the run's GPU models is left and none joins within the
+gather that stalls (a result lost with its worker) is given up and its jobs are sent again, each
+in a task of its own, at most MAX_RESENDS times. When no worker of the run's GPU models is left and none joins within the
 hang timeout, the run stops with an error that names them.
 """
 
@@ -30,32 +31,15 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..core.results import DeviceInfo, GpuModel, Measurement, Status
 from .dask_cluster import GPU, connect, gather_within, local_cluster
-from .dask_worker import device_task, job_task
+from .dask_flight import JOBS_PER_TASK, Sent, failure, lost_verdict
+from .dask_worker import device_task, jobs_task
 from .executor import GpuUnavailable
+from .feed import JobFeed
 from .jobs import Job
 from .worker_process import WORKER
 
-JOBS_AHEAD_PER_GPU = 8  # submitted per GPU: the next jobs wait on its worker while results travel back
-MAX_RESENDS = 3  # a job whose workers all left is sent again this often (then it is a launch_error)
+JOBS_AHEAD_PER_GPU = 8  # jobs in flight per GPU: the next ones wait on its worker while results travel back
 WATCH_S = 1.0  # how often the coordinator looks for workers that left or joined
-
-
-def lost_verdict(resends: int) -> str:
-    """Why a job whose result or workers were lost while it was in flight, after being sent again
-    `resends` times, is a launch_error now; '' while it may be sent again."""
-    return "" if resends < MAX_RESENDS else f"its Dask workers were lost {resends + 1} times while it was in flight"
-
-
-@dataclass
-class _Sent:
-    """A job in flight: the workers it may run on, the queue its future goes to when it finishes,
-    how often it was sent again (its workers all lost), and why it failed without running, if so."""
-
-    job: Job
-    workers: frozenset[str]
-    finished: queue.Queue
-    resends: int = 0
-    failure: str = ""
 
 
 class DaskExecutor:
@@ -75,7 +59,7 @@ class DaskExecutor:
         self._known: set[str] = set()  # every GPU worker seen: accepted, refused, or another model's
         self._names: dict[str, str] = {}  # address -> Dask worker name
         self._checking: dict[str, Any] = {}  # address -> the device query of a worker that joined
-        self._sent: dict[Any, _Sent] = {}  # futures in flight
+        self._sent: dict[Any, Sent] = {}  # futures in flight
         self._alone_since: float | None = None  # when the last accepted worker left
         self._lock = threading.Condition()
         self._killed = threading.Event()
@@ -116,7 +100,8 @@ class DaskExecutor:
         self.devices()
         finished: queue.Queue[Any] = queue.Queue()  # this run's futures as they finish; None: all sent
         stop = threading.Event()
-        threading.Thread(target=self._feed, args=(iter(jobs), finished, stop), daemon=True).start()
+        feed = jobs if isinstance(jobs, JobFeed) else JobFeed.of(jobs)
+        threading.Thread(target=self._feed, args=(feed, finished, stop), daemon=True).start()
         feeding, watched, self._alone_since = True, time.monotonic(), None
         try:
             while (feeding or self._pending(finished)) and not self._killed.is_set():
@@ -204,33 +189,42 @@ class DaskExecutor:
         return self._client.submit(device_task, self.silence_s, self.target, workers=[address],
                                    resources={GPU: 1}, allow_other_workers=False, pure=False)
 
-    def _feed(self, jobs: Iterator[Job], finished: queue.Queue, stop: threading.Event) -> None:
-        """Send each job once an accepted GPU has room for it, until the run stops."""
+    def _feed(self, feed: JobFeed, finished: queue.Queue, stop: threading.Event) -> None:
+        """Send the jobs once the accepted GPUs have room for them, up to JOBS_PER_TASK in a task
+        (those waiting then), until the run stops."""
         try:
-            for job in jobs:
+            for job in feed:
                 with self._lock:
-                    while not self._stopped(stop) and len(self._sent) >= JOBS_AHEAD_PER_GPU * len(self._devices or {}):
+                    while not self._stopped(stop) and self._room() <= 0:
                         self._lock.wait(WATCH_S)
                     if self._stopped(stop):
                         return
-                    self._submit(job, finished)
+                    jobs = [job]
+                    while len(jobs) < min(JOBS_PER_TASK, self._room()) and (more := feed.take()) is not None:
+                        jobs.append(more)
+                    self._submit(tuple(jobs), finished)
         finally:
             finished.put(None)
+
+    def _room(self) -> int:
+        """How many more jobs the accepted GPUs may have in flight (holding the lock)."""
+        return JOBS_AHEAD_PER_GPU * len(self._devices or {}) - sum(len(sent.jobs) for sent in self._sent.values())
 
     def _stopped(self, stop: threading.Event) -> bool:
         return stop.is_set() or self._killed.is_set()
 
-    def _submit(self, job: Job, finished: queue.Queue, resends: int = 0) -> None:
-        """Send a job to the accepted GPU workers there are now (holding the lock)."""
+    def _submit(self, jobs: tuple[Job, ...], finished: queue.Queue, resends: int = 0) -> None:
+        """Send jobs, in one task, to the accepted GPU workers there are now (holding the lock)."""
         assert self._devices is not None
         workers = frozenset(self._devices)
-        future = self._client.submit(job_task, job, Path(job.cubin).read_bytes(), self.silence_s, self.target,
+        cubins = {job.cubin: Path(job.cubin).read_bytes() for job in jobs}
+        future = self._client.submit(jobs_task, list(jobs), cubins, self.silence_s, self.target,
                                      resources={GPU: 1}, workers=sorted(workers), allow_other_workers=False,
                                      pure=False)
-        self._sent[future] = _Sent(job, workers, finished, resends)
+        self._sent[future] = Sent(jobs, workers, finished, resends)
         future.add_done_callback(finished.put)
 
-    def _received(self, future: Any) -> _Sent | None:
+    def _received(self, future: Any) -> Sent | None:
         """What a finished future was sent for; None for one sent again or cancelled by `_cancel`."""
         with self._lock:
             self._lock.notify_all()  # room for the next job
@@ -249,11 +243,11 @@ class DaskExecutor:
         if futures:
             self._client.cancel(futures)
 
-    def _measurements(self, received: list[tuple[Any, _Sent]]) -> list[tuple[Job, Measurement]]:
+    def _measurements(self, received: list[tuple[Any, Sent]]) -> list[tuple[Job, Measurement]]:
         """The jobs' measurements, those that succeeded fetched in one gather, or a `launch_error` row
         for a job that itself kept killing workers (or whose workers were lost too often). When the
         gather stalls, a result was lost with its worker (its task pinned to workers that left):
-        those jobs are sent again."""
+        those jobs are sent again; so are the jobs of a task of several that failed, one by one."""
         succeeded = [future for future, sent in received if not sent.failure and future.status == "finished"]
         try:
             gathered = self.gather(self._client, succeeded, self._killed) if succeeded else []
@@ -261,27 +255,34 @@ class DaskExecutor:
         except TimeoutError:
             self._send_again([(future, sent) for future, sent in received if future in succeeded])
             received, results = [(future, sent) for future, sent in received if future not in succeeded], {}
-        return [(sent.job, results[future.key] if future.key in results else _failure(future, sent))
-                for future, sent in received]
+        together = [(future, sent) for future, sent in received
+                    if future.key not in results and len(sent.jobs) > 1 and not sent.failure]
+        self._send_again(together)
+        again = {future.key for future, _ in together}
+        return [(job, measurement) for future, sent in received if future.key not in again
+                for job, measurement in zip(sent.jobs, results.get(future.key) or [failure(future, sent)] * len(sent.jobs))]
 
-    def _send_again(self, lost: list[tuple[Any, _Sent]]) -> None:
+    def _send_again(self, lost: list[tuple[Any, Sent]]) -> None:
         """Send jobs whose results were lost again (after MAX_RESENDS, they come back as launch_errors)."""
+        if not lost:
+            return
         with self._lock:
             for future, sent in lost:
                 if not self._resend(future, sent):
                     sent.finished.put(future)  # finished already: its callback will not come again
         self._client.cancel([future for future, sent in lost if not sent.failure])
 
-    def _resend(self, future: Any, sent: _Sent) -> bool:
-        """Send a job again to the accepted workers there are now (holding the lock); after
-        MAX_RESENDS, instead mark it failed and keep it in flight (False), to come back as a
-        launch_error."""
-        sent.failure = lost_verdict(sent.resends)
+    def _resend(self, future: Any, sent: Sent) -> bool:
+        """Send a task's jobs again, each in a task of its own, to the accepted workers there are now
+        (holding the lock); a job sent MAX_RESENDS times already is instead marked failed and kept in
+        flight (False), to come back as a launch_error."""
+        sent.failure = "" if len(sent.jobs) > 1 else lost_verdict(sent.resends)
         if sent.failure:
             self._sent[future] = sent
             return False
         self._sent.pop(future, None)
-        self._submit(sent.job, sent.finished, sent.resends + 1)
+        for job in sent.jobs:  # each in a task of its own
+            self._submit((job,), sent.finished, sent.resends + 1)
         return True
 
     # ---- workers that leave and join -----------------------------------------------------------
@@ -375,16 +376,6 @@ def _device_of(query: Any) -> DeviceInfo | str:
 
 def _say(message: str) -> None:
     print(f"tilegen: {message}", file=sys.stderr, flush=True)
-
-
-def _failure(future: Any, sent: _Sent) -> Measurement:
-    """The `launch_error` row of a job that did not finish: lost too often, cancelled, or raising."""
-    if sent.failure or future.status == "cancelled":
-        reason = sent.failure or "cancelled"
-    else:
-        error = future.exception()
-        reason = f"{type(error).__name__}: {error}"
-    return Measurement(Status.LAUNCH_ERROR, f"on the Dask cluster: {reason}", context_lost=True)
 
 
 def _drain(items: queue.Queue) -> list[Any]:

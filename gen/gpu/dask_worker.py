@@ -1,5 +1,5 @@
 """What runs ON a Dask worker of a tilegen cluster (gen.gpu.dask is the coordinator): the tasks the
-coordinator submits (`device_task`, `job_task`) and the isolated GPU subprocess they share, kept
+coordinator submits (`device_task`, `jobs_task`) and the isolated GPU subprocess they share, kept
 between tasks; and `serve_gpus`, which starts such Dask workers for `tilegen worker ADDRESS`.
 
 Each Dask worker offers one `GPU` resource and runs one job at a time, in the same isolated
@@ -37,8 +37,16 @@ def device_task(silence_s: float, target: str) -> DeviceInfo:
     return worker.device if worker.alive and worker.device else worker.start()
 
 
-def job_task(job: Job, cubin: bytes, silence_s: float, target: str) -> Measurement:
-    """Run one job on this worker's GPU, its cubin written to a local file first."""
+def jobs_task(jobs: list[Job], cubins: dict[str, bytes], silence_s: float, target: str) -> list[Measurement]:
+    """Run jobs one after another on this worker's GPU, each cubin (by the coordinator's path)
+    written to a local file first."""
+    paths = {name: _local_cubin(cubin) for name, cubin in cubins.items()}
+    worker = _gpu_worker(silence_s, target)
+    return [run_job(worker, replace(job, cubin=paths[job.cubin]), ProcessGroup()) for job in jobs]
+
+
+def _local_cubin(cubin: bytes) -> str:
+    """A local file with these bytes, named by their hash (written once per worker host)."""
     folder = Path(tempfile.gettempdir()) / "tilegen-cubins"
     folder.mkdir(exist_ok=True)
     path = folder / f"{hashlib.sha256(cubin).hexdigest()[:32]}.cubin"
@@ -46,7 +54,7 @@ def job_task(job: Job, cubin: bytes, silence_s: float, target: str) -> Measureme
         partial = path.with_suffix(f".{os.getpid()}.part")
         partial.write_bytes(cubin)
         partial.replace(path)
-    return run_job(_gpu_worker(silence_s, target), replace(job, cubin=str(path)), ProcessGroup())
+    return str(path)
 
 
 def stop_gpu_worker(target: str) -> None:

@@ -1,0 +1,50 @@
+"""What the Dask coordinator (gen.gpu.dask) keeps of the jobs it has in flight: several jobs per
+Dask task, how often a task was sent again, and the `launch_error` row of a job that never finished.
+
+Dask's own cost per task (the graph update, the transitions, a message to the worker and back,
+a gather) is 2-7 ms of the coordinator's CPU: about what the job itself costs on a GPU. So up to
+JOBS_PER_TASK jobs that wait together go in one task, run one after another on its worker's GPU.
+A task that fails or is lost is sent again as one task per job, so that a job that kills its
+workers is soon alone and only its own row says so.
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.results import Measurement, Status
+from .jobs import Job
+
+JOBS_PER_TASK = 4  # at most, in one Dask task: what waits for the GPUs when the task is sent
+MAX_RESENDS = 3  # a job whose workers all left is sent again this often (then it is a launch_error)
+
+
+def lost_verdict(resends: int) -> str:
+    """Why a job whose result or workers were lost while it was in flight, after being sent again
+    `resends` times, is a launch_error now; '' while it may be sent again."""
+    return "" if resends < MAX_RESENDS else f"its Dask workers were lost {resends + 1} times while it was in flight"
+
+
+@dataclass
+class Sent:
+    """A task in flight: its jobs, the workers it may run on, the queue its future goes to when it
+    finishes, how often its jobs were sent again (their workers all lost), and why it failed
+    without running, if so."""
+
+    jobs: tuple[Job, ...]
+    workers: frozenset[str]
+    finished: queue.Queue
+    resends: int = 0
+    failure: str = ""
+
+
+def failure(future: Any, sent: Sent) -> Measurement:
+    """The `launch_error` row of a job that did not finish: lost too often, cancelled, or raising."""
+    if sent.failure or future.status == "cancelled":
+        reason = sent.failure or "cancelled"
+    else:
+        error = future.exception()
+        reason = f"{type(error).__name__}: {error}"
+    return Measurement(Status.LAUNCH_ERROR, f"on the Dask cluster: {reason}", context_lost=True)
