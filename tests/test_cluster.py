@@ -29,7 +29,7 @@ pytest.importorskip("distributed", reason="the cluster extra is not installed (p
 from gen.cli.main import main  # noqa: E402
 from gen.gpu import dask_worker  # noqa: E402
 from gen.gpu.dask import DaskExecutor  # noqa: E402
-from gen.gpu.dask_flight import JOBS_PER_TASK, MAX_RESENDS, lost_verdict  # noqa: E402
+from gen.gpu.dask_flight import JOBS_PER_TASK, MAX_RESENDS, lost_verdict, task_size  # noqa: E402
 from gen.gpu.dask_cluster import gather_within, local_cluster  # noqa: E402
 from gen.core.errors import Interrupted, TilegenError  # noqa: E402
 from gen.families import get_family  # noqa: E402
@@ -476,6 +476,17 @@ def _stalls(times: int) -> tuple[Callable[[Any, list, threading.Event], list], l
     return gather, stalled
 
 
+def _counted() -> tuple[Callable[[Any, list, threading.Event], list], list[int]]:
+    """A gather that gathers, and how many results (tasks) each call was asked for."""
+    asked: list[int] = []
+
+    def gather(client: Any, futures: list, stop: threading.Event) -> list:
+        asked.append(len(futures))
+        return gather_within(client, futures, stop)
+
+    return gather, asked
+
+
 def test_results_lost_with_their_worker_are_sent_again_and_each_row_written_once(tmp_path: Path) -> None:
     gather, stalled = _stalls(2)
     executor = DaskExecutor("local", gpus=[0, 1], target=FAKE, gather=gather)
@@ -557,3 +568,25 @@ def test_ctrl_c_stops_a_cluster_sweep_at_once_while_a_gather_stalls(tmp_path: Pa
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     assert "RunInterrupted: 0 rows kept in" in said.until("RunInterrupted:")  # the job whose result never came: no row
+
+
+def test_jobs_waiting_together_are_shared_out_so_that_no_gpu_idles_while_another_has_several(tmp_path: Path) -> None:
+    cubin = tmp_path / "fake.cubin"
+    cubin.write_bytes(b"not a cubin")
+    jobs = [Job("matmul_f32_t16_p0_guard_both", "matmul", str(cubin), f"{64 * n}x64x64", timing=None) for n in (1, 2)]
+    gather, asked = _counted()
+    executor = DaskExecutor("local", gpus=[0, 1], target=FAKE, gather=gather)
+    try:
+        measured = [(job.shape, measurement.status) for job, measurement in executor.run(jobs)]
+    finally:
+        executor.close()
+    assert sum(asked) == 2  # a task each: two GPUs were free
+    assert sorted(measured) == sorted((job.shape, Status.OK) for job in jobs)
+
+
+def test_a_task_holds_up_to_its_gpus_share_of_the_jobs_waiting_within_the_room() -> None:
+    assert task_size(waiting=0, gpus=2, room=16) == 1  # the last job
+    assert task_size(waiting=2, gpus=2, room=16) == 2  # three waiting, two GPUs: 2 and 1
+    assert task_size(waiting=100, gpus=2, room=16) == JOBS_PER_TASK
+    assert task_size(waiting=100, gpus=2, room=2) == min(2, JOBS_PER_TASK)
+    assert task_size(waiting=100, gpus=0, room=0) == 1  # never less than the job in hand

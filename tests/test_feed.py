@@ -61,3 +61,12 @@ def test_iterating_waits_for_each_job_and_ends_once_closed_and_empty() -> None:
 def test_a_job_s_ticket_is_not_part_of_the_work() -> None:
     assert _job(1) != _job(2) and replace(_job(1), ticket=7) == _job(1)
     assert hash(replace(_job(1), ticket=7)) == hash(_job(1))
+
+
+def test_waiting_for_the_next_job_gives_up_at_its_timeout_and_ends_with_the_feed() -> None:
+    feed = JobFeed()
+    assert feed.next(timeout=0) is None and not feed.ended  # none yet: the taker looks again later
+    feed.put(_job(1))
+    assert feed.next(timeout=0) == _job(1)
+    feed.close()
+    assert feed.next() is None and feed.ended  # closed and empty: no wait

@@ -92,7 +92,7 @@ class Engine:
         self._events: queue.SimpleQueue[Row | BaseException] = queue.SimpleQueue()
         self._jobs = JobFeed(on_take=self._with_cutoff)
         self._tickets = itertools.count(1)
-        self._waiting_rows: dict[int, Row] = {}  # by the ticket of its job, from the job's start to its end
+        self._waiting_rows: dict[int, Row] = {}  # by its job's ticket, from the feed to the job's end
         self._in_flight = 0  # submitted points whose row has not been taken yet
         self._counted: set[Variant] = set()
         self._sanitized: set[Variant] = set()

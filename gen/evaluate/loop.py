@@ -114,8 +114,8 @@ def _run(proposer: Proposer, engine: Engine, sink: Sink, progress: Progress | No
         proposal = proposer.propose(max(0, room - len(waiting)))
         waiting.extend(proposal.points)
         engine.submit([waiting.popleft() for _ in range(min(room, len(waiting)))])
-        if proposal.points and waiting:  # more than the engine has room for: compiled meanwhile
-            engine.compile_ahead(point.variant for point in waiting)
+        if left := min(len(proposal.points), len(waiting)):  # more than the engine has room for: compiled meanwhile
+            engine.compile_ahead(dict.fromkeys(point.variant for point in proposal.points[-left:]))
         if proposal.rows:
             sink.record(proposal.rows)
             _tell(proposer, proposal.rows, None, outcome)

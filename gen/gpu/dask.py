@@ -15,8 +15,8 @@ Faults: when a Dask worker dies, the scheduler runs its jobs in flight on the ru
 each job's row is written once, and the lost worker is named. A restarted worker comes back at a
 new address, as a worker that joins: jobs in flight that only lost workers could take go to it. A
 gather that stalls (a result lost with its worker) is given up and its jobs are sent again, each
-in a task of its own, at most MAX_RESENDS times. When no worker of the run's GPU models is left and none joins within the
-hang timeout, the run stops with an error that names them.
+in a task of its own, at most MAX_RESENDS times. When no worker of the run's GPU models is left and
+none joins within the hang timeout, the run stops with an error that names them.
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ import queue
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ..core.results import DeviceInfo, GpuModel, Measurement, Status
+from ..core.results import DeviceInfo, GpuModel, Measurement
 from .dask_cluster import GPU, connect, gather_within, local_cluster
-from .dask_flight import JOBS_PER_TASK, Sent, failure, lost_verdict
+from .dask_flight import Sent, drain, failure, lost_verdict, task_size
 from .dask_worker import device_task, jobs_task
 from .executor import GpuUnavailable
 from .feed import JobFeed
@@ -91,8 +90,7 @@ class DaskExecutor:
             return list(self._devices.values())
 
     def capacity(self) -> int:
-        with self._lock:
-            return JOBS_AHEAD_PER_GPU * max(1, len(self._devices or {}))
+        return JOBS_AHEAD_PER_GPU * max(1, len(self._devices or {}))  # a glance, without the lock
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
         """Jobs go out as GPUs free up (a few ahead per accepted GPU); measurements come back as they
@@ -112,7 +110,7 @@ class DaskExecutor:
                     futures = [finished.get(timeout=WATCH_S)]
                 except queue.Empty:
                     continue
-                futures += _drain(finished)  # all finished by now: their results come in one gather
+                futures += drain(finished)  # all finished by now: their results come in one gather
                 if None in futures:
                     feeding = False
                 received = [(future, sent) for future in futures if future is not None
@@ -190,17 +188,21 @@ class DaskExecutor:
                                    resources={GPU: 1}, allow_other_workers=False, pure=False)
 
     def _feed(self, feed: JobFeed, finished: queue.Queue, stop: threading.Event) -> None:
-        """Send the jobs once the accepted GPUs have room for them, up to JOBS_PER_TASK in a task
-        (those waiting then), until the run stops."""
+        """Send the jobs once the accepted GPUs have room for them, several to a task when several
+        wait (`task_size`), until the run stops."""
         try:
-            for job in feed:
+            while not self._stopped(stop):
+                if (job := feed.next(timeout=WATCH_S)) is None:
+                    if feed.ended:
+                        return
+                    continue
                 with self._lock:
                     while not self._stopped(stop) and self._room() <= 0:
                         self._lock.wait(WATCH_S)
                     if self._stopped(stop):
-                        return
+                        return  # the job is dropped with the run
                     jobs = [job]
-                    while len(jobs) < min(JOBS_PER_TASK, self._room()) and (more := feed.take()) is not None:
+                    while len(jobs) < task_size(len(feed), len(self._devices or {}), self._room()) and (more := feed.take()) is not None:
                         jobs.append(more)
                     self._submit(tuple(jobs), finished)
         finally:
@@ -217,7 +219,7 @@ class DaskExecutor:
         """Send jobs, in one task, to the accepted GPU workers there are now (holding the lock)."""
         assert self._devices is not None
         workers = frozenset(self._devices)
-        cubins = {job.cubin: Path(job.cubin).read_bytes() for job in jobs}
+        cubins = {path: Path(path).read_bytes() for path in {job.cubin for job in jobs}}
         future = self._client.submit(jobs_task, list(jobs), cubins, self.silence_s, self.target,
                                      resources={GPU: 1}, workers=sorted(workers), allow_other_workers=False,
                                      pure=False)
@@ -247,7 +249,7 @@ class DaskExecutor:
         """The jobs' measurements, those that succeeded fetched in one gather, or a `launch_error` row
         for a job that itself kept killing workers (or whose workers were lost too often). When the
         gather stalls, a result was lost with its worker (its task pinned to workers that left):
-        those jobs are sent again; so are the jobs of a task of several that failed, one by one."""
+        those jobs are sent again; so are the jobs of a task of several that failed, one per task."""
         succeeded = [future for future, sent in received if not sent.failure and future.status == "finished"]
         try:
             gathered = self.gather(self._client, succeeded, self._killed) if succeeded else []
@@ -257,10 +259,21 @@ class DaskExecutor:
             received, results = [(future, sent) for future, sent in received if future not in succeeded], {}
         together = [(future, sent) for future, sent in received
                     if future.key not in results and len(sent.jobs) > 1 and not sent.failure]
-        self._send_again(together)
+        self._split(together)
         again = {future.key for future, _ in together}
-        return [(job, measurement) for future, sent in received if future.key not in again
-                for job, measurement in zip(sent.jobs, results.get(future.key) or [failure(future, sent)] * len(sent.jobs))]
+        measured: list[tuple[Job, Measurement]] = []
+        for future, sent in received:
+            if future.key not in again:
+                measured.extend(zip(sent.jobs, results.get(future.key) or [failure(future, sent)] * len(sent.jobs)))
+        return measured
+
+    def _split(self, failed: list[tuple[Any, Sent]]) -> None:
+        """Send the jobs of tasks of several that failed (a worker killed while running one, say)
+        again, each in a task of its own: which of them failed is not known, and none was lost."""
+        with self._lock:
+            for _, sent in failed:
+                for job in sent.jobs:
+                    self._submit((job,), sent.finished, sent.resends)
 
     def _send_again(self, lost: list[tuple[Any, Sent]]) -> None:
         """Send jobs whose results were lost again (after MAX_RESENDS, they come back as launch_errors)."""
@@ -376,14 +389,6 @@ def _device_of(query: Any) -> DeviceInfo | str:
 
 def _say(message: str) -> None:
     print(f"tilegen: {message}", file=sys.stderr, flush=True)
-
-
-def _drain(items: queue.Queue) -> list[Any]:
-    """Everything in the queue now, without waiting (its one reader calls)."""
-    drained = []
-    while not items.empty():
-        drained.append(items.get_nowait())
-    return drained
 
 
 def _worker_name(name: str, address: str) -> str:

@@ -4,12 +4,15 @@ Dask task, how often a task was sent again, and the `launch_error` row of a job 
 Dask's own cost per task (the graph update, the transitions, a message to the worker and back,
 a gather) is 2-7 ms of the coordinator's CPU: about what the job itself costs on a GPU. So up to
 JOBS_PER_TASK jobs that wait together go in one task, run one after another on its worker's GPU.
-A task that fails or is lost is sent again as one task per job, so that a job that kills its
-workers is soon alone and only its own row says so.
+A task's results come back together, so a task that fails or is lost runs all its jobs again,
+those that had finished too, one task per job: a job that kills its workers is soon alone, and
+only its own row says so. A task lost with its workers counts as a loss for each of its jobs
+(`lost_verdict`); a task of several that failed does not, since which job failed is not known.
 """
 
 from __future__ import annotations
 
+import math
 import queue
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +22,14 @@ from .jobs import Job
 
 JOBS_PER_TASK = 4  # at most, in one Dask task: what waits for the GPUs when the task is sent
 MAX_RESENDS = 3  # a job whose workers all left is sent again this often (then it is a launch_error)
+
+
+def task_size(waiting: int, gpus: int, room: int) -> int:
+    """Jobs in the next task, with `waiting` more in line, `gpus` accepted GPUs and room for `room`
+    more jobs in flight: up to JOBS_PER_TASK, and no more than each GPU's share of those waiting,
+    so that no GPU idles while another has several."""
+    share = math.ceil((1 + waiting) / max(1, gpus))
+    return max(1, min(JOBS_PER_TASK, room, share))
 
 
 def lost_verdict(resends: int) -> str:
@@ -48,3 +59,11 @@ def failure(future: Any, sent: Sent) -> Measurement:
         error = future.exception()
         reason = f"{type(error).__name__}: {error}"
     return Measurement(Status.LAUNCH_ERROR, f"on the Dask cluster: {reason}", context_lost=True)
+
+
+def drain(items: queue.Queue) -> list[Any]:
+    """Everything in the queue now, without waiting (its one reader calls)."""
+    drained = []
+    while not items.empty():
+        drained.append(items.get_nowait())
+    return drained

@@ -25,9 +25,9 @@ class Executor(Protocol):
         as many again ready for it."""
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
-        """Yield each job with its measurement as it completes (in any order). `jobs` (the engine's
-        JobFeed, gen.gpu.feed) is consumed lazily, a job whenever a GPU can take one, so it may be a
-        stream that blocks."""
+        """Yield each job with its measurement as it completes (in any order). `jobs` is the engine's
+        JobFeed (gen.gpu.feed), consumed lazily, a job whenever a GPU can take one, until it is
+        closed and empty; or a finite iterable, read whole at the start."""
 
     def close(self) -> None: ...
 

@@ -2,13 +2,13 @@
 and an executor takes them as its GPUs free up.
 
 An executor that waits on many things at once (gen.gpu.table, in one thread) takes jobs without
-blocking and is told when the next one comes; any other (gen.gpu.dask) iterates the feed, which
-blocks until the next job and ends once the feed is closed and empty.
+blocking and is told when the next one comes; another (gen.gpu.dask) waits for the next job a
+while at a time. A feed has one taker at a time.
 
     feed = JobFeed()
     feed.put(job)                         # the producer
     job = feed.take(on_arrival=wake)      # a job, or None: `wake()` is called once one comes
-    for job in feed: ...                  # or this, blocking
+    job = feed.next(timeout=1.0)          # or wait for one (None: none came, or the feed ended)
     feed.close()                          # no more jobs: takers end once the feed is empty
 """
 
@@ -62,12 +62,22 @@ class JobFeed:
             arrived()
 
     def take(self, on_arrival: Callable[[], None] | None = None) -> Job | None:
-        """The next job, without waiting; None if there is none now, and then `on_arrival` is
-        called (once, from the putting thread) when one comes or the feed closes."""
+        """The next job, without waiting; None if there is none now, and then `on_arrival` (when
+        given) is called, once, from the putting thread, when one comes or the feed closes."""
         with self._ready:
             if not self._jobs:
-                if not self._closed:
+                if on_arrival is not None and not self._closed:
                     self._on_arrival = on_arrival
+                return None
+            job = self._jobs.popleft()
+        return self._on_take(job) if self._on_take else job
+
+    def next(self, timeout: float | None = None) -> Job | None:
+        """The next job, waiting up to `timeout` seconds (None: until one comes or the feed closes);
+        None if none came (see `ended`)."""
+        with self._ready:
+            self._ready.wait_for(lambda: self._jobs or self._closed, timeout)
+            if not self._jobs:
                 return None
             job = self._jobs.popleft()
         return self._on_take(job) if self._on_take else job
@@ -85,14 +95,8 @@ class JobFeed:
 
     def __iter__(self) -> Iterator[Job]:
         """Each job as it comes, waiting for it; ends once the feed is closed and empty."""
-        while True:
-            with self._ready:
-                while not self._jobs and not self._closed:
-                    self._ready.wait()
-                if not self._jobs:
-                    return
-                job = self._jobs.popleft()
-            yield self._on_take(job) if self._on_take else job
+        while (job := self.next()) is not None:
+            yield job
 
     def _take_on_arrival(self) -> Callable[[], None] | None:
         arrived, self._on_arrival = self._on_arrival, None

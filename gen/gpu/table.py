@@ -58,7 +58,7 @@ class _Seat:
 
     worker: IsolatedWorker
     sent: deque[_Queued] = field(default_factory=deque)  # in the worker's hands; the first is running
-    waiting: deque[_Queued] = field(default_factory=deque)  # posted, not sent yet
+    waiting: deque[_Queued] = field(default_factory=deque)  # dealt, not sent yet
     preparing: bool = False
     descriptor: int | None = None  # registered with the poll while something is sent
 
