@@ -37,7 +37,11 @@ def add_family_path(folder: Path | str) -> None:
 
 
 def family_paths() -> list[Path]:
-    return [Path(p) for p in os.environ.get(FAMILY_PATH_ENV, "").split(os.pathsep) if p]
+    return _paths_in(os.environ.get(FAMILY_PATH_ENV, ""))
+
+
+def _paths_in(family_path: str) -> list[Path]:
+    return [Path(p) for p in family_path.split(os.pathsep) if p]
 
 
 def family_path_of(family: Family) -> Path | None:
@@ -49,7 +53,7 @@ def family_path_of(family: Family) -> Path | None:
 def _folder_on_path(source: str, family_path: str) -> Path | None:
     """Resolving paths costs a system call a component: once per family and family path."""
     folder = Path(source).parent.resolve()
-    return folder if folder in {Path(p).resolve() for p in family_path.split(os.pathsep) if p} else None
+    return folder if folder in {path.resolve() for path in _paths_in(family_path)} else None
 
 
 @functools.cache

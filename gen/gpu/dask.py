@@ -98,8 +98,7 @@ class DaskExecutor:
         self.devices()
         finished: queue.Queue[Any] = queue.Queue()  # this run's futures as they finish; None: all sent
         stop = threading.Event()
-        feed = jobs if isinstance(jobs, JobFeed) else JobFeed.of(jobs)
-        threading.Thread(target=self._feed, args=(feed, finished, stop), daemon=True).start()
+        threading.Thread(target=self._feed, args=(JobFeed.of(jobs), finished, stop), daemon=True).start()
         feeding, watched, self._alone_since = True, time.monotonic(), None
         try:
             while (feeding or self._pending(finished)) and not self._killed.is_set():
@@ -201,8 +200,8 @@ class DaskExecutor:
                         self._lock.wait(WATCH_S)
                     if self._stopped(stop):
                         return  # the job is dropped with the run
-                    jobs = [job]
-                    while len(jobs) < task_size(len(feed), len(self._devices or {}), self._room()) and (more := feed.take()) is not None:
+                    jobs, size = [job], task_size(len(feed), len(self._devices or {}), self._room())
+                    while len(jobs) < size and (more := feed.take()) is not None:
                         jobs.append(more)
                     self._submit(tuple(jobs), finished)
         finally:

@@ -33,8 +33,10 @@ class JobFeed:
         self._on_arrival: Callable[[], None] | None = None  # a taker waiting to hear of the next job
 
     @classmethod
-    def of(cls, jobs: Iterable[Job]) -> "JobFeed":
-        """A closed feed of these (finite) jobs."""
+    def of(cls, jobs: "JobFeed | Iterable[Job]") -> "JobFeed":
+        """The feed itself, or a closed feed of these (finite) jobs: what an executor's `run` takes."""
+        if isinstance(jobs, JobFeed):
+            return jobs
         feed = cls()
         for job in jobs:
             feed.put(job)

@@ -47,8 +47,7 @@ class LocalExecutor:
         as it comes (gen.gpu.table). What may block for long (compute-sanitizer, a worker starting
         again) runs in a thread of its own meanwhile."""
         self.devices()
-        feed = jobs if isinstance(jobs, JobFeed) else JobFeed.of(jobs)
-        table = Table(self.workers, self._killed, self._prepare, feed)
+        table = Table(self.workers, self._killed, self._prepare, JobFeed.of(jobs))
         try:
             yield from table.serve()
         finally:
