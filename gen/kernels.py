@@ -16,7 +16,7 @@ from .build.compiler import CompileOptions, compile_variant
 from .core.errors import UsageError
 from .families import get_family
 from .families.family import Family
-from .families.problem import NUMPY_DTYPE, Scalar
+from .families.problem import Scalar, numpy_dtype
 from .search.lookup import shape_text, tuned
 from .families.variant import Variant
 
@@ -83,8 +83,8 @@ class Kernel:
     def _check(self, given: dict[str, Any]) -> None:
         """Each array must be dense, with the dimensions and element type the family expects."""
         expected = self.family.problem.arrays(self.shape)
-        dtype = np.dtype(NUMPY_DTYPE[self.variant.dtype])
         for name, array in given.items():
+            dtype = numpy_dtype(self.variant.output_dtype if name == self.output else self.variant.dtype)
             is_array = isinstance(array, np.ndarray) or hasattr(array, "gpudata")
             if not is_array or np.dtype(getattr(array, "dtype", None)) != dtype:
                 raise UsageError(f"{name} must be a {dtype} array, a NumPy array or a pycuda GPUArray; got "

@@ -78,7 +78,7 @@ def context(family: Family, variant: Variant) -> dict[str, Any]:
         name=variant.name,
         ctype=DTYPE_CTYPE[variant.dtype],
         params=variant.params(),
-        signature=lambda indent="    ": signature(family.problem.arguments, variant.dtype, indent),
+        signature=lambda indent="    ": signature(family.problem.arguments, variant.dtype, indent, variant.output_dtype),
         template=family.template,
         template_hash=template_hash(family),
         command=variant.render_command(family_path_of(family)),

@@ -16,5 +16,6 @@ MAX_REGISTERS_PER_THREAD = 255
 # Kernels index with 32-bit ints, so no matrix may hold 2**31 elements or more.
 MAX_ELEMENTS = 2**31 - 1
 
-DTYPE_BYTES = {"f32": 4, "f64": 8}
-DTYPE_CTYPE = {"f32": "float", "f64": "double"}
+DTYPE_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
+# f16 and bf16 are cuda_fp16.h's and cuda_bf16.h's types: a template that uses them includes the header.
+DTYPE_CTYPE = {"f32": "float", "f64": "double", "f16": "__half", "bf16": "__nv_bfloat16"}

@@ -16,9 +16,21 @@ from ..core.checks import whole_rule, whole_text
 from ..core.errors import UsageError
 from ..core.limits import DTYPE_BYTES, DTYPE_CTYPE
 
-NUMPY_DTYPE = {"f32": np.float32, "f64": np.float64}
+NUMPY_DTYPE = {"f32": np.float32, "f64": np.float64, "f16": np.float16}  # bf16: numpy_dtype()
 # Unit roundoff of each element type: the relative error of one rounding.
-UNIT_ROUNDOFF = {"f32": 2.0**-24, "f64": 2.0**-53}
+UNIT_ROUNDOFF = {"f32": 2.0**-24, "f64": 2.0**-53, "f16": 2.0**-11, "bf16": 2.0**-8}
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    """The NumPy type of an element type; bfloat16 comes from ml_dtypes (NumPy has none)."""
+    if dtype == "bf16":
+        try:
+            from ml_dtypes import bfloat16
+        except ImportError:
+            raise UsageError("bf16 arrays on the host need the ml_dtypes package: pip install ml_dtypes "
+                             "(or use dtype f16)") from None
+        return np.dtype(bfloat16)
+    return np.dtype(NUMPY_DTYPE[dtype])
 
 
 # ---- ceilings ----------------------------------------------------------------------------------
@@ -81,11 +93,11 @@ Argument = Input | Output | Scalar
 SCALAR_TYPES = {"int": np.int32, "long long": np.int64, "float": np.float32, "double": np.float64}
 
 
-def signature(arguments: Sequence[Argument], dtype: str, indent: str = "    ") -> str:
+def signature(arguments: Sequence[Argument], dtype: str, indent: str = "    ", output_dtype: str | None = None) -> str:
     """The kernel's parameter list, as the templates write it: pointers on one line, scalars on
-    the next (`indent` before them)."""
-    ctype = DTYPE_CTYPE[dtype]
-    pointers = [f"const {ctype}* __restrict__ {a.name}" if isinstance(a, Input) else f"{ctype}* __restrict__ {a.name}"
+    the next (`indent` before them). Inputs are of `dtype`, the output of `output_dtype` (default: the same)."""
+    ctype, out_ctype = DTYPE_CTYPE[dtype], DTYPE_CTYPE[output_dtype or dtype]
+    pointers = [f"const {ctype}* __restrict__ {a.name}" if isinstance(a, Input) else f"{out_ctype}* __restrict__ {a.name}"
                 for a in arguments if not isinstance(a, Scalar)]
     scalars = [f"{a.ctype} {a.name}" for a in arguments if isinstance(a, Scalar)]
     lines = [", ".join(part) for part in (pointers, scalars) if part]
@@ -178,7 +190,7 @@ class Problem(ABC):
         """Fresh random inputs in [-1, 1): never zeros, never constant, padding included."""
         rng = np.random.default_rng(seed)
         arrays = self.arrays(shape)
-        return {a.name: rng.uniform(-1.0, 1.0, size=arrays[a.name]).astype(NUMPY_DTYPE[dtype])
+        return {a.name: rng.uniform(-1.0, 1.0, size=arrays[a.name]).astype(numpy_dtype(dtype))
                 for a in self.arguments if isinstance(a, Input)}
 
     def throughput(self, shape: Any, dtype: str, seconds: float) -> float:
@@ -195,7 +207,8 @@ class Problem(ABC):
 
     @abstractmethod
     def tolerance(self, dtype: str, shape: Any) -> float:
-        """The largest accepted ||out - ref|| / ||ref|| over the output region."""
+        """The largest accepted ||out - ref|| / ||ref|| over the output region, for an output of
+        element type `dtype` (the variant's `output_dtype`: its `dtype` unless the family says otherwise)."""
 
     @abstractmethod
     def ceiling(self, dtype: str) -> Ceiling:

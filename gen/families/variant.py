@@ -214,6 +214,12 @@ class Variant:
         return dataclasses.replace(self, **{ELEMENT_TYPE: dtype}) if has_parameter else self
 
     @property
+    def output_dtype(self) -> str:
+        """The output array's element type: `dtype`, unless the family's variants say otherwise
+        (a half-precision GEMM that writes float32, say)."""
+        return self.dtype
+
+    @property
     def dynamic_shared_bytes(self) -> int:
         """Shared memory to ask for at launch (extern __shared__): none unless the family says so."""
         return 0

@@ -16,13 +16,12 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable
 
-import numpy as np
 import pycuda.driver as cuda
 
 from ..core.results import Measurement, Status, Timing, slower_than_cutoff
 from ..families import get_family
 from ..families.family import Family, Launch
-from ..families.problem import NUMPY_DTYPE, Problem
+from ..families.problem import Problem, numpy_dtype
 from ..families.variant import Variant
 from .ceilings import Ceilings
 from .checker import DeviceProblem, OutputChecker
@@ -91,13 +90,13 @@ class Runner:
         """One launch per seed on fresh inputs into a NaN-poisoned output, each compared with its
         reference; the verdict, and the last launch (for timing)."""
         worst, problem_found, call = 0.0, "", lambda: None
-        tolerance = problem.tolerance(variant.dtype, shape)
+        tolerance = problem.tolerance(variant.output_dtype, shape)
         output = problem.output.name
         for seed in job.seeds:
             report(f"check seed {seed}")
             expected = self._problem(problem, variant.dtype, shape, seed,
                                      lambda step: report(f"check seed {seed}: {step}"))
-            arrays = expected.fresh_arrays(output, np.dtype(NUMPY_DTYPE[variant.dtype]))
+            arrays = expected.fresh_arrays(output, numpy_dtype(variant.output_dtype))
             call = launcher(function, launch, problem, shape, arrays)
             call()
             cuda.Context.synchronize()
