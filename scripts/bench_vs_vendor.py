@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """tilegen's best variants beside the vendor on this GPU, in one process and on the same inputs:
-SGEMM against cuBLAS (CuPy, else PyTorch; float32 compute, no TF32) and the transpose against a
+SGEMM against cuBLAS (CuPy, else PyTorch; float32 compute, no TF32), HGEMM (float16 and bfloat16 on
+the tensor cores) against cuBLAS through PyTorch for the same dtype, and the transpose against a
 device-to-device cudaMemcpy of the same bytes. Prints a table of ratios; asserts nothing.
 
 The variant for each shape comes from the tuning database (gen.tuned: the exact shape if tuned,
@@ -11,6 +12,8 @@ non-square shape; transpose >= 97% of the copy at 8192^2 and 16384^2.
 
 --suite (issue 13) measures the fixed shape suite instead, with its geometric mean; --tune N first
 tunes each of its shapes at its own size on this GPU (Bayesian search, N evaluations) into --db.
+--only hgemm (issue 30) measures the half-precision suite in each --dtypes; --variants NAME,...
+times each of those variants instead of the tuned one (each checked first, NaN-poisoned).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import pycuda.gpuarray as gpuarray  # noqa: E402
 
 import gen  # noqa: E402
 from gen.families import get_family  # noqa: E402
+from gen.families.problem import numpy_dtype  # noqa: E402
 from gen.kernels import Kernel  # noqa: E402
 from gen.search.lookup import tuned_with_reason  # noqa: E402
 from gen.core.results import TimingOptions  # noqa: E402
@@ -43,6 +47,8 @@ SUITE_SGEMM = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x
                "8192x128x8192", "128x8192x8192", "1000x1000x1000", "3000x5000x700", "1024x1024x16384",
                "16384x16384x1024", "4095x4097x4093", "4096x4096x4096:4100,4100,4100"]
 SUITE_TRANSPOSE = ["4096x4096", "8192x8192", "16384x16384", "32768x32768", "8192x16384", "16384x8192"]
+HGEMM_SHAPES = ["4096x4096x4096", "8192x8192x8192", "2000x7000x3000", "8192x1024x8192", "12288x12288x1024",
+                "1000x1000x1000"]
 SAMPLES = 50
 FLUSH_BYTES = 512 * 2**20
 
@@ -51,29 +57,46 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, help="tuning database (default: the user's)")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
-    parser.add_argument("--only", choices=("sgemm", "transpose"), help="run one half of the table")
+    parser.add_argument("--only", choices=("sgemm", "hgemm", "transpose"), help="run one part of the table")
     parser.add_argument("--suite", action="store_true", help="the fixed shape suite of issue 13")
-    parser.add_argument("--tune", type=int, metavar="N", help="with --suite: first tune each shape (N evaluations)")
+    parser.add_argument("--tune", type=int, metavar="N", help="first tune each shape (N evaluations)")
+    parser.add_argument("--dtypes", default="f16,bf16", help="hgemm: the element types (default f16,bf16)")
+    parser.add_argument("--sizes", help="replace the shapes (comma-separated)")
+    parser.add_argument("--variants", help="hgemm: time these variants (comma-separated names) instead of the tuned one")
     args = parser.parse_args()
     sgemm_shapes, transpose_shapes = (SUITE_SGEMM, SUITE_TRANSPOSE) if args.suite else (SGEMM_SHAPES, TRANSPOSE_SHAPES)
-    sgemm_shapes = [] if args.only == "transpose" else sgemm_shapes
-    transpose_shapes = [] if args.only == "sgemm" else transpose_shapes
+    parts = {"sgemm": sgemm_shapes, "hgemm": HGEMM_SHAPES, "transpose": transpose_shapes}
+    if args.only:
+        parts = {args.only: args.sizes.split(",") if args.sizes else parts[args.only]}
+    else:
+        del parts["hgemm"]
+    problems = [(family, size) for family, sizes in parts.items() for size in sizes]
+    dtypes = args.dtypes.split(",")
     if args.tune:
-        tune_each(args.db, args.tune, [("sgemm", s) for s in sgemm_shapes] + [("transpose", s) for s in transpose_shapes])
-    vendor, multiply = vendor_sgemm()
+        tune_each(args.db, args.tune, [(f, s, d) for f, s in problems for d in (dtypes if f == "hgemm" else [None])])
     flush = l2_flusher()
+    measures: list[tuple[str, Callable[[], list[Any]]]] = []
+    for family, size in problems:
+        if family == "sgemm":
+            vendor, multiply = vendor_sgemm()
+            measures.append((f"sgemm {size}", lambda s=size, m=multiply: sgemm_row(s, args.db, m, flush)))
+        elif family == "transpose":
+            measures.append((f"transpose {size}", lambda s=size: transpose_row(s, args.db, flush)))
+        else:
+            for dtype in dtypes:
+                for name in args.variants.split(",") if args.variants else [None]:
+                    measures.append((f"hgemm {dtype} {size}",
+                                     lambda s=size, d=dtype, n=name: hgemm_row(s, d, args.db, n, flush)))
     rows = []
-    for name, size, measure in ([("sgemm", size, lambda s: sgemm_row(s, args.db, multiply, flush)) for size in sgemm_shapes]
-                                + [("transpose", size, lambda s: transpose_row(s, args.db, flush))
-                                   for size in transpose_shapes]):
+    for label, measure in measures:
         try:
-            rows.append(measure(size))
+            rows.append(measure())
         except Exception as error:  # one shape's failure is reported in its row; the others still run
-            rows.append([f"{name} {size}", f"failed: {type(error).__name__}: {error}"[:200], "", "", "", "", ""])
+            rows.append([label, f"failed: {type(error).__name__}: {error}"[:200], "", "", "", "", ""])
         print(" | ".join(map(str, rows[-1])), flush=True)
     headers = ["problem", "tilegen variant (how it was chosen)", "tilegen ms", "vendor", "vendor ms", "ratio",
                "error"]
-    print(f"{cuda.Context.get_device().name()}, vendor SGEMM: {vendor}")
+    print(cuda.Context.get_device().name())
     print(text_table(headers, rows))
     summary = geometric_means(rows)
     print(summary)
@@ -81,19 +104,20 @@ def main() -> None:
         args.markdown.write_text(markdown_table(headers, rows) + "\n\n" + summary + "\n")
 
 
-def tune_each(db: Path | None, evaluations: int, problems: list[tuple[str, str]]) -> None:
+def tune_each(db: Path | None, evaluations: int, problems: list[tuple[str, str, str | None]]) -> None:
     """Tune each problem at its own size on this GPU (Bayesian search), in tilegen's isolated workers."""
     from gen.search.tune import TuneOptions, tune
 
-    for family, size in problems:
-        print(f"tuning {family} {size} ({evaluations} evaluations)", flush=True)
-        tune(TuneOptions(family, size, strategy="bayes", budget=evaluations, db=db, progress=False))
+    for family, size, dtype in problems:
+        print(f"tuning {family} {dtype or ''} {size} ({evaluations} evaluations)", flush=True)
+        tune(TuneOptions(family, size, params={"dtype": [dtype]} if dtype else {}, strategy="bayes", budget=evaluations,
+                         db=db, progress=False))
 
 
 def geometric_means(rows: list[list[Any]]) -> str:
     """The geometric mean of the ratios per family, and the lowest."""
     lines = []
-    for family in ("sgemm", "transpose"):
+    for family in ("sgemm", "hgemm f16", "hgemm bf16", "transpose"):
         ratios = {row[0]: float(row[5].rstrip("%")) / 100 for row in rows if row[0].startswith(family) and row[5]}
         if ratios:
             lowest = min(ratios, key=ratios.get)
@@ -123,6 +147,57 @@ def sgemm_row(size: str, db: Path | None, multiply: Callable, flush: Any) -> lis
     ours_ms, theirs_ms = paired_medians_ms(run_ours, run_theirs, flush)
     return [f"sgemm {size}", f"{variant.name} ({reason})", round(ours_ms, 4), "cuBLAS SGEMM", round(theirs_ms, 4),
             f"{theirs_ms / ours_ms:.1%}", f"{errors[0]:.1e} / {errors[1]:.1e}"]
+
+
+def hgemm_row(size: str, dtype: str, db: Path | None, name: str | None, flush: Any) -> list[Any]:
+    """One half-precision GEMM shape in one dtype against cuBLAS (PyTorch) for the same dtype, both
+    writing C in that dtype; our output is checked against the float64 product of the rounded inputs,
+    NaN-poisoned first, before anything is timed."""
+    import torch
+
+    family = get_family("hgemm")
+    shape = family.parse_shape(size)
+    m, n, k = shape.dims
+    types = {"f16": torch.float16, "bf16": torch.bfloat16}
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    a_whole = torch.rand(m, shape.lda, device="cuda", generator=generator).mul_(2).sub_(1).to(types[dtype])
+    b_whole = torch.rand(k, shape.ldb, device="cuda", generator=generator).mul_(2).sub_(1).to(types[dtype])
+    ours_whole = torch.full((m, shape.ldc), float("nan"), device="cuda", dtype=types[dtype])
+    a, b = a_whole[:, :k], b_whole[:, :n]
+    theirs = torch.empty(m, n, device="cuda", dtype=types[dtype])
+    if name:
+        variant, reason = family.variant_type.from_name(name), "given"
+        variant = family.runnable(variant, shape) or variant
+    else:
+        variant, reason = tuned_with_reason("hgemm", size, dtype=dtype, db=db)
+    run_ours = kernel(variant, size, {"A": _pycuda_view(a_whole), "B": _pycuda_view(b_whole),
+                                      "C": _pycuda_view(ours_whole)})
+    run_theirs = lambda: torch.matmul(a, b, out=theirs)  # noqa: E731
+    run_ours()
+    run_theirs()
+    torch.cuda.synchronize()
+    reference = a.double() @ b.double()
+    errors = [float("inf") if out.isnan().any() else float((out.double() - reference).norm() / reference.norm())
+              for out in (ours_whole[:, :n], theirs)]
+    tolerance = family.problem.tolerance(variant.output_dtype, shape)
+    if errors[0] > tolerance:
+        return [f"hgemm {dtype} {size}", f"{variant.name} ({reason})", "WRONG", "cuBLAS (PyTorch)", "", "",
+                f"{errors[0]:.1e} > {tolerance:.1e}"]
+    ours_ms, theirs_ms = paired_medians_ms(run_ours, run_theirs, flush)
+    return [f"hgemm {dtype} {size}", f"{variant.name} ({reason})", round(ours_ms, 4), "cuBLAS (PyTorch)",
+            round(theirs_ms, 4), f"{theirs_ms / ours_ms:.1%}", f"{errors[0]:.1e} / {errors[1]:.1e}"]
+
+
+def _pycuda_view(tensor: Any) -> Any:
+    """A PyTorch tensor as the kernels see a device array: its pointer, allocated dimensions and type."""
+    class View:
+        gpudata = tensor.data_ptr()
+        shape = tuple(tensor.shape)
+        dtype = numpy_dtype({"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}[str(tensor.dtype)])
+        strides = tuple(s * tensor.element_size() for s in tensor.stride())
+    View.gpudata = type("Pointer", (int,), {})(tensor.data_ptr())
+    View.tensor = tensor  # keeps the memory alive with the launch
+    return View()
 
 
 def transpose_row(size: str, db: Path | None, flush: Any) -> list[Any]:

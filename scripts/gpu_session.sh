@@ -22,6 +22,10 @@
 #              (0,1), one GPU against those, alternating
 #   throughput-ab  the same, this tree against the one in $BENCH_OLD (git archive REV gen templates
 #              tests scripts, with this bench_sweep.py), alternating, twice each
+#   hgemm-check  the hgemm family at odd and aligned shapes, both dtypes and output types, every layout,
+#              guarded and unguarded copies: every row must be ok or skipped ($HGEMM_CHECK_FLAGS adds flags)
+#   hgemm      scripts/bench_vs_vendor.py --only hgemm: against cuBLAS (PyTorch) for the same dtype;
+#              $HGEMM_FLAGS adds flags (--tune N, --variants A,B, --sizes ...)
 #   dask       the two-GPU test (two GPUs)
 #   dask-a     the Dask cluster benchmark's compile and one-GPU sweep; dask-b (a later call, with
 #              runs/cluster-bench carried): its cluster sweeps, whole and with a worker killed, and
@@ -64,6 +68,15 @@ for name in "$@"; do
       part scale-dask timeout 300 python3 scripts/bench_scale.py --executors dask --workers 1,2,4,8,16,32 --max-jobs 1000 \
         --markdown "$out/scale-dask.md" ;;
     early-stop) part early-stop python3 scripts/bench_early_stop.py ;;
+    hgemm-check)
+      # shellcheck disable=SC2086  # HGEMM_CHECK_FLAGS is several flags
+      part hgemm-check python3 -m gen sweep hgemm -p dtype=f16,bf16 -p out=same,f32 -p bm=64,128 -p bn=128 -p bk=32,64 \
+        -p wm=32,64 -p wn=64 -p stages=2,4 -p layout=swizzle,pad,none -p bounds=none,guard -p copy=async,scalar \
+        --size 1000x1000x1000 --size 999x1001x1003 --size 256x384x512:520,392,400 --timing-budget 0.01 \
+        --out "$out/hgemm-check" ${HGEMM_CHECK_FLAGS:-} ;;
+    hgemm)
+      # shellcheck disable=SC2086  # HGEMM_FLAGS is several flags
+      part hgemm python3 scripts/bench_vs_vendor.py --only hgemm --markdown "$out/hgemm.md" ${HGEMM_FLAGS:-} ;;
     tests-k) part tests-k python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k "$TESTS_K" tests/ ;;
     throughput|throughput-ab)
       if [ ! -d runs/sgemm-cache ] && [ -f .whl/sgemm-cache-sm90-nvcc.tar.xz ]; then

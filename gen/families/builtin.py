@@ -1,4 +1,4 @@
-"""The four families built into tilegen. Each is one module here plus one template in templates/,
+"""The five families built into tilegen. Each is one module here plus one template in templates/,
 written with the same public API (gen.api) a plugin uses; families that compute the same thing
 share a Problem (gemm, matrix)."""
 
@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from .copy import CopyFamily
 from .family import Family
+from .hgemm import HgemmFamily
 from .matmul import MatmulFamily
 from .sgemm import SgemmFamily
 from .transpose import TransposeFamily
 
-BUILTIN_FAMILIES: tuple[type[Family], ...] = (MatmulFamily, SgemmFamily, TransposeFamily, CopyFamily)
+BUILTIN_FAMILIES: tuple[type[Family], ...] = (MatmulFamily, SgemmFamily, HgemmFamily, TransposeFamily, CopyFamily)

@@ -2,7 +2,7 @@
 GPU worker process and kept in `ceilings.json` in the cache folder.
 
 A ceiling is measured the first time a job asks for it: by its family's own `measure`, or, for
-tilegen's (COPY_BANDWIDTH, GEMM_F32, GEMM_F64), by the measurers here, found by key. One that
+tilegen's (COPY_BANDWIDTH and cuBLAS's GEMM in f32, f64, f16 and bf16), by the measurers here, found by key. One that
 cannot be measured (a family's without `measure`, the cuBLAS rates without CuPy or PyTorch) has
 no rate, and its rows no share.
 
@@ -29,7 +29,7 @@ import numpy as np
 from ..core.errors import UsageError
 from ..core.paths import cache_dir
 from ..core.results import GpuModel, TimingOptions
-from ..families.problem import COPY_BANDWIDTH, GEMM_F32, GEMM_F64, Ceiling
+from ..families.problem import COPY_BANDWIDTH, GEMM_BF16, GEMM_F16, GEMM_F32, GEMM_F64, Ceiling
 
 CEILING_SAMPLES = TimingOptions(min_samples=10, max_samples=20, target_rsd=0.0, warmup=3, budget_s=30.0)
 # How tilegen 0.1 and 0.2 wrote a model (str(GpuModel) then): "NAME (cc 9.0, 132 SMs, 79 GiB)".
@@ -127,25 +127,27 @@ def copy_bandwidth(size: int = 1 << 30) -> float:
 
 def gemm_rate(dtype: str, n: int = 8192) -> float | None:
     """cuBLAS GEMM at n³ through CuPy or PyTorch (TF32 off), timed on the default stream both
-    libraries use, in TFLOP/s; None without either."""
+    libraries use, in TFLOP/s; None without either (or, for bf16, without PyTorch)."""
     from .timing import event_samples
 
-    vendor = vendor_gemm()
+    vendor = vendor_gemm(dtype)
     if vendor is None:
         return None
     random_matrix, multiply = vendor
-    operands = (random_matrix(n, dtype), random_matrix(n, dtype))
+    operands = (random_matrix(n), random_matrix(n))
     samples = event_samples(lambda: multiply(*operands), CEILING_SAMPLES, before_each=lambda salt: None)
     return 2 * n**3 / (float(np.median(samples)) / 1e3) / 1e12
 
 
-def vendor_gemm() -> tuple[Callable[[int, str], Any], Callable[[Any, Any], Any]] | None:
-    """(random n x n matrix of a dtype, matrix product) from CuPy, else PyTorch (TF32 off), else None."""
+def vendor_gemm(dtype: str) -> tuple[Callable[[int], Any], Callable[[Any, Any], Any]] | None:
+    """(random n x n matrix of `dtype`, matrix product) from CuPy, else PyTorch (TF32 off), else None.
+    CuPy has no bfloat16."""
     try:
         import cupy
 
-        types = {"f32": cupy.float32, "f64": cupy.float64}
-        return (lambda n, dtype: cupy.random.uniform(-1, 1, (n, n)).astype(types[dtype]), cupy.matmul)
+        types = {"f32": cupy.float32, "f64": cupy.float64, "f16": cupy.float16}
+        if dtype in types:
+            return (lambda n: cupy.random.uniform(-1, 1, (n, n)).astype(types[dtype]), cupy.matmul)
     except ImportError:
         pass
     try:
@@ -153,8 +155,8 @@ def vendor_gemm() -> tuple[Callable[[int, str], Any], Callable[[Any, Any], Any]]
     except ImportError:
         return None
     torch.backends.cuda.matmul.allow_tf32 = False
-    types = {"f32": torch.float32, "f64": torch.float64}
-    return (lambda n, dtype: torch.rand(n, n, device="cuda", dtype=types[dtype]) * 2 - 1, torch.matmul)
+    types = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
+    return (lambda n: torch.rand(n, n, device="cuda", dtype=types[dtype]) * 2 - 1, torch.matmul)
 
 
 # The measurer of each of tilegen's own ceilings, by key: None from one means it cannot be measured here.
@@ -162,4 +164,6 @@ MEASURERS: dict[str, Callable[[], float | None]] = {
     COPY_BANDWIDTH.key: copy_bandwidth,
     GEMM_F32.key: lambda: gemm_rate("f32"),
     GEMM_F64.key: lambda: gemm_rate("f64"),
+    GEMM_F16.key: lambda: gemm_rate("f16"),
+    GEMM_BF16.key: lambda: gemm_rate("bf16"),
 }

@@ -11,7 +11,8 @@ import numpy as np
 import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
 
-from ..families.problem import Problem
+from ..core.errors import UsageError
+from ..families.problem import Problem, numpy_dtype
 
 
 @dataclass
@@ -33,7 +34,7 @@ class DeviceProblem:
             work = self._buffer(name, pristine.shape, pristine.dtype)
             cuda.memcpy_dtod_async(work.gpudata, pristine.gpudata, pristine.nbytes)
         out = self._buffer(output, self.expected.shape, dtype)
-        out.fill(np.nan)
+        poison(out)
         return {name: self._work[name] for name in (*self.inputs, output)}
 
     def _buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Any:
@@ -56,19 +57,42 @@ class DeviceProblem:
         expected[region] = reference
         norm = float(np.linalg.norm(reference))
         report("inputs and expected output to the device")
-        return cls({name: gpuarray.to_gpu(host) for name, host in inputs.items()}, gpuarray.to_gpu(expected),
+        return cls({name: gpuarray.to_gpu(_bits(host)) for name, host in inputs.items()}, gpuarray.to_gpu(expected),
                    norm, int(reference.size))
+
+
+def poison(array: Any) -> None:
+    """Fill a device array with NaN of its element type (by its bit pattern: pycuda has no fill for
+    16-bit floats)."""
+    nan = np.array(np.nan, dtype=array.dtype)
+    if array.dtype.itemsize == 2:
+        cuda.memset_d16(array.gpudata, int(nan.view(np.uint16)), array.size)
+    elif array.dtype.itemsize == 4:
+        cuda.memset_d32(array.gpudata, int(nan.view(np.uint32)), array.size)
+    else:
+        array.fill(np.nan)
+
+
+def _bits(host: np.ndarray) -> np.ndarray:
+    """16-bit floats travel as their bits: the inputs are only copied on the device, never computed with."""
+    return host.view(np.uint16) if host.dtype.itemsize == 2 else host
 
 
 COMPARE_BLOCKS, COMPARE_THREADS = 256, 256  # fixed, so that the sums are added in the same order on any GPU
 _COMPARE_SOURCE = """
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+__device__ double as_double(float x) { return x; }
+__device__ double as_double(double x) { return x; }
+__device__ double as_double(__half x) { return __half2float(x); }
+__device__ double as_double(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <typename T>
 __device__ void compare(const T *result, const double *expected, unsigned long long n, double *parts) {
     __shared__ double squared[%(threads)d], missing[%(threads)d], stray[%(threads)d];
     double sq = 0.0, miss = 0.0, out = 0.0;
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x) {
-        double want = expected[i], got = (double)result[i];
+        double want = expected[i], got = as_double(result[i]);
         bool want_nan = isnan(want), got_nan = isnan(got);
         if (!want_nan && !got_nan) sq += (got - want) * (got - want);
         miss += (!want_nan && got_nan) ? 1.0 : 0.0;
@@ -90,6 +114,12 @@ __device__ void compare(const T *result, const double *expected, unsigned long l
         parts[2 * gridDim.x + blockIdx.x] = stray[0];
     }
 }
+extern "C" __global__ void compare_half(const __half *r, const double *e, unsigned long long n, double *p) {
+    compare(r, e, n, p);
+}
+extern "C" __global__ void compare_bfloat16(const __nv_bfloat16 *r, const double *e, unsigned long long n, double *p) {
+    compare(r, e, n, p);
+}
 extern "C" __global__ void compare_float(const float *r, const double *e, unsigned long long n, double *p) {
     compare(r, e, n, p);
 }
@@ -109,8 +139,9 @@ class OutputChecker:
         from pycuda.compiler import SourceModule
 
         module = SourceModule(_COMPARE_SOURCE, no_extern_c=True)
-        self._kernels = {np.dtype(np.float32): module.get_function("compare_float"),
-                         np.dtype(np.float64): module.get_function("compare_double")}
+        self._kernels = {numpy_dtype(dtype): module.get_function(f"compare_{kernel}") for dtype, kernel in
+                         (("f32", "float"), ("f64", "double"), ("f16", "half"), ("bf16", "bfloat16"))
+                         if dtype != "bf16" or _has_bfloat16()}
         for kernel in self._kernels.values():
             kernel.prepare("PPQP")
         self._parts = cuda.pagelocked_empty((3, COMPARE_BLOCKS), np.float64)
@@ -131,3 +162,12 @@ class OutputChecker:
         if error > tolerance:
             return error, f"relative error {error:.3g} is above the tolerance {tolerance:.3g}"
         return error, ""
+
+
+def _has_bfloat16() -> bool:
+    """Whether bfloat16 arrays can be made here (ml_dtypes is installed)."""
+    try:
+        numpy_dtype("bf16")
+    except UsageError:
+        return False
+    return True

@@ -1,0 +1,166 @@
+"""hgemm: C = A·B on the tensor cores, A and B in float16 or bfloat16, sums in float32.
+
+A block of threads owns a bm x bn tile of C and walks along K in tiles of bk, copied from global
+to shared memory by cp.async, `stages` tiles deep. Its warps each own a wm x wn piece, multiplied
+with mma.sync.m16n8k16 on operands loaded from shared memory by ldmatrix. How the tiles sit in
+shared memory is the `layout`: rows back to back (bank conflicts for ldmatrix), padded by one
+16-byte chunk per row (the seeds' remedy), or XOR-swizzled (the same effect, no padding). `group`
+orders the blocks so that neighbours share rows of A and columns of B in L2. C is written in
+float32 or in the input type (`out`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from ..core.errors import InvalidVariant
+from ..core.limits import REGISTERS_PER_SM, WARP_SIZE
+from .family import Family, Launch, blocks, check_shared_bytes, check_threads
+from .gemm import GemmProblem, MatmulShape
+from .problem import GEMM_BF16, GEMM_F16, UNIT_ROUNDOFF, Ceiling, element_bytes, sum_tolerance
+from .variant import Variant, choice, integer
+
+LAYOUTS = ("swizzle", "pad", "none")
+CHUNK = 8  # elements of a 16-byte chunk: the unit of cp.async and of an ldmatrix row
+MAX_ACCUMULATORS = 128  # float32 outputs per thread: beyond a 64 x 64 warp tile, registers spill
+# Registers a thread needs beside its sums (operands, addresses, the pipeline's counters): seen in
+# ptxas's reports of this template at bk 32 (64 x 64 warp tile: 242 in all; 64 x 32: 146; 32 x 32: 88).
+OTHER_REGISTERS = 96
+
+
+class HalfGemmProblem(GemmProblem):
+    """The GEMM with half-precision inputs. The inputs are rounded to f16 or bf16 before the float64
+    reference is computed from them, so the reference is exact for those inputs: the error left is
+    the float32 sums' and the output's own rounding."""
+
+    def tolerance(self, dtype: str, shape: MatmulShape) -> float:
+        """`dtype` is C's type: float32 sums, plus one rounding of each output when C is half."""
+        rounding = 0.0 if dtype == "f32" else 2 * UNIT_ROUNDOFF[dtype]
+        return sum_tolerance("f32", shape.k) + rounding
+
+    def ceiling(self, dtype: str) -> Ceiling:
+        return GEMM_BF16 if dtype == "bf16" else GEMM_F16
+
+
+HALF_GEMM = HalfGemmProblem()
+
+
+@dataclass(frozen=True, order=True)
+class HgemmVariant(Variant):
+    family: ClassVar[str] = "hgemm"
+
+    dtype: str = choice("f16", ("f16", "bf16"), space=("f16",), emitted=("f16", "bf16"),
+                        help="element type of A and B: float16 or bfloat16")
+    out: str = choice("same", ("same", "f32"), tag="c", space=("same",), emitted=("same", "f32"),
+                      help="C's type: the inputs' (same) or float32")
+    bm: int = integer(128, tag="bm", minimum=16, space=(64, 128, 256), emitted=(128,), help="block tile rows (of C)")
+    bn: int = integer(128, tag="bn", minimum=16, space=(64, 128, 256), emitted=(128,), help="block tile columns")
+    bk: int = choice(32, (16, 32, 64), tag="bk", space=(32, 64), emitted=(32,), help="K step of the block tile")
+    wm: int = integer(64, tag="wm", minimum=16, space=(32, 64), emitted=(64,), help="warp tile rows (a multiple of 16)")
+    wn: int = integer(64, tag="wn", minimum=16, space=(32, 64), emitted=(64,), help="warp tile columns (a multiple of 16)")
+    stages: int = choice(3, (2, 3, 4, 5), tag="s", space=(2, 3, 4), emitted=(3,),
+                         help="tiles in shared memory at once: up to stages - 1 copies in flight")
+    layout: str = choice("swizzle", LAYOUTS, space=("swizzle", "pad"), emitted=LAYOUTS,
+                         help="shared tiles: XOR-swizzled chunks, rows padded by 16 bytes, or none (bank conflicts)")
+    group: int = choice(8, (1, 4, 8, 16), tag="g", space=(8,), emitted=(8,),
+                        help="rows of blocks taken together, column by column, for L2 reuse (1: row by row)")
+    bounds: str = choice("none", ("none", "guard"), space=("none",), emitted=("none", "guard"),
+                         help="none: shapes must be tile multiples; guard: checked")
+    copy: str = choice("async", ("async", "scalar"), omit="async", space=("async",), emitted=("async",),
+                       help="async: 16-byte cp.async (K, N, lda, ldb multiples of 8); scalar: any shape and alignment")
+
+    @property
+    def output_dtype(self) -> str:
+        return "f32" if self.out == "f32" else self.dtype
+
+    @property
+    def warps(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn)
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.warps * WARP_SIZE
+
+    @property
+    def a_tile_elements(self) -> int:
+        """One stage of A's tile in shared memory, padding included."""
+        return self.bm * (self.bk + self._row_padding)
+
+    @property
+    def b_tile_elements(self) -> int:
+        return self.bk * (self.bn + self._row_padding)
+
+    @property
+    def _row_padding(self) -> int:
+        return CHUNK if self.layout == "pad" else 0
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.stages * (self.a_tile_elements + self.b_tile_elements) * element_bytes(self.dtype)
+
+    @property
+    def dynamic_shared_bytes(self) -> int:
+        return self.shared_bytes
+
+    def check_combination(self) -> None:
+        for tile, warp, axis in ((self.bm, self.wm, "m"), (self.bn, self.wn, "n")):
+            if warp % 16:
+                raise InvalidVariant(f"w{axis} {warp} must be a multiple of 16 (mma pieces are 16 rows, and B's are "
+                                     f"loaded 16 columns at a time)")
+            if tile % warp:
+                raise InvalidVariant(f"w{axis} {warp} does not divide b{axis} {tile}; warps must tile the block")
+        check_threads(self.threads_per_block, f"bm {self.bm} x bn {self.bn} with warp tile {self.wm} x {self.wn}")
+        accumulators = self.wm * self.wn // WARP_SIZE
+        if accumulators > MAX_ACCUMULATORS:
+            raise InvalidVariant(f"warp tile {self.wm} x {self.wn} leaves {accumulators} float32 sums per thread; "
+                                 f"more than {MAX_ACCUMULATORS} spill out of registers")
+        registers = accumulators + OTHER_REGISTERS
+        if registers * self.threads_per_block > REGISTERS_PER_SM:
+            raise InvalidVariant(f"{self.threads_per_block} threads with warp tile {self.wm} x {self.wn} need about "
+                                 f"{registers} registers each, {registers * self.threads_per_block} in all; an SM has "
+                                 f"{REGISTERS_PER_SM} (use fewer warps or a smaller warp tile)")
+        if self.layout == "swizzle" and self.bn < 64:
+            raise InvalidVariant(f"layout=swizzle needs rows of B's tile of at least 64 elements (8 chunks), "
+                                 f"bn {self.bn} is less (use layout=pad)")
+        check_shared_bytes("dynamic", self.shared_bytes, f"bm {self.bm}, bn {self.bn}, bk {self.bk} x {self.stages} stages")
+
+
+class HgemmFamily(Family):
+    """The GEMM on half-precision inputs, with tensor-core kernels."""
+
+    name = "hgemm"
+    summary = "C = A·B in float16 or bfloat16 on the tensor cores: mma.sync, ldmatrix, cp.async pipeline, swizzle or padding"
+    variant_type = HgemmVariant
+    problem = HALF_GEMM
+    template = "hgemm.cu.j2"
+    heatmap_axes = ("bm", "bn")
+    heatmap_panels = "layout"
+
+    def launch(self, variant: HgemmVariant, shape: MatmulShape) -> Launch:
+        return Launch(grid=(blocks(shape.n, variant.bn), blocks(shape.m, variant.bm)),
+                      block=(variant.threads_per_block,), dynamic_shared_bytes=variant.dynamic_shared_bytes)
+
+    def refusal(self, variant: HgemmVariant, shape: MatmulShape) -> str | None:
+        if variant.bounds == "none" and (shape.m % variant.bm or shape.n % variant.bn or shape.k % variant.bk):
+            return (f"bounds=none needs M, N and K to be multiples of bm {variant.bm}, bn {variant.bn} and bk "
+                    f"{variant.bk}; {shape} is not (use bounds=guard)")
+        if variant.copy == "async" and any(d % CHUNK for d in (shape.k, shape.n, shape.lda, shape.ldb)):
+            return (f"copy=async copies 16 bytes at a time: K, N, lda and ldb must be multiples of {CHUNK}; "
+                    f"{shape} is not (use copy=scalar)")
+        if variant.bounds == "none" and shape.ldc % 2:
+            return f"bounds=none stores two outputs at a time: ldc must be even; {shape} is not (use bounds=guard)"
+        return None
+
+    def adaptations(self, variant: HgemmVariant) -> list[HgemmVariant]:
+        """Bound checks, then element-by-element copies as well (odd shapes, misaligned views)."""
+        return [replace(variant, bounds="guard"), replace(variant, bounds="guard", copy="scalar")]
+
+    def unaligned(self, variant: HgemmVariant) -> HgemmVariant | None:
+        """Element-by-element copies and checked stores: 16-byte copies need 16-byte aligned rows."""
+        return replace(variant, bounds="guard", copy="scalar") if variant.copy == "async" else None
+
+    def sanitize_size(self, variant: HgemmVariant) -> str:
+        if variant.bounds == "none":
+            return f"{2 * variant.bm}x{2 * variant.bn}x{2 * variant.bk}"
+        return "136x200x104" if variant.copy == "async" else "131x203x101"
