@@ -157,29 +157,38 @@ def test_every_cache_configuration_runs(tmp_path: Path) -> None:
     assert sorted(row.cache_config for row in rows.values() if row.status == Status.OK) == ["equal", "l1", "none", "shared"]
 
 
-def test_the_device_checker_catches_unwritten_stray_and_wrong_elements() -> None:
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_the_device_checker_catches_unwritten_stray_and_wrong_elements(dtype: str) -> None:
     import numpy as np
     import pycuda.autoprimaryctx  # noqa: F401  (importing gen.gpu.checker makes no context: the caller brings one)
     import pycuda.gpuarray as gpuarray
 
+    from gen.families.problem import numpy_dtype
     from gen.gpu import checker as gpu
 
     reference = np.random.default_rng(3).uniform(-1, 1, (5, 7))
     expected = np.full((5, 9), np.nan)  # two padding columns (ld 9) outside the output region
     expected[:, :7] = reference
     problem = gpu.DeviceProblem({}, gpuarray.to_gpu(expected), float(np.linalg.norm(reference)), reference.size)
-    good = expected.astype(np.float32)
+    good = expected.astype(numpy_dtype(dtype))
     checker = gpu.OutputChecker()
+    tolerance = {"f32": 1e-6, "f16": 1e-3, "bf16": 1e-2}[dtype]  # the rounding of `good` itself
+
+    def on_device(host: np.ndarray):  # 16-bit floats travel as their bits (pycuda copies no bfloat16)
+        return gpuarray.to_gpu(host.view(np.uint16)).view(host.dtype) if host.dtype.itemsize == 2 else gpuarray.to_gpu(host)
 
     def verdict(planted: np.ndarray) -> tuple[float, str]:
-        return checker.compare(gpuarray.to_gpu(planted), problem, tolerance=1e-6)
+        return checker.compare(on_device(planted), problem, tolerance=tolerance)
 
     error, found = verdict(good)
-    assert found == "" and error < 1e-7
+    assert found == "" and error < tolerance / 2
+    poisoned = on_device(good)
+    gpu.poison(poisoned)  # what every check does to the output before the launch
+    assert "35 of 35 output elements were not written" in checker.compare(poisoned, problem, tolerance)[1]
     unwritten, stray, wrong = good.copy(), good.copy(), good.copy()
     unwritten[2, 3] = np.nan
     stray[4, 8] = 0.5
-    wrong[1, 1] += 0.1
+    wrong[1, 1] += 0.25
     assert "1 of 35 output elements were not written" in verdict(unwritten)[1]
     assert "1 elements outside the output region were written" in verdict(stray)[1]
     assert "above the tolerance" in verdict(wrong)[1]

@@ -52,7 +52,7 @@ class HgemmVariant(Variant):
 
     dtype: str = choice("f16", ("f16", "bf16"), space=("f16",), emitted=("f16", "bf16"),
                         help="element type of A and B: float16 or bfloat16")
-    out: str = choice("same", ("same", "f32"), tag="c", space=("same",), emitted=("same", "f32"),
+    out: str = choice("same", ("same", "f32"), tag="c", space=("same",), emitted=("same",),
                       help="C's type: the inputs' (same) or float32")
     bm: int = integer(128, tag="bm", minimum=16, space=(64, 128, 256), emitted=(128,), help="block tile rows (of C)")
     bn: int = integer(128, tag="bn", minimum=16, space=(64, 128, 256), emitted=(128,), help="block tile columns")
