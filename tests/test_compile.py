@@ -173,3 +173,10 @@ def test_inspect_variant_says_what_limits_a_variant_and_which_compiler_made_it(
     compiler = compile_options.compiler
     assert row.split() == ["matmul_f32_t16_p1_guard_both", compiler.name, compiler.version(), str(registers), "0", "4", "25%",
                            "1", "1", "0", "0", "0", "0", "0", "0", "1"]
+
+
+def test_the_whole_default_hgemm_space_compiles_without_error(compile_options) -> None:
+    variants = Space.default(get_family("hgemm")).expand().valid
+    results = compile_variants(variants, compile_options)
+    assert len(results) == len(variants) > 300
+    assert not [(r.variant.name, r.log) for r in results if not r.ok]
