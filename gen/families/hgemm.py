@@ -56,11 +56,15 @@ class HgemmVariant(Variant):
                       help="C's type: the inputs' (same) or float32")
     bm: int = integer(128, tag="bm", minimum=16, space=(64, 128, 256), emitted=(128,), help="block tile rows (of C)")
     bn: int = integer(128, tag="bn", minimum=16, space=(64, 128, 256), emitted=(128,), help="block tile columns")
-    bk: int = choice(32, (16, 32, 64), tag="bk", space=(32, 64), emitted=(32,), help="K step of the block tile")
+    bk: int = choice(32, (32, 64), tag="bk", space=(32, 64), emitted=(32,),
+                     help="K step of the block tile: 2 or 4 steps of 16, their operands in two register sets")
     wm: int = integer(64, tag="wm", minimum=16, space=(32, 64), emitted=(64,), help="warp tile rows (a multiple of 16)")
     wn: int = integer(64, tag="wn", minimum=16, space=(32, 64), emitted=(64,), help="warp tile columns (a multiple of 16)")
     stages: int = choice(3, (2, 3, 4, 5), tag="s", space=(2, 3, 4), emitted=(3,),
-                         help="tiles in shared memory at once: up to stages - 1 copies in flight")
+                         help="tiles in shared memory at once, each copied in as soon as its stage is free")
+    pipeline: str = choice("overlap", ("plain", "overlap"), space=("plain", "overlap"), emitted=("overlap",),
+                           help="plain: wait and barrier as each tile starts; overlap: during its last k-step, "
+                                "behind the last products")
     layout: str = choice("swizzle", LAYOUTS, space=("swizzle", "pad"), emitted=LAYOUTS,
                          help="shared tiles: XOR-swizzled chunks, rows padded by 16 bytes, or none (bank conflicts)")
     group: int = choice(8, (1, 4, 8, 16), tag="g", space=(8,), emitted=(8,),
