@@ -62,7 +62,7 @@ class HgemmVariant(Variant):
     wn: int = integer(64, tag="wn", minimum=16, space=(32, 64), emitted=(64,), help="warp tile columns (a multiple of 16)")
     stages: int = choice(3, (2, 3, 4, 5), tag="s", space=(2, 3, 4), emitted=(3,),
                          help="tiles in shared memory at once, each copied in as soon as its stage is free")
-    pipeline: str = choice("overlap", ("plain", "overlap"), space=("plain", "overlap"), emitted=("overlap",),
+    pipeline: str = choice("overlap", ("plain", "overlap"), space=("overlap",), emitted=("overlap",),
                            help="plain: wait and barrier as each tile starts; overlap: during its last k-step, "
                                 "behind the last products")
     layout: str = choice("swizzle", LAYOUTS, space=("swizzle", "pad"), emitted=LAYOUTS,
