@@ -9,6 +9,7 @@ name and a hash of everything but the arrays' values, so the same call tunes the
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import itertools
 import json
@@ -261,9 +262,10 @@ def _pickled(callables: Sequence[Callable[[dict], bool]]) -> bytes:
 
 
 def include_flags(source: Source) -> list[str]:
-    """-I for the source's folders and, where found, the CUDA toolkit's headers (as Kernel Tuner adds)."""
-    folders = list(source.folders)
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    if (Path(home) / "include").is_dir():
-        folders.append(Path(home) / "include")
-    return [f"-I{folder}" for folder in folders]
+    """-I for the source's folders and, where found, the CUDA toolkit's headers (as Kernel Tuner
+    adds them), CUDA 13's CCCL folder (cub, thrust) included."""
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda",
+             *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)]
+    include = next((Path(h) / "include" for h in homes if h and (Path(h) / "include" / "cuda.h").is_file()), None)
+    folders = [*source.folders, *([include, include / "cccl"] if include else [])]
+    return [f"-I{folder}" for folder in folders if folder.is_dir()]
