@@ -162,9 +162,9 @@ def _atol(atol: Any) -> float:
     return float(atol)
 
 
-def _defines(defines: Any) -> dict[str, str]:
+def _defines(defines: Any) -> dict[str, str] | None:
     if defines is None:
-        return {}
+        return None
     if not isinstance(defines, Mapping) or not all(isinstance(k, str) and k.isidentifier() and isinstance(v, (str, int))
                                                    for k, v in defines.items()):
         raise UsageError("defines must be a dict of macro names and values (text or numbers; no functions)")

@@ -68,6 +68,13 @@ def test_parameters_block_and_grid_sizes_reach_the_source_as_defines(tmp_path: P
     assert f"#define vector_add {variant.name}" in source
 
 
+def test_defines_given_replace_kernel_tuners_own(tmp_path: Path) -> None:
+    _, env = vector_add_call(tmp_path, defines={"block_size_x": "block_size_x", "twice": "2 * block_size_x"})
+    source = source_of(env, block_size_x=128)
+    assert "#define block_size_x 128" in source and "#define twice 2 * 128" in source
+    assert "#define grid_size_x" not in source and "#define kernel_tuner" not in source
+
+
 def test_restrictions_as_strings_and_functions_keep_only_the_configurations_they_allow(tmp_path: Path) -> None:
     results, _ = vector_add_call(tmp_path, tune_params={"block_size_x": [32, 64, 128, 256]},
                                  restrictions=["block_size_x >= 64", lambda p: p["block_size_x"] != 128])

@@ -22,6 +22,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
+from ..core.limits import MAX_THREADS_PER_BLOCK
 from .family import Family, Launch, blocks
 from .problem import COPY_BANDWIDTH, Ceiling, Input, Output, Problem, Scalar
 from .variant import Variant, choice, require
@@ -66,6 +67,9 @@ def _variant_type(spec: Mapping[str, Any], restrictions: list[Callable[[dict], b
 
 def _check_combination(variant: Any) -> None:
     params = variant.params()
+    threads = math.prod(variant.threads)
+    require(threads <= MAX_THREADS_PER_BLOCK, f"a block of {' x '.join(map(str, variant.threads))} is {threads} "
+                                              f"threads; the CUDA limit is {MAX_THREADS_PER_BLOCK}")
     for number, rule in enumerate(variant.restrictions):
         require(bool(rule(params)), f"restriction {_rule_text(variant.spec, number)} is false")
 
@@ -98,16 +102,19 @@ def _value(divisor: str | int, params: Mapping[str, Any]) -> int:
 
 
 def _defines(variant: Any) -> dict[str, Any]:
-    """What the source is given as #defines: the grid and block sizes, every parameter, the user's
-    own `defines`, and kernel_tuner 1 (as Kernel Tuner does)."""
+    """What the source is given as #defines, as Kernel Tuner does: the grid and block sizes, every
+    parameter and kernel_tuner 1; or, where the user gave `defines`, those alone. The kernel's name
+    is always defined as the variant's: the symbol the worker looks for."""
     spec, params = variant.spec, variant.params()
-    grid = variant.grid + (1,) * (3 - len(variant.grid))
-    values: dict[str, Any] = {f"grid_size_{axis}": size for axis, size in zip(DIMS, grid)}
-    values.update(zip(spec["block_size_names"], variant.threads))
-    values.update(params)
-    values.update({name: _evaluate_define(text, params) for name, text in spec["defines"].items()})
-    values["kernel_tuner"] = 1
-    values[spec["kernel_name"]] = variant.name  # the kernel's symbol is the variant's name
+    if spec["defines"] is not None:
+        values = {name: _evaluate_define(text, params) for name, text in spec["defines"].items()}
+    else:
+        grid = variant.grid + (1,) * (3 - len(variant.grid))
+        values = {f"grid_size_{axis}": size for axis, size in zip(DIMS, grid)}
+        values.update(zip(spec["block_size_names"], variant.threads))
+        values.update(params)
+        values["kernel_tuner"] = 1
+    values[spec["kernel_name"]] = variant.name
     return values
 
 
