@@ -29,7 +29,7 @@ STRATEGIES = {"brute_force": "brute", "random_sample": "random", "simulated_anne
               "genetic_algorithm": "genetic", "bayes_opt": "bayes"}
 STRATEGY_OPTIONS = {"max_fevals": "budget", "time_limit": "time_s"}
 # Kernel Tuner's options tilegen does not take, with the value that means "not used".
-UNSUPPORTED = {"verify": None, "platform": 0, "smem_args": None, "texmem_args": None, "compiler": None, "log": None,
+UNSUPPORTED = {"platform": 0, "smem_args": None, "texmem_args": None, "compiler": None, "log": None,
                "metrics": None, "simulation_mode": None, "parallel": None, "observers": None,
                "objective": (None, "time"), "objective_higher_is_better": (None, False), "objectives": None}
 
@@ -48,7 +48,7 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     `(results, env)` shaped like Kernel Tuner's. The measurements go into tilegen's tuning database
     (`db`, else the default), so `tilegen best`, `gen.tuned` and `gen.kernel` find the winner under
     the family named in `env["family"]`. `executor` replaces the local GPU workers (tests, clusters)."""
-    given = dict(verify=verify, platform=platform, smem_args=smem_args, texmem_args=texmem_args, compiler=compiler,
+    given = dict(platform=platform, smem_args=smem_args, texmem_args=texmem_args, compiler=compiler,
                  log=log, metrics=metrics, simulation_mode=simulation_mode, parallel=parallel, observers=observers,
                  objective=objective, objective_higher_is_better=objective_higher_is_better, objectives=objectives)
     refuse_unsupported(given)
@@ -56,8 +56,8 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
         raise UsageError(f"lang={lang!r}: tilegen tunes CUDA kernels only (lang='CUDA')")
     started = time.monotonic()
     made = make_family(kernel_name, kernel_source, problem_size, arguments, tune_params,
-                       (grid_div_x, grid_div_y, grid_div_z), restrictions, answer, atol, cmem_args, compiler_options,
-                       defines, block_size_names)
+                       (grid_div_x, grid_div_y, grid_div_z), restrictions, (answer, atol, verify), cmem_args,
+                       compiler_options, defines, block_size_names)
     options = tune_options(made.family, made.spec, strategy, strategy_options, iterations, device, quiet, seed, db)
     cached = _cache_file(cache, kernel_name, made.spec)
     result = run_tune(options, executor)
@@ -87,9 +87,13 @@ def refuse_unsupported(given: Mapping[str, Any]) -> None:
 
 
 def make_family(kernel_name: str, kernel_source: Any, problem_size: Any, arguments: list, tune_params: Mapping,
-                grid_div: tuple, restrictions: Any, answer: Any, atol: float, cmem_args: Any, compiler_options: Any,
+                grid_div: tuple, restrictions: Any, checking: tuple, cmem_args: Any, compiler_options: Any,
                 defines: Any, block_size_names: Any):
-    """The family folder of this call, on the family path of this process and its workers."""
+    """The family folder of this call, on the family path of this process and its workers.
+    `checking` is (answer, atol, verify)."""
+    answer, atol, verify = checking
+    if verify is not None and not callable(verify):
+        raise UsageError(f"verify must be a function verify(answer, result, atol=None) -> bool; got {verify!r}")
     if not isinstance(kernel_name, str) or not kernel_name.isidentifier():
         raise UsageError(f"kernel_name must be the kernel's C identifier (tilegen takes no template arguments in it); "
                          f"got {kernel_name!r}")
@@ -110,7 +114,7 @@ def make_family(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
                 answer_size=int(answer_array.size) if answer_array is not None else 0,
                 constants=[name.removeprefix("cmem_") for name in cmem], defines=_defines(defines),
                 flags=[*_compiler_options(compiler_options), *include_flags(source)])
-    made = write_family(spec, source, {**arrays, **cmem}, callables)
+    made = write_family(spec, source, {**arrays, **cmem}, {"restrictions": callables, "verify": verify})
     add_family_path(made.folder)
     get_family(made.family)  # loaded and checked here, where its problem is one line
     return made

@@ -25,7 +25,7 @@ import numpy as np
 from .core.errors import UsageError
 from .core.paths import cache_dir
 from .families.builtin import BUILTIN_FAMILIES
-from .families.sourced import CALLABLES, OUTPUT_DTYPES, SCALAR_CTYPES, SPEC, TEMPLATE
+from .families.sourced import FUNCTIONS, OUTPUT_DTYPES, SCALAR_CTYPES, SPEC, TEMPLATE
 
 FOLDER = "kernel_tuner"  # under tilegen's cache folder: one folder per family made
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".c", ".cpp", ".j2", ".jinja", ".jinja2")
@@ -199,9 +199,9 @@ def family_name(kernel_name: str, digest: str) -> str:
 
 
 def write_family(spec: dict[str, Any], source: Source, arrays: Mapping[str, np.ndarray],
-                 callables: Sequence[Callable[[dict], bool]]) -> Made:
+                 functions: Mapping[str, Any]) -> Made:
     """The family folder under tilegen's cache (made again each call: the arrays are this call's)."""
-    pickled = _pickled(callables)
+    pickled = _pickled(functions)
     described = {k: v for k, v in spec.items() if k != "answer_norm"}  # not the values: the same call, the same family
     digest = hashlib.sha256(json.dumps([described, source.text, len(pickled)], sort_keys=True).encode()).hexdigest()
     spec = dict(spec, family=family_name(spec["kernel_name"], digest), source=source.label)
@@ -211,9 +211,9 @@ def write_family(spec: dict[str, Any], source: Source, arrays: Mapping[str, np.n
         stale.unlink()
     for name, array in arrays.items():
         np.save(folder / f"{name}.npy", np.ascontiguousarray(array))
-    (folder / CALLABLES).unlink(missing_ok=True)
-    if callables:
-        (folder / CALLABLES).write_bytes(pickled)
+    (folder / FUNCTIONS).unlink(missing_ok=True)
+    if pickled:
+        (folder / FUNCTIONS).write_bytes(pickled)
     (folder / TEMPLATE).write_text(template(spec, source, folder))
     (folder / SPEC).write_text(json.dumps(spec, indent=1))
     (folder / "family.py").write_text(FAMILY_MODULE.format(kernel=spec["kernel_name"], cls=f"Family{spec['family']}"))
@@ -239,26 +239,29 @@ def template(spec: Mapping[str, Any], source: Source, folder: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pickled(callables: Sequence[Callable[[dict], bool]]) -> bytes:
-    """The restriction functions, for the worker processes: by value with cloudpickle where it is
-    installed, else by reference (so a function of the script being run cannot go)."""
-    if not callables:
+def _pickled(functions: Mapping[str, Any]) -> bytes:
+    """The user's functions ({"restrictions": [...], "verify": f}), for the worker processes: by
+    value with cloudpickle where it is installed, else by reference (so a function of the script
+    being run cannot go)."""
+    named = [(option, f) for option, value in functions.items()
+             for f in (value if isinstance(value, list) else [value]) if f is not None]
+    if not named:
         return b""
     try:
         import cloudpickle
 
-        return cloudpickle.dumps(list(callables))
+        return cloudpickle.dumps(dict(functions))
     except ImportError:
         pass
-    for rule in callables:
-        if getattr(rule, "__module__", "") == "__main__" or getattr(rule, "__name__", "") == "<lambda>":
-            raise UsageError(f"restrictions: {rule!r} lives in the script itself, which tilegen's worker processes "
-                             f"cannot import; write it as a string, move it to a module, or pip install cloudpickle")
+    for option, function in named:
+        if getattr(function, "__module__", "") == "__main__" or getattr(function, "__name__", "") == "<lambda>":
+            raise UsageError(f"{option}: {function!r} lives in the script itself, which tilegen's worker processes "
+                             f"cannot import; move it to a module, or pip install cloudpickle")
     try:
-        return pickle.dumps(list(callables))
+        return pickle.dumps(dict(functions))
     except Exception as error:
-        raise UsageError(f"restrictions: a function cannot be sent to tilegen's worker processes ({error}); write it "
-                         f"as a string") from None
+        raise UsageError(f"{named[0][0]}: a function cannot be sent to tilegen's worker processes ({error}); move "
+                         f"it to a module, or pip install cloudpickle") from None
 
 
 def include_flags(source: Source) -> list[str]:

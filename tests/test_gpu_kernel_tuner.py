@@ -108,3 +108,21 @@ def test_without_an_answer_every_variant_runs_and_says_it_was_not_checked(tmp_pa
                                  cmem_args={"filter": np.ones(25, np.float32)}, db=tmp_path / "t.sqlite", quiet=True)
     assert [r["status"] for r in results] == ["ok", "ok"]
     assert all("not checked" in r["message"] for r in results)
+
+
+@pytest.mark.gpu
+def test_verify_runs_in_the_gpu_worker_on_the_output(tmp_path: Path) -> None:
+    n = 4099
+    a = np.random.randn(n).astype(np.float32)
+    source = ("__global__ void twice(float *c, const float *a, int n) {\n"
+              "    int i = blockIdx.x * block_size_x + threadIdx.x;\n    if (i < n) c[i] = 2 * a[i];\n}\n")
+
+    def verify(answer, result, atol=None):
+        return bool(np.allclose(result[0], answer[0], atol=atol))
+
+    results, _ = gen.tune_kernel("twice", source, n, [np.zeros_like(a), a, np.int32(n)], {"block_size_x": [64, 128]},
+                                 answer=[2 * a, None, None], verify=verify, db=tmp_path / "t.sqlite", quiet=True)
+    assert [r["status"] for r in results] == ["ok", "ok"]
+    with pytest.raises(UsageError, match="ran correctly"):
+        gen.tune_kernel("twice", source, n, [np.zeros_like(a), a, np.int32(n)], {"block_size_x": [64, 128]},
+                        answer=[3 * a, None, None], verify=verify, db=tmp_path / "wrong.sqlite", quiet=True)

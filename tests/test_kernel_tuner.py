@@ -119,6 +119,19 @@ def test_answer_makes_the_output_and_atol_its_tolerance(tmp_path: Path) -> None:
     assert problem.tolerance("f32", shape) == pytest.approx(bound)
 
 
+def test_verify_judges_the_output_on_the_host_as_kernel_tuner_calls_it(tmp_path: Path) -> None:
+    def verify(answer, result, atol=None):
+        return bool(np.allclose(answer[0], result[0], atol=atol)) and result[1] is None
+
+    _, env = vector_add_call(tmp_path, verify=verify, atol=0.1)
+    problem = get_family(env["family"]).problem
+    shape = problem.parse_shape(str(N))
+    assert problem.checks_on_host and problem.reference({}, shape) is None  # verify() replaces the check
+    right = np.arange(N, dtype=np.float32) + 1
+    assert problem.host_check(right, shape) == ""
+    assert problem.host_check(right + 1, shape) == "verify() returned False"
+
+
 def test_without_an_answer_the_output_is_not_checked(tmp_path: Path) -> None:
     _, env = vector_add_call(tmp_path, answer=None)
     problem = get_family(env["family"]).problem
@@ -167,7 +180,7 @@ def test_cache_file_gets_the_results_and_one_of_another_kernel_is_refused(tmp_pa
         vector_add_call(tmp_path, cache=str(cache))
 
 
-@pytest.mark.parametrize("option, value", [("verify", lambda a, b, atol=None: True), ("smem_args", {"size": 4}),
+@pytest.mark.parametrize("option, value", [("smem_args", {"size": 4}),
                                            ("texmem_args", {}), ("metrics", {"x": len}), ("observers", []),
                                            ("objective", "GFLOP/s"), ("compiler", "nvcc"), ("platform", 1)])
 def test_options_tilegen_does_not_support_are_refused_by_name(tmp_path: Path, option: str, value) -> None:

@@ -193,6 +193,14 @@ class Problem(ABC):
         return {a.name: rng.uniform(-1.0, 1.0, size=arrays[a.name]).astype(numpy_dtype(dtype))
                 for a in self.arguments if isinstance(a, Input)}
 
+    checks_on_host: bool = False  # True: host_check() judges each check's output, copied to the host
+
+    def host_check(self, output: np.ndarray, shape: Any) -> str:
+        """What is wrong with an output (copied to the host after a check's launch), or '': a check
+        of the family's own, on top of the reference's (or instead, where reference() is None).
+        Called only when `checks_on_host` is True."""
+        return ""
+
     def constants(self, shape: Any) -> dict[str, np.ndarray]:
         """Constant-memory arrays by their `__constant__` symbol's name, copied into the kernel's
         module before every check (none unless the family says so). Each must fit its symbol."""

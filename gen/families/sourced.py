@@ -28,7 +28,7 @@ from .problem import COPY_BANDWIDTH, Ceiling, Input, Output, Problem, Scalar
 from .variant import Variant, choice, require
 
 SPEC = "spec.json"
-CALLABLES = "restrictions.pickle"  # restrictions given as functions, pickled (by value with cloudpickle)
+FUNCTIONS = "functions.pickle"  # {"restrictions": [...], "verify": f}: the user's functions, pickled
 TEMPLATE = "kernel.cu.j2"
 DIMS = ("x", "y", "z")
 SCALAR_CTYPES = {"int32": "int", "int64": "long long", "float32": "float", "float64": "double"}
@@ -40,9 +40,11 @@ def family_from_folder(module_file: str, module_name: str) -> type[Family]:
     """The Family class described by the spec.json beside `module_file`, as a class of that module."""
     folder = Path(module_file).resolve().parent
     spec = json.loads((folder / SPEC).read_text())
-    restrictions = _restrictions(folder, spec)
+    functions = pickle.loads((folder / FUNCTIONS).read_bytes()) if (folder / FUNCTIONS).is_file() else {}
+    restrictions = [functools.partial(evaluate_expression, text) for text in spec["restrictions"]]
+    restrictions += functions.get("restrictions", [])
     variant_type = _variant_type(spec, restrictions)
-    problem = SourcedProblem(folder, spec)
+    problem = SourcedProblem(folder, spec, functions.get("verify"))
     attributes = dict(name=spec["family"], summary=f"{spec['kernel_name']} from {spec['source']} (tune_kernel)",
                       variant_type=variant_type, problem=problem, template=TEMPLATE,
                       compile_flags=tuple(spec["flags"]), launch=_launch, __module__=module_name)
@@ -136,13 +138,6 @@ def evaluate_expression(expression: str, params: Mapping[str, Any]) -> Any:
                 dict(params))
 
 
-def _restrictions(folder: Path, spec: Mapping[str, Any]) -> list[Callable[[dict], bool]]:
-    rules: list[Callable[[dict], bool]] = [functools.partial(evaluate_expression, text) for text in spec["restrictions"]]
-    if (folder / CALLABLES).is_file():
-        rules += pickle.loads((folder / CALLABLES).read_bytes())
-    return rules
-
-
 def _launch(family: Family, variant: Any, shape: Any) -> Launch:
     return Launch(grid=variant.grid, block=variant.threads)
 
@@ -156,8 +151,9 @@ class SourcedProblem(Problem):
 
     dims: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, folder: Path, spec: Mapping[str, Any]):
-        self.folder, self.spec = folder, spec
+    def __init__(self, folder: Path, spec: Mapping[str, Any], verify: Callable[..., Any] | None = None):
+        self.folder, self.spec, self.verify = folder, spec, verify
+        self.checks_on_host = verify is not None  # type: ignore[misc]
         self.dims = DIMS[:len(spec["problem_size"])]  # type: ignore[misc]
         self.default_sizes = ("x".join(str(d) for d in spec["problem_size"]),)  # type: ignore[misc]
         self.small_size = self.default_sizes[0]  # type: ignore[misc]
@@ -178,9 +174,23 @@ class SourcedProblem(Problem):
         return {a.name: np.array(self._arrays[a.name]) for a in self.arguments if isinstance(a, Input)}
 
     def reference(self, inputs: Mapping[str, np.ndarray], shape: Any) -> np.ndarray | None:
-        if "answer" not in self._arrays:
+        if "answer" not in self._arrays or self.verify is not None:  # verify() replaces the check, as in Kernel Tuner
             return None
         return np.asarray(self._arrays["answer"], dtype=np.float64).reshape(self.arrays(shape)[self.output.name])
+
+    def host_check(self, output: np.ndarray, shape: Any) -> str:
+        """The user's verify(answer, result, atol=atol), each a list over the arguments (None but
+        at the output), as Kernel Tuner calls it."""
+        answers = [None] * len(self.arguments)
+        results = list(answers)
+        index = self.spec["output"]
+        answers[index] = np.asarray(self._arrays["answer"]) if "answer" in self._arrays else None
+        results[index] = output
+        try:
+            right = self.verify(answers, results, atol=self.spec["atol"])
+        except Exception as error:
+            return f"verify() raised {type(error).__name__}: {error}"
+        return "" if right else "verify() returned False"
 
     def tolerance(self, dtype: str, shape: Any) -> float:
         """numpy.allclose's bound (atol + rtol |ref| per element), in the L2 norm the check uses."""

@@ -106,12 +106,14 @@ class Runner:
             call = launcher(function, launch, problem, shape, arrays)
             call()
             cuda.Context.synchronize()
+            if problem.checks_on_host:
+                problem_found = problem_found or problem.host_check(arrays[output].get(), shape)
             if not expected.checked:
                 continue
             error, found = self._checker.compare(arrays[output], expected, tolerance)
             worst = max(worst, error) if not math.isnan(error) else math.inf
             problem_found = problem_found or found
-        message = problem_found or ("" if expected.checked else UNCHECKED)
+        message = problem_found or ("" if expected.checked or problem.checks_on_host else UNCHECKED)
         measurement = Measurement(Status.WRONG if problem_found else Status.OK, message, error=worst,
                                   tolerance=tolerance, checks=len(job.seeds), device=self.device,
                                   unit=problem.ceiling(variant.dtype).unit)
