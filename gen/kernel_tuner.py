@@ -17,6 +17,7 @@ from .core.errors import UsageError
 from .core.results import Status, TimingOptions
 from .evaluate.options import RunOptions
 from .families.registry import add_family_path, get_family
+from .families.space import MAX_POINTS
 from .families.sourced import OUTPUT_DTYPES, evaluate_expression
 from .gpu.executor import Executor
 from .kernel_tuner_family import (MAX_THREADS, clean_tune_params, constants, describe_arguments, first_valid,
@@ -27,7 +28,7 @@ from .store.tuning_db import Problem, TuningDB
 
 STRATEGIES = {"brute_force": "brute", "random_sample": "random", "simulated_annealing": "anneal",
               "genetic_algorithm": "genetic", "bayes_opt": "bayes"}
-STRATEGY_OPTIONS = {"max_fevals": "budget", "time_limit": "time_s"}
+STRATEGY_OPTIONS = ("max_fevals", "time_limit")  # tilegen's budget and time_s
 # Kernel Tuner's options tilegen does not take, with the value that means "not used".
 UNSUPPORTED = {"platform": 0, "smem_args": None, "texmem_args": None, "compiler": None, "log": None,
                "metrics": None, "simulation_mode": None, "parallel": None, "observers": None,
@@ -187,6 +188,8 @@ def tune_options(family: str, spec: Mapping[str, Any], strategy: Any, strategy_o
                  device: Any, quiet: bool, seed: Any, db: Path | None) -> TuneOptions:
     if strategy is not None and strategy not in STRATEGIES:
         raise UsageError(f"strategy={strategy!r}: tilegen has {', '.join(STRATEGIES)}")
+    if strategy_options is not None and not isinstance(strategy_options, Mapping):
+        raise UsageError(f"strategy_options must be a dict like {{'max_fevals': 100}}; got {strategy_options!r}")
     limits = dict(strategy_options or {})
     unknown = [k for k in limits if k not in STRATEGY_OPTIONS]
     if unknown:
@@ -196,10 +199,11 @@ def tune_options(family: str, spec: Mapping[str, Any], strategy: Any, strategy_o
         raise UsageError(f"iterations must be a whole number >= 1; got {iterations!r}")
     timing: TimingOptions = replace(TUNE_TIMING, min_samples=iterations)
     run = RunOptions(gpus=(device,), timing=timing)
+    whole_space = math.prod(len(values) for values in spec["tune_params"].values())  # Kernel Tuner's: no limit
     return TuneOptions(family=family, size="x".join(str(s) for s in spec["problem_size"]),
                        strategy=STRATEGIES[strategy or "brute_force"], budget=limits.get("max_fevals"),
                        time_s=limits.get("time_limit"), db=db, seed=0 if seed is None else seed, run=run,
-                       progress=not quiet)
+                       progress=not quiet, max_points=max(MAX_POINTS, whole_space))
 
 
 def _cache_file(cache: Any, kernel_name: str, spec: Mapping[str, Any]) -> Path | None:

@@ -190,7 +190,7 @@ def test_options_tilegen_does_not_support_are_refused_by_name(tmp_path: Path, op
 
 @pytest.mark.parametrize("options, says", [
     ({"lang": "OpenCL"}, "lang="), ({"strategy": "pso"}, "strategy="),
-    ({"strategy_options": {"popsize": 4}}, "popsize"), ({"tune_params": {"block_size_x": [1.5]}}, "tune_params"),
+    ({"strategy_options": {"popsize": 4}}, "popsize"), ({"strategy_options": [1]}, "strategy_options"), ({"tune_params": {"block_size_x": [1.5]}}, "tune_params"),
     ({"answer": [None, None, None, None, None]}, "answer"), ({"restrictions": ["block_size_x >"]}, "restrictions"),
     ({"cmem_args": {"weights": [1, 2]}}, "cmem_args"), ({"iterations": 0}, "iterations"),
     ({"tune_params": {"block_size_x": [2048]}}, "1024 threads"),
