@@ -39,7 +39,7 @@ N = 1000
 def vector_add_call(tmp_path: Path, **options) -> tuple[list[dict], dict]:
     a, b = np.arange(N, dtype=np.float32), np.ones(N, dtype=np.float32)
     options.setdefault("answer", [a + b, None, None, None])
-    return gen.tune_kernel("vector_add", VECTOR_ADD, N, [np.zeros_like(a), a, b, np.int32(N)],
+    return gen.tune_kernel("vector_add", options.pop("kernel_source", VECTOR_ADD), N, [np.zeros_like(a), a, b, np.int32(N)],
                            options.pop("tune_params", {"block_size_x": [32, 64, 128]}), db=tmp_path / "t.sqlite",
                            executor=fakes.FakeExecutor(), quiet=True, **options)
 
@@ -145,8 +145,10 @@ def test_strategy_and_its_options_bound_the_evaluations(tmp_path: Path) -> None:
 
 
 def test_iterations_set_the_fewest_samples_and_compiler_options_the_flags(tmp_path: Path) -> None:
-    _, env = vector_add_call(tmp_path, iterations=12, compiler_options=["-DSCALE=2", "--use_fast_math"])
-    assert env["iterations"] == 12
+    needs_scale = "#if SCALE != 2\n#error compiler_options did not arrive\n#endif\n" + VECTOR_ADD
+    results, env = vector_add_call(tmp_path, iterations=12, compiler_options=["-DSCALE=2", "--use_fast_math"],
+                                   kernel_source=needs_scale)
+    assert env["iterations"] == 12 and {r["status"] for r in results} == {"ok"}
     assert get_family(env["family"]).compile_flags[:2] == ("-DSCALE=2", "--use_fast_math")
 
 
