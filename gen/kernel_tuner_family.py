@@ -25,7 +25,8 @@ import numpy as np
 from .core.errors import UsageError
 from .core.paths import cache_dir
 from .families.builtin import BUILTIN_FAMILIES
-from .families.sourced import FUNCTIONS, OUTPUT_DTYPES, SCALAR_CTYPES, SPEC, TEMPLATE
+from .families.sourced import FUNCTIONS, OUTPUT_DTYPES, RESERVED, SCALAR_CTYPES, SPEC, TEMPLATE
+from .families.variant import Variant
 
 FOLDER = "kernel_tuner"  # under tilegen's cache folder: one folder per family made
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".c", ".cpp", ".j2", ".jinja", ".jinja2")
@@ -81,6 +82,9 @@ def clean_tune_params(tune_params: Any) -> dict[str, list[Any]]:
                                                                               "grid_size_z"):
             raise UsageError(f"tune_params: {name!r} cannot be a parameter name (a C identifier, not time or "
                              f"grid_size_x/y/z)")
+        if name in RESERVED or name == "dtype" or hasattr(Variant, name):
+            raise UsageError(f"tune_params: {name!r} is a name tilegen's variants use themselves; rename the "
+                             f"parameter (in tune_params and the source)")
         values = list(values) if isinstance(values, (list, tuple, range, np.ndarray)) else None
         if not values:
             raise UsageError(f"tune_params[{name!r}] must be a non-empty list of values")
@@ -221,15 +225,15 @@ def write_family(spec: dict[str, Any], source: Source, arrays: Mapping[str, np.n
 
 
 def template(spec: Mapping[str, Any], source: Source, folder: Path) -> str:
-    """The family's template: the banner, a #define per value of v.defines, and the source, copied
+    """The family's template: the banner, a #define per value of v.tk_defines, and the source, copied
     as it is (Jinja's raw) or, from a .j2 file, rendered with each define as a name."""
     lines = ['{% import "macros.cu.j2" as m %}', "{{ m.banner(name, params, template, template_hash, command, "
-             "version) }}", "{% for key, value in v.defines.items() %}", "#define {{ key }} {{ value }}",
+             "version) }}", "{% for key, value in v.tk_defines.items() %}", "#define {{ key }} {{ value }}",
              "{% endfor %}", f'#line 1 "{source.label}"']
     if source.jinja:
         (folder / "source.cu.j2").write_text(source.text)
         names = ["grid_size_x", "grid_size_y", "grid_size_z", *spec["block_size_names"], *spec["tune_params"]]
-        lines += [f"{{% set {n} = v.defines[{n!r}] %}}" for n in dict.fromkeys(names)]
+        lines += [f"{{% set {n} = v.tk_defines[{n!r}] %}}" for n in dict.fromkeys(names)]
         lines.append('{% include "source.cu.j2" %}')
     else:
         if "{% endraw %}" in source.text:

@@ -207,7 +207,7 @@ def test_options_tilegen_does_not_support_are_refused_by_name(tmp_path: Path, op
     ({"strategy_options": {"popsize": 4}}, "popsize"), ({"strategy_options": [1]}, "strategy_options"), ({"tune_params": {"block_size_x": [1.5]}}, "tune_params"),
     ({"answer": [None, None, None, None, None]}, "answer"), ({"restrictions": ["block_size_x >"]}, "restrictions"),
     ({"cmem_args": {"weights": [1, 2]}}, "cmem_args"), ({"iterations": 0}, "iterations"),
-    ({"tune_params": {"block_size_x": [2048]}}, "1024 threads"),
+    ({"tune_params": {"block_size_x": [2048]}}, "1024 threads"), ({"tune_params": {"name": [1]}}, "'name'"),
 ])
 def test_bad_values_are_one_line_naming_the_option(tmp_path: Path, options: dict, says: str) -> None:
     with pytest.raises(UsageError, match=says) as raised:

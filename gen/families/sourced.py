@@ -6,7 +6,8 @@ template. `gen.kernel_tuner.tune_kernel` writes such a folder; its `family.py` c
 isolated GPU workers, Dask workers) rebuilds the same family.
 
 The parameters reach the source as `#define`s, with block_size_x/y/z and grid_size_x/y/z, as in
-Kernel Tuner; `v.defines` holds them for the template. The kernel keeps its own linkage: its name
+Kernel Tuner; `v.tk_defines` holds them for the template (the variant's own attributes are named tk_*, so
+that no parameter's name can clash with them). The kernel keeps its own linkage: its name
 is `#define`d to the variant's name, and the GPU worker finds the symbol, mangled or not.
 """
 
@@ -33,6 +34,7 @@ TEMPLATE = "kernel.cu.j2"
 DIMS = ("x", "y", "z")
 SCALAR_CTYPES = {"int32": "int", "int64": "long long", "float32": "float", "float64": "double"}
 OUTPUT_DTYPES = {"float32": "f32", "float64": "f64"}
+RESERVED = ("tk_spec", "tk_rules", "tk_defines", "tk_threads", "tk_grid")  # the made variants' own attributes
 RTOL = 1e-5  # numpy.allclose's, which Kernel Tuner's default check uses with `atol`
 
 
@@ -59,9 +61,9 @@ def _variant_type(spec: Mapping[str, Any], restrictions: list[Callable[[dict], b
         default = spec["default"][name]
         fields.append((name, type(default), choice(default, values, space=values, tag=spec["tags"][name],
                                                    help=f"tune_params[{name!r}]")))
-    namespace = {"family": spec["family"], "dtype": spec["dtype"], "spec": spec, "restrictions": restrictions,
-                 "check_combination": _check_combination, "defines": property(_defines),
-                 "threads": property(_threads), "grid": property(_grid)}
+    namespace = {"family": spec["family"], "dtype": spec["dtype"], "tk_spec": spec, "tk_rules": restrictions,
+                 "check_combination": _check_combination, "tk_defines": property(_defines),
+                 "tk_threads": property(_threads), "tk_grid": property(_grid)}
     cls = make_dataclass(f"Sourced_{spec['family']}_variant", fields, bases=(Variant,), namespace=namespace,
                          frozen=True, order=True)
     return cls
@@ -69,11 +71,11 @@ def _variant_type(spec: Mapping[str, Any], restrictions: list[Callable[[dict], b
 
 def _check_combination(variant: Any) -> None:
     params = variant.params()
-    threads = math.prod(variant.threads)
-    require(threads <= MAX_THREADS_PER_BLOCK, f"a block of {' x '.join(map(str, variant.threads))} is {threads} "
+    threads = math.prod(variant.tk_threads)
+    require(threads <= MAX_THREADS_PER_BLOCK, f"a block of {' x '.join(map(str, variant.tk_threads))} is {threads} "
                                               f"threads; the CUDA limit is {MAX_THREADS_PER_BLOCK}")
-    for number, rule in enumerate(variant.restrictions):
-        require(bool(rule(params)), f"restriction {_rule_text(variant.spec, number)} is false")
+    for number, rule in enumerate(variant.tk_rules):
+        require(bool(rule(params)), f"restriction {_rule_text(variant.tk_spec, number)} is false")
 
 
 def _rule_text(spec: Mapping[str, Any], number: int) -> str:
@@ -84,12 +86,12 @@ def _rule_text(spec: Mapping[str, Any], number: int) -> str:
 def _threads(variant: Any) -> tuple[int, int, int]:
     """The block, from the parameters named by block_size_names (1 where one is not a parameter)."""
     params = variant.params()
-    return tuple(int(params.get(name, 1)) for name in variant.spec["block_size_names"])  # type: ignore[return-value]
+    return tuple(int(params.get(name, 1)) for name in variant.tk_spec["block_size_names"])  # type: ignore[return-value]
 
 
 def _grid(variant: Any) -> tuple[int, ...]:
     """The problem size divided by the product of each grid divisor list, rounded up (Kernel Tuner's rule)."""
-    spec, params = variant.spec, variant.params()
+    spec, params = variant.tk_spec, variant.params()
     grid = []
     for axis, extent in enumerate(spec["problem_size"]):
         divisors = spec["grid_div"][axis]
@@ -107,13 +109,13 @@ def _defines(variant: Any) -> dict[str, Any]:
     """What the source is given as #defines, as Kernel Tuner does: the grid and block sizes, every
     parameter and kernel_tuner 1; or, where the user gave `defines`, those alone. The kernel's name
     is always defined as the variant's: the symbol the worker looks for."""
-    spec, params = variant.spec, variant.params()
+    spec, params = variant.tk_spec, variant.params()
     if spec["defines"] is not None:
         values = {name: _evaluate_define(text, params) for name, text in spec["defines"].items()}
     else:
-        grid = variant.grid + (1,) * (3 - len(variant.grid))
+        grid = variant.tk_grid + (1,) * (3 - len(variant.tk_grid))
         values = {f"grid_size_{axis}": size for axis, size in zip(DIMS, grid)}
-        values.update(zip(spec["block_size_names"], variant.threads))
+        values.update(zip(spec["block_size_names"], variant.tk_threads))
         values.update(params)
         values["kernel_tuner"] = 1
     values[spec["kernel_name"]] = variant.name
@@ -139,7 +141,7 @@ def evaluate_expression(expression: str, params: Mapping[str, Any]) -> Any:
 
 
 def _launch(family: Family, variant: Any, shape: Any) -> Launch:
-    return Launch(grid=variant.grid, block=variant.threads)
+    return Launch(grid=variant.tk_grid, block=variant.tk_threads)
 
 
 # ---- the problem -------------------------------------------------------------------------------
