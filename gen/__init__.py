@@ -1,6 +1,6 @@
 """tilegen: Jinja templates -> CUDA C kernel variants, compiled, checked, timed and tuned.
 
-`import gen` needs no GPU and no pycuda; `tuned`, `kernel` and `matmul` import what they need when
+`import gen` needs no GPU and no pycuda; `tuned`, `kernel`, `matmul` and `tune_kernel` import what they need when
 called. Families from outside tilegen: `load_families(folder)` (or $TILEGEN_FAMILY_PATH).
 """
 
@@ -31,6 +31,14 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
     from .kernels import matmul as run
 
     return run(a, b, out)
+
+
+def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, arguments: list, tune_params: Any,
+                *args: Any, **options: Any) -> tuple[list[dict], dict]:
+    """Kernel Tuner's tune_kernel, over a tilegen family made on the fly (see gen.kernel_tuner)."""
+    from .kernel_tuner import tune_kernel as tune
+
+    return tune(kernel_name, kernel_source, problem_size, arguments, tune_params, *args, **options)
 
 
 def load_families(folder: str | Path) -> None:

@@ -93,6 +93,8 @@ class Family(ABC):
     # Compile several variants in one nvcc run (wrapped in namespaces): only for templates whose
     # file scope holds nothing but the kernel and helper functions (no macros, no globals).
     compile_together: ClassVar[bool] = False
+    # nvcc flags every variant of the family is compiled with, after the run's own (-I for its headers, say).
+    compile_flags: ClassVar[tuple[str, ...]] = ()
     # Set when the family is registered: where it was defined and where its template is found.
     source: str = ""
     template_dirs: tuple[Path, ...] = ()

@@ -195,6 +195,19 @@ class Problem(ABC):
         return {a.name: rng.uniform(-1.0, 1.0, size=arrays[a.name]).astype(numpy_dtype(dtype))
                 for a in self.arguments if isinstance(a, Input)}
 
+    checks_on_host: bool = False  # True: host_check() judges each check's output, copied to the host
+
+    def host_check(self, output: np.ndarray, shape: Any) -> str:
+        """What is wrong with an output (copied to the host after a check's launch), or '': a check
+        of the family's own, on top of the reference's (or instead, where reference() is None).
+        Called only when `checks_on_host` is True."""
+        return ""
+
+    def constants(self, shape: Any) -> dict[str, np.ndarray]:
+        """Constant-memory arrays by their `__constant__` symbol's name, copied into the kernel's
+        module before every check (none unless the family says so). Each must fit its symbol."""
+        return {}
+
     def throughput(self, shape: Any, dtype: str, seconds: float) -> float:
         """The achieved rate, in the unit of this problem's ceiling."""
         return self.ceiling(dtype).rate(self.work(shape, dtype), seconds)
@@ -204,8 +217,9 @@ class Problem(ABC):
         """The allocated dimensions of every Input and Output, leading dimensions included."""
 
     @abstractmethod
-    def reference(self, inputs: Mapping[str, np.ndarray], shape: Any) -> np.ndarray:
-        """The expected output region, from the inputs given in float64."""
+    def reference(self, inputs: Mapping[str, np.ndarray], shape: Any) -> np.ndarray | None:
+        """The expected output region, from the inputs given in float64; None: the output is not
+        checked (a kernel tuned without a known answer)."""
 
     @abstractmethod
     def tolerance(self, dtype: str, shape: Any) -> float:

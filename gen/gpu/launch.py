@@ -4,6 +4,7 @@ copies to and from NumPy). Importing this module makes no context."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -66,6 +67,33 @@ def region_clearer(array: Any, region: tuple[slice, ...]) -> Callable[[], None]:
     return clear
 
 
+def function_named(module: Any, cubin: bytes, name: str) -> Any:
+    """The kernel `name` of a loaded module: its own symbol (extern "C"), else the one C++-mangled
+    symbol of that name in the cubin (_Z<length><name>...)."""
+    try:
+        return module.get_function(name)
+    except cuda.LogicError:
+        mangled = set(re.findall(rb"_Z%d%s[A-Za-z0-9_]*" % (len(name), re.escape(name.encode())), cubin))
+        if len(mangled) != 1:
+            raise
+        return module.get_function(mangled.pop().decode())
+
+
+def fill_constants(module: Any, constants: Mapping[str, np.ndarray]) -> None:
+    """Copy each array into the module's `__constant__` symbol of its name; UsageError when the
+    module has no such symbol or the array does not fit it."""
+    for name, array in constants.items():
+        try:
+            address, size = module.get_global(name)
+        except cuda.LogicError:
+            raise UsageError(f"the kernel has no __constant__ symbol {name!r} to fill; declare it (or give "
+                             f"the constant the symbol's name)") from None
+        data = np.ascontiguousarray(array)
+        if data.nbytes > size:
+            raise UsageError(f"__constant__ {name} holds {size} bytes; the array given for it has {data.nbytes}")
+        cuda.memcpy_htod(address, data)
+
+
 def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> None:
     """Cache preference, the matching shared-memory carveout, and the opt-in for > 48 KiB dynamic shared."""
     if cache_config != "none":
@@ -80,7 +108,7 @@ def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> No
 def load_function(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
     """A kernel loaded into the current context, configured for its dynamic shared memory."""
     _require_context()
-    function = cuda.module_from_buffer(cubin).get_function(name)
+    function = function_named(cuda.module_from_buffer(cubin), cubin, name)
     configure(function, "none", dynamic_shared_bytes)
     return function
 
