@@ -80,7 +80,7 @@ def _convolution(folder: Path, rng: np.random.Generator) -> tuple[tuple, dict]:
              [np.zeros(size * size, np.float32), image.ravel(), weights], params),
             {"grid_div_x": ["block_size_x", "tile_size_x"], "grid_div_y": ["block_size_y", "tile_size_y"],
              "cmem_args": {"d_filter": weights}, "restrictions": ["use_padding==0 or (block_size_x % 32 != 0)"],
-             "answer": [expected.ravel(), None, None], "atol": 1e-3})
+             "answer": [expected.ravel(), None, None], "atol": 1e-2})  # 289 float32 products a sum
 
 
 def _expdist(folder: Path, rng: np.random.Generator) -> tuple[tuple, dict]:

@@ -69,11 +69,12 @@ def region_clearer(array: Any, region: tuple[slice, ...]) -> Callable[[], None]:
 
 def function_named(module: Any, cubin: bytes, name: str) -> Any:
     """The kernel `name` of a loaded module: its own symbol (extern "C"), else the one C++-mangled
-    symbol of that name in the cubin (_Z<length><name>...)."""
+    symbol of that name in the cubin (_Z<length><name>...), read from the ELF string table, where each
+    name ends with a NUL (the PTX a cubin may carry also names `..._param_0` and the like)."""
     try:
         return module.get_function(name)
     except cuda.LogicError:
-        mangled = set(re.findall(rb"_Z%d%s[A-Za-z0-9_]*" % (len(name), re.escape(name.encode())), cubin))
+        mangled = set(re.findall(rb"(_Z%d%s[A-Za-z0-9_]*)\x00" % (len(name), re.escape(name.encode())), cubin))
         if len(mangled) != 1:
             raise
         return module.get_function(mangled.pop().decode())
