@@ -151,7 +151,14 @@ class Family(ABC):
         return dtype
 
     def variant(self, values: Mapping[str, Any]) -> Variant:
-        return self.variant_type.from_params(values)
+        """The variant of these parameter values (the others take their defaults); UsageError for a
+        value or a combination the family does not allow, saying why."""
+        variant = self.variant_type.from_params(values)
+        try:
+            variant.check()
+        except InvalidVariant as reason:
+            raise UsageError(f"{variant.name} is not a valid {self.name} variant: {reason}") from None
+        return variant
 
     def runnable(self, variant: Variant, shape: Any) -> Variant | None:
         """The variant, or its nearest adaptation that is valid and can run the shape."""

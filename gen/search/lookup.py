@@ -28,11 +28,25 @@ RANKS_TRIED = 20  # how far down a stored ranking to look for a variant that can
 
 
 def tuned(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
-          device: DeviceInfo | None = None) -> Variant:
+          device: DeviceInfo | None = None, gpu: str | None = None) -> Variant:
     """The best known variant of `family` for this shape on the current GPU (see the module doc).
     The shape is its dimensions (`tuned("sgemm", 4096, 4096, 4096)`) or its written form; `dtype`
-    is an element type of the family (default: its default variant's)."""
-    return tuned_with_reason(family, *dims, dtype=dtype, db=db, device=device)[0]
+    is an element type of the family (default: its default variant's). `gpu` names a GPU model of
+    the database by part of its name ("H100"): then no GPU is asked."""
+    model = gpu_model_named(TuningDB(db, create=False), gpu, "gpu") if gpu is not None else None
+    return tuned_with_reason(family, *dims, dtype=dtype, db=db, device=device, gpu_model=model)[0]
+
+
+def gpu_model_named(db: TuningDB, name: str, argument: str) -> GpuModel:
+    """The one GPU model in the database whose name contains `name` (given as `argument`)."""
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"{argument} names a GPU model by part of its name, like 'H100'; got {name!r}")
+    models = db.models()
+    found = [m for m in models if name.lower() in str(m).lower()]
+    if len(found) != 1:
+        known = "; ".join(str(m) for m in models) or "none"
+        raise UsageError(f"{argument} {name!r} matches {len(found)} GPU models in {db.path} (known: {known})")
+    return found[0]
 
 
 def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
@@ -98,8 +112,8 @@ def current_device() -> DeviceInfo:
     try:
         return executor.devices()[0]
     except GpuUnavailable as reason:
-        raise UsageError(f"which GPU? {reason}; name a GPU model (tilegen best --gpu MODEL) to answer from the "
-                         f"tuning database without one") from None
+        raise UsageError(f"which GPU? {reason}; name a GPU model to answer from the tuning database without one "
+                         f"(gen.tuned(..., gpu='H100'); tilegen best --gpu H100)") from None
     finally:
         executor.close()
 
