@@ -93,6 +93,9 @@ class Family(ABC):
     # Compile several variants in one nvcc run (wrapped in namespaces): only for templates whose
     # file scope holds nothing but the kernel and helper functions (no macros, no globals).
     compile_together: ClassVar[bool] = False
+    # The element types gen.matmul multiplies with this family (a GEMM family's Problem: A, B, C,
+    # M, N, K, lda, ldb, ldc); the first registered family that declares a type gets it.
+    matmul_dtypes: ClassVar[tuple[str, ...]] = ()
     # Set when the family is registered: where it was defined and where its template is found.
     source: str = ""
     template_dirs: tuple[Path, ...] = ()

@@ -58,9 +58,9 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
         raise UsageError(f"device must be a gen.core.results.DeviceInfo (or None: the current GPU), got {device!r}")
     if gpu_model is not None and not isinstance(gpu_model, GpuModel):
         raise UsageError(f"gpu_model must be a gen.core.results.GpuModel (or None: the device's), got {gpu_model!r}")
-    model = gpu_model or (device or current_device()).model
     if db is None and not default_db_path().exists():  # nothing tuned on this machine yet
         return chosen_family.safe_variant(shape, dtype), "the family's safe default (no tuning database yet)"
+    model = gpu_model or (device or current_device()).model
     database = TuningDB(db, create=False)
     tuned_here = [p for p in database.problems(family) if p.dtype == dtype]
     models = set(database.models())
@@ -76,12 +76,14 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
     ]
     for reason, problems in searches:
         for problem in sorted(problems, key=lambda p: _distance(_dims(chosen_family, p), shape.dims)):
-            variant = _runnable_winner(database, chosen_family, problem, shape)
-            if variant is not None:
+            found = _runnable_winner(database, chosen_family, problem, shape)
+            if found is not None:
+                variant, stored = found
                 if problems is same_cc:
                     warnings.warn(f"no tuning for {model}; using {problem.gpu_model}'s winner at {problem.shape}",
                                   stacklevel=3)
-                return variant, f"{reason} ({problem.shape} on {problem.gpu_model})"
+                adapted = f", adapted from {stored} to run {shape}" if stored != variant.name else ""
+                return variant, f"{reason} ({problem.shape} on {problem.gpu_model}){adapted}"
     return chosen_family.safe_variant(shape, dtype), "the family's safe default (nothing tuned applies)"
 
 
@@ -118,11 +120,13 @@ def current_device() -> DeviceInfo:
         executor.close()
 
 
-def _runnable_winner(database: TuningDB, family: Family, problem: Problem, shape: Any) -> Variant | None:
+def _runnable_winner(database: TuningDB, family: Family, problem: Problem, shape: Any
+                     ) -> tuple[Variant, str] | None:
+    """The best stored variant that runs the shape, as it is or adapted, and the stored name."""
     for row in database.top(problem, RANKS_TRIED):
         variant = family.runnable(family.variant_type.from_name(row.name), shape)
         if variant is not None:
-            return variant
+            return variant, row.name
     return None
 
 
