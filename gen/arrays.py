@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -132,9 +132,28 @@ def caller_stream(arrays: dict[str, DeviceArray], stream: Any = None) -> int:
     return handles.pop() if handles else LEGACY_STREAM
 
 
+def stream_source(arrays: dict[str, DeviceArray]) -> Callable[[], int]:
+    """What gives the stream of each launch on these arrays, decided once (caller_stream's rules):
+    a fixed stream, or the current stream of the one library (and device) the arrays are of."""
+    first = caller_stream(arrays)  # arrays that name different streams are refused here
+    libraries = {(a.kind, a.device) for a in arrays.values() if a.kind in ("torch", "cupy")}
+    if not libraries:
+        return lambda: first
+    if len(libraries) > 1 or any(a.stream is not None for a in arrays.values() if a.kind not in ("torch", "cupy")):
+        return lambda: caller_stream(arrays)  # several to ask: asked and compared at every launch
+    kind, device = libraries.pop()
+    if kind == "torch":
+        cuda = sys.modules["torch"].cuda
+        return lambda: cuda.current_stream(device).cuda_stream
+    current = sys.modules["cupy"].cuda.get_current_stream
+    return lambda: current().ptr
+
+
 def stream_handle(stream: Any) -> int:
     """A stream's handle: an int, or a stream object of PyTorch (cuda_stream), CuPy (ptr), PyCUDA
     (handle) or cuda.core (__cuda_stream__)."""
+    if type(stream) is int and stream >= 0:
+        return stream
     if hasattr(stream, "__cuda_stream__"):
         return int(stream.__cuda_stream__()[1])
     for attribute in ("cuda_stream", "ptr", "handle"):

@@ -12,12 +12,11 @@ caller's stream, with no copy of device arrays and no synchronisation. The drive
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .arrays import DeviceArray, allocate, caller_stream, describe, from_dlpack
+from .arrays import LEGACY_STREAM, DeviceArray, allocate, caller_stream, describe, from_dlpack, stream_handle, stream_source
 from .build.compiler import CompileOptions, compile_variant
 from .core.errors import UsageError
 from .families import all_families, get_family
@@ -31,16 +30,16 @@ LAUNCHES_KEPT = 8  # prepared launches kept per kernel (each holds its arrays al
 PROBE = (1009, 1013, 1019, 1021, 1031, 1033, 1039, 1049)  # distinct dimensions, to see where each one goes
 
 
-@dataclass
 class Prepared:
     """A launch on fixed arrays: call it (with a stream, else the arrays' own) to run the kernel again."""
 
-    launch: Any  # gen.gpu.native.Launch
-    arrays: dict[str, DeviceArray]  # they keep the caller's arrays alive while the launch may run
-    variant: Variant
+    def __init__(self, launch: Any, arrays: dict[str, DeviceArray], variant: Variant):
+        self.launch, self.variant = launch, variant  # launch: a gen.gpu.native.Launch
+        self.arrays = arrays  # they keep the caller's arrays alive while the launch may run
+        self.stream = stream_source(arrays)
 
     def __call__(self, stream: Any = None) -> None:
-        self.launch(caller_stream(self.arrays, stream))
+        self.launch(self.stream() if stream is None else stream_handle(stream))
 
 
 class Kernel:
@@ -223,7 +222,8 @@ def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
     """C = A·B for row-major matrices on the GPU, sub-matrix views included (a family that
     declares the element type in `matmul_dtypes`: float32 sgemm, float64 matmul, and half precision
     where a family declares it). `out` defaults to a new array of the caller's kind."""
-    arrays = {"a": describe(a, "a"), "b": describe(b, "b")}
+    dlpack_stream = LEGACY_STREAM if stream is None else stream_handle(stream)
+    arrays = {"a": describe(a, "a", dlpack_stream), "b": describe(b, "b", dlpack_stream)}
     (m, k), (k2, n) = (_matrix(x, label) for label, x in arrays.items())
     family = gemm_family(arrays["a"].dtype)
     if k != k2 or arrays["b"].dtype != arrays["a"].dtype:
@@ -232,7 +232,7 @@ def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
     dtype = element_type_of(arrays["a"].dtype)
     out_dtype = numpy_dtype(family.default_variant().with_element_type(dtype).output_dtype)
     out = allocate(arrays["a"], (m, n), out_dtype) if out is None else out
-    arrays["out"] = describe(out, "out")
+    arrays["out"] = describe(out, "out", dlpack_stream)
     if _matrix(arrays["out"], "out") != (m, n) or arrays["out"].dtype != out_dtype:
         raise UsageError(f"out must be a {out_dtype} {m} x {n} matrix, got {arrays['out'].dtype} {arrays['out'].shape}")
     lda, ldb, ldc = (_leading(x, label) for label, x in arrays.items())
