@@ -35,17 +35,19 @@ def __getattr__(name: str) -> Any:
 
 
 def kernel(family: str, *dims: int | str, dtype: str | None = None) -> Any:
-    """The tuned variant of `family` for this shape, ready to call on device arrays (see gen.kernels)."""
+    """The tuned variant of `family` for this shape (with no dimensions: for each call's shape),
+    ready to call on PyTorch, CuPy, Numba, JAX, PyCUDA or NumPy arrays (see gen.kernels)."""
     from .kernels import kernel as prepared
 
     return prepared(family, *dims, dtype=dtype)
 
 
-def matmul(a: Any, b: Any, out: Any = None) -> Any:
-    """C = A·B on pycuda GPUArrays (views too) with the tuned variant for this GPU (see gen.kernels)."""
+def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
+    """C = A·B on the GPU (PyTorch, CuPy, Numba, JAX or PyCUDA matrices, views too) with the tuned
+    variant for this GPU, on the arrays' stream or `stream` (see gen.kernels)."""
     from .kernels import matmul as run
 
-    return run(a, b, out)
+    return run(a, b, out, stream)
 
 
 def load_families(folder: str | Path) -> None:

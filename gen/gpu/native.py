@@ -13,6 +13,8 @@ from cuda.bindings import driver
 
 from ..core.errors import RunFailed, UsageError
 from ..core.limits import MAX_STATIC_SHARED_BYTES
+from ..core.nvidia_smi import query
+from ..core.results import DeviceInfo
 
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _streams: dict[int, Any] = {}  # handles as cuda.bindings objects, made once each
@@ -44,6 +46,27 @@ def current_context(device: int | None) -> tuple[int, int]:
     return int(context), int(_checked(driver.cuCtxGetDevice(), "cuCtxGetDevice"))
 
 
+def current_device_info() -> DeviceInfo | None:
+    """The GPU of the caller's current context (PyTorch's, CuPy's: any), or None when none is current."""
+    try:
+        _checked(driver.cuInit(0), "cuInit")
+        if int(_checked(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")) == 0:
+            return None
+        device = _checked(driver.cuCtxGetDevice(), "cuCtxGetDevice")
+    except (OSError, RuntimeError, RunFailed):
+        return None
+    attribute = driver.CUdevice_attribute
+    asked = {name: _checked(driver.cuDeviceGetAttribute(getattr(attribute, f"CU_DEVICE_ATTRIBUTE_{name}"), device),
+                            name) for name in ("COMPUTE_CAPABILITY_MAJOR", "COMPUTE_CAPABILITY_MINOR",
+                                               "MULTIPROCESSOR_COUNT", "L2_CACHE_SIZE")}
+    name = _checked(driver.cuDeviceGetName(256, device), "cuDeviceGetName")
+    index = int(device)
+    return DeviceInfo(name=name.split(b"\0")[0].decode(), sm_count=asked["MULTIPROCESSOR_COUNT"],
+                      cc=f"{asked['COMPUTE_CAPABILITY_MAJOR']}.{asked['COMPUTE_CAPABILITY_MINOR']}",
+                      memory_bytes=int(_checked(driver.cuDeviceTotalMem(device), "cuDeviceTotalMem")),
+                      l2_bytes=asked["L2_CACHE_SIZE"], driver=driver_version(index), index=index)
+
+
 def pointer_device(pointer: int) -> int | None:
     """The GPU whose memory `pointer` is in; None for memory CUDA does not know (the host's)."""
     attribute = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
@@ -59,6 +82,15 @@ def load(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
         attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _checked(driver.cuFuncSetAttribute(function, attribute, dynamic_shared_bytes), f"configuring {name}")
     return function
+
+
+def driver_version(index: int) -> str:
+    """The driver's version as nvidia-smi prints it, else the CUDA API version it serves."""
+    listed = query(["driver_version"], gpu=index)
+    if listed:
+        return listed[0]
+    api = _checked(driver.cuDriverGetVersion(), "cuDriverGetVersion")
+    return f"CUDA {api // 1000}.{api % 1000 // 10}"
 
 
 class Launch:

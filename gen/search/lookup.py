@@ -98,7 +98,8 @@ def shape_text(dims: tuple[int | str, ...]) -> str:
 
 @functools.cache
 def current_device() -> DeviceInfo:
-    """The GPU of the caller's current pycuda context, else the first GPU (asked in a worker process)."""
+    """The GPU of the caller's current context (pycuda's, or any other library's), else the first GPU
+    (asked in a worker process)."""
     import sys
 
     from ..gpu.executor import GpuUnavailable
@@ -108,6 +109,14 @@ def current_device() -> DeviceInfo:
         from ..gpu.device import current_device_info
 
         found = current_device_info()
+        if found is not None:
+            return found
+    try:  # a context PyTorch, CuPy or another library made current
+        from ..gpu.native import current_device_info as current_context_device
+    except ImportError:
+        pass
+    else:
+        found = current_context_device()
         if found is not None:
             return found
     executor = LocalExecutor([0])
