@@ -143,8 +143,11 @@ def stream_source(arrays: dict[str, DeviceArray]) -> Callable[[], int]:
         return lambda: caller_stream(arrays)  # several to ask: asked and compared at every launch
     kind, device = libraries.pop()
     if kind == "torch":
-        cuda = sys.modules["torch"].cuda
-        return lambda: cuda.current_stream(device).cuda_stream
+        torch = sys.modules["torch"]
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what torch's compiled code asks: a handle,
+        if raw is not None:  # with no Stream object made per launch; else the public way
+            return lambda: raw(device)
+        return lambda: torch.cuda.current_stream(device).cuda_stream
     current = sys.modules["cupy"].cuda.get_current_stream
     return lambda: current().ptr
 

@@ -87,6 +87,8 @@ def cases(size: str) -> tuple[list[tuple[str, Callable[[], Any], Callable[[], No
         stream = torch.cuda.current_stream().cuda_stream
         found += [("tilegen prepared launch, PyTorch tensors", prepared, torch.cuda.synchronize),
                   ("tilegen prepared launch, stream handle given", lambda: prepared(stream), torch.cuda.synchronize),
+                  ("its driver call alone (cuLaunchKernel, cuda.bindings)", lambda: prepared.launch(stream),
+                   torch.cuda.synchronize),
                   ("tilegen kernel(x, y), PyTorch tensors", lambda: kernel(tx, ty), torch.cuda.synchronize),
                   ("PyTorch's own op: y.copy_(x.t())", lambda: ty.copy_(tx.t()), torch.cuda.synchronize)]
     return found, missing, variant.name
