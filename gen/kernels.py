@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import LEGACY_STREAM, DeviceArray, allocate, caller_stream, describe, from_dlpack, stream_handle, stream_source
+from .arrays import (LEGACY_STREAM, DeviceArray, allocate, caller_stream, describe, from_dlpack, stream_handle,
+                     stream_source)
 from .build.compiler import CompileOptions, compile_variant
 from .core.errors import UsageError
 from .families import all_families, get_family

@@ -128,3 +128,13 @@ def test_a_stored_winner_that_cannot_run_the_shape_is_adapted_and_the_reason_say
     assert exact.startswith("the exact shape on this GPU") and "adapted" not in exact
     assert variant.name == "matmul_f32_t16_p0_guard_both"
     assert reason.endswith("adapted from matmul_f32_t16_p0_none_both to run 63x63x63")
+
+
+def test_import_gen_loads_no_gpu_library_and_never_torch_or_cupy() -> None:
+    import subprocess
+    import sys
+
+    loaded = subprocess.run([sys.executable, "-c", "import sys, gen; gen.kernel; gen.tune; import gen.kernels; "
+                             "print(sorted(m for m in ('pycuda', 'torch', 'cupy', 'cuda.bindings.driver') "
+                             "if m in sys.modules))"], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
