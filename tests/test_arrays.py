@@ -138,3 +138,38 @@ def test_import_gen_loads_no_gpu_library_and_never_torch_or_cupy() -> None:
                              "print(sorted(m for m in ('pycuda', 'torch', 'cupy', 'cuda.bindings.driver') "
                              "if m in sys.modules))"], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
+
+
+def test_a_launch_packs_each_argument_once_and_goes_on_the_stream_given(monkeypatch) -> None:
+    """What cuLaunchKernel is handed (the driver replaced: no GPU here): the grid and block padded
+    to three dimensions, the stream, and an array of pointers to each argument's own value."""
+    import ctypes
+
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
+    from gen.gpu import native
+
+    calls = []
+
+    class Driver:
+        CUstream = staticmethod(lambda handle: ("stream", handle))
+
+        @staticmethod
+        def cuLaunchKernel(*arguments):
+            calls.append(("launch", *arguments))
+            return (native.SUCCESS,)
+
+        @staticmethod
+        def cuMemsetD2D8Async(*arguments):
+            calls.append(("memset", *arguments))
+            return (native.SUCCESS,)
+
+    monkeypatch.setattr(native, "driver", Driver)
+    launch = native.Launch("kernel", (3, 2), (32,), 256, [np.uintp(0xABC000), np.int32(7), np.float32(1.5)],
+                           clears=[(0x1000, 64, 32, 4)])
+    launch(0x5EED)
+    memset, (_, function, *geometry, shared, stream, parameters, extra) = calls
+    assert memset == ("memset", 0x1000, 64, 0, 32, 4, ("stream", 0x5EED))
+    assert (function, geometry, shared, stream, extra) == ("kernel", [3, 2, 1, 32, 1, 1], 256, ("stream", 0x5EED), 0)
+    pointers = (ctypes.c_uint64 * 3).from_address(parameters)
+    assert [ctypes.c_uint64.from_address(pointers[0]).value, ctypes.c_int32.from_address(pointers[1]).value,
+            ctypes.c_float.from_address(pointers[2]).value] == [0xABC000, 7, 1.5]

@@ -16,13 +16,13 @@ from ..core.limits import MAX_STATIC_SHARED_BYTES
 from ..core.nvidia_smi import query
 from ..core.results import DeviceInfo
 
-_SUCCESS = driver.CUresult.CUDA_SUCCESS
-_streams: dict[int, Any] = {}  # handles as cuda.bindings objects, made once each
+SUCCESS = driver.CUresult.CUDA_SUCCESS
+_streams: dict[tuple[Any, int], Any] = {}  # handles as cuda.bindings objects, made once each
 
 
 def _checked(result: tuple[Any, ...], what: str) -> Any:
     error, *values = result
-    if error != _SUCCESS:
+    if error != SUCCESS:
         name = driver.cuGetErrorName(error)[1]
         raise RunFailed(f"{what} failed: {name.decode() if isinstance(name, bytes) else error}")
     return values[0] if len(values) == 1 else values
@@ -71,12 +71,13 @@ def pointer_device(pointer: int) -> int | None:
     """The GPU whose memory `pointer` is in; None for memory CUDA does not know (the host's)."""
     attribute = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     error, value = driver.cuPointerGetAttribute(attribute, pointer)
-    return int(value) if error == _SUCCESS else None
+    return int(value) if error == SUCCESS else None
 
 
 def load(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
     """The kernel `name` of a cubin, loaded into the current context (the module stays loaded)."""
-    module = _checked(driver.cuModuleLoadData(cubin), f"loading {name}")
+    image = np.frombuffer(cubin, dtype=np.uint8)  # passed by address: kept alive through the call
+    module = _checked(driver.cuModuleLoadData(image.ctypes.data), f"loading {name}")
     function = _checked(driver.cuModuleGetFunction(module, name.encode()), f"finding {name}")
     if dynamic_shared_bytes > MAX_STATIC_SHARED_BYTES:  # past it, a kernel must opt in
         attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -100,19 +101,19 @@ class Launch:
     def __init__(self, function: Any, grid: Sequence[int], block: Sequence[int], shared_bytes: int,
                  arguments: Sequence[Any], clears: Sequence[tuple[int, int, int, int]] = (), keep: Any = None):
         self.function, self.shared_bytes, self.clears, self.keep = function, shared_bytes, list(clears), keep
-        self.grid, self.block = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
+        self.grid, self.block = (tuple(int(g) for g in grid) + (1, 1))[:3], (tuple(int(b) for b in block) + (1, 1))[:3]
         self.values = [np.array([a], dtype=np.asarray(a).dtype) for a in arguments]  # each value's own memory
         self.pointers = np.array([v.ctypes.data for v in self.values], dtype=np.uint64)
         self.address = self.pointers.ctypes.data
 
     def __call__(self, stream: int) -> None:
-        handle = _streams.get(stream)
+        handle = _streams.get((driver, stream))
         if handle is None:
-            handle = _streams.setdefault(stream, driver.CUstream(stream))
+            handle = _streams.setdefault((driver, stream), driver.CUstream(stream))
         for address, pitch, width, height in self.clears:
             _checked(driver.cuMemsetD2D8Async(address, pitch, 0, width, height, handle), "clearing the output")
         (gx, gy, gz), (bx, by, bz) = self.grid, self.block
         error, = driver.cuLaunchKernel(self.function, gx, gy, gz, bx, by, bz, self.shared_bytes, handle,
                                        self.address, 0)
-        if error != _SUCCESS:
+        if error != SUCCESS:
             _checked((error,), "launching the kernel")
