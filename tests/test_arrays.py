@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gen
-from gen.arrays import LEGACY_STREAM, caller_stream, describe, stream_handle
+from gen.arrays import LEGACY_STREAM, caller_stream, describe, stream_handle, stream_source
 from gen.families import get_family
 from gen.kernels import gemm_family, shape_from_dims
 from gen.search.lookup import tuned_with_reason
@@ -102,6 +102,10 @@ def test_streams_come_from_the_caller(monkeypatch) -> None:
     assert caller_stream(arrays) == LEGACY_STREAM  # 0 and 1 both mean the legacy default stream
     assert caller_stream({"a": describe(FakeDeviceArray((2,), stream=0x99), "a")}) == 0x99
     assert caller_stream(arrays, stream=0x77) == 0x77
+    assert stream_source({"a": describe(FakeDeviceArray((2,), stream=0x99), "a")})() == 0x99  # decided once
+    with pytest.raises(gen.UsageError, match="^the arrays name different CUDA streams"):
+        stream_source({"a": describe(FakeDeviceArray((2,), stream=5), "a"),
+                       "b": describe(FakeDeviceArray((2,), stream=6), "b")})
 
 
 def test_matmul_asks_the_registry_which_family_multiplies_a_type() -> None:
