@@ -36,6 +36,7 @@ class DeviceArray:
     owner: Any  # the caller's object (and, for DLPack, the capsule that keeps the memory alive)
     device: int | None = None
     stream: int | None = None
+    readonly: bool = False
 
     @property
     def on_host(self) -> bool:
@@ -77,13 +78,16 @@ def from_interface(interface: dict[str, Any], name: str, owner: Any) -> DeviceAr
     try:
         dtype = np.dtype(interface["typestr"])
         shape = tuple(int(d) for d in interface["shape"])
-        pointer = int(interface["data"][0] or 0)
-    except (KeyError, TypeError, ValueError) as error:
+        pointer, readonly = int(interface["data"][0] or 0), bool(interface["data"][1])
+    except (KeyError, TypeError, ValueError, IndexError) as error:
         raise UsageError(f"{name}'s __cuda_array_interface__ is not one tilegen can read ({error})") from None
+    if interface.get("mask") is not None:
+        raise UsageError(f"{name} is a masked array; pass its data without the mask")
     strides = interface.get("strides")
     strides = tuple(int(s) for s in strides) if strides is not None else _c_strides(shape, dtype.itemsize)
     stream = interface.get("stream")
-    return DeviceArray(pointer, shape, strides, dtype, "cai", owner, None, None if stream is None else int(stream))
+    return DeviceArray(pointer, shape, strides, dtype, "cai", owner, None, None if stream is None else int(stream),
+                       readonly)
 
 
 def from_dlpack(array: Any, name: str, stream: int) -> DeviceArray:
@@ -95,7 +99,10 @@ def from_dlpack(array: Any, name: str, stream: int) -> DeviceArray:
         capsule = array.__dlpack__()
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
     get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    tensor = _DLTensor.from_address(get_pointer(capsule, b"dltensor"))
+    try:
+        tensor = _DLTensor.from_address(get_pointer(capsule, b"dltensor"))
+    except (ValueError, TypeError):
+        raise UsageError(f"{name}'s __dlpack__ gave no DLPack tensor tilegen can read (a 'dltensor' capsule)") from None
     if tensor.device_type not in (_CUDA, _CUDA_MANAGED):
         raise UsageError(f"{name} is not on a CUDA GPU (DLPack device type {tensor.device_type}); move it to the GPU")
     dtype = _DLPACK_TYPES.get((tensor.code, tensor.bits, tensor.lanes))

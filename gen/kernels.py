@@ -129,8 +129,8 @@ class Kernel:
             if not array.row_major():
                 raise UsageError(f"{name} must be contiguous and row-major, got strides {array.strides} (bytes)")
         output = described[self.output]
-        if output.kind == "numpy" and not output.owner.flags.writeable:
-            raise UsageError(f"{self.output} is a read-only NumPy array; give one the result can be written into")
+        if output.readonly or (output.kind == "numpy" and not output.owner.flags.writeable):
+            raise UsageError(f"{self.output} is read-only; give an array the result can be written into")
         if any(array.pointer % VECTOR_BYTES for array in described.values()):
             variant = _aligned(self.family, variant, shape)
         return variant, shape

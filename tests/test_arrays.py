@@ -21,8 +21,8 @@ from . import fakes
 class FakeDeviceArray:
     """What CuPy, Numba and PyTorch show of a device array: __cuda_array_interface__ (version 3)."""
 
-    def __init__(self, shape, typestr="<f4", strides=None, pointer=1 << 20, stream=None):
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (pointer, False),
+    def __init__(self, shape, typestr="<f4", strides=None, pointer=1 << 20, stream=None, readonly=False):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (pointer, readonly),
                                          "strides": strides, "version": 3, "stream": stream}
 
 
@@ -58,7 +58,9 @@ def test_the_array_interface_is_read_with_c_order_when_it_gives_no_strides() -> 
     ((*gemm_arrays()[:2], [[1.0]]), "^C must be a PyTorch tensor, a CuPy, Numba or JAX array .* got list$"),
     ((*gemm_arrays()[:2], DlpackOnly(np.zeros((64, 16), np.float32))),
      r"^C is not on a CUDA GPU \(DLPack device type 1\); move it to the GPU$"),
-], ids=["dtype", "shape", "strides", "count", "streams", "not an array", "dlpack on the host"])
+    ((*gemm_arrays()[:2], FakeDeviceArray((64, 16), readonly=True)),
+     "^C is read-only; give an array the result can be written into$"),
+], ids=["dtype", "shape", "strides", "count", "streams", "not an array", "dlpack on the host", "read-only output"])
 def test_a_kernel_refuses_arrays_it_cannot_run_in_one_line_before_any_gpu_work(arrays, error) -> None:
     with pytest.raises(gen.UsageError, match=error):
         gen.kernel("sgemm")(*arrays)
