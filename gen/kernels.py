@@ -58,10 +58,12 @@ class Kernel:
         self.output = family.problem.output.name
         self._launches: dict[tuple[Any, ...], Prepared] = {}
 
-    def __call__(self, *positional: Any, stream: Any = None, **named: Any) -> Any:
-        """Launch on these arrays (in argument order, or by name) on `stream` (default: the arrays'
-        own, see gen.arrays.caller_stream); returns the output array. NumPy arrays are copied to the
-        device and back (the call then waits for the copy), and a NumPy output is filled in place."""
+    def __call__(self, *positional: Any, **named: Any) -> Any:
+        """Launch on these arrays (in argument order, or by name) on `stream=` (default: the arrays'
+        own, see gen.arrays.caller_stream; for a family with an array named `stream`, that array:
+        choose the stream through prepared()); returns the output array. NumPy arrays are copied to
+        the device and back (the call then waits for the copy), and a NumPy output is filled in place."""
+        stream = named.pop("stream", None) if "stream" not in self.arrays else None
         given = self._named(positional, named)
         key = _fast_key(given)
         prepared = self._launches.get(key) if key is not None else None

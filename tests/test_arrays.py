@@ -179,3 +179,24 @@ def test_a_launch_packs_each_argument_once_and_goes_on_the_stream_given(monkeypa
     pointers = (ctypes.c_uint64 * 3).from_address(parameters)
     assert [ctypes.c_uint64.from_address(pointers[0]).value, ctypes.c_int32.from_address(pointers[1]).value,
             ctypes.c_float.from_address(pointers[2]).value] == [0xABC000, 7, 1.5]
+
+
+def test_an_array_named_stream_is_an_array_not_the_launch_stream(tmp_path: Path, monkeypatch) -> None:
+    """A family of your own may call an argument `stream`: by name, it is that array."""
+    from gen.families.registry import FAMILY_PATH_ENV, registry
+
+    own = Path(__file__).parent / "families"
+    (tmp_path / "stencil.py").write_text((own / "stencil.py").read_text().replace('Input("grid")', 'Input("stream")')
+                                         .replace('inputs["grid"]', 'inputs["stream"]')
+                                         .replace('{"grid":', '{"stream":'))
+    for name in ("stencil.cu.j2", "neighbours.py"):
+        (tmp_path / name).write_text((own / name).read_text())
+    monkeypatch.setenv(FAMILY_PATH_ENV, str(tmp_path))
+    registry.cache_clear()
+    try:
+        kernel = gen.kernel("stencil", 37, 45)
+        assert kernel.arrays[0] == "stream"
+        with pytest.raises(gen.UsageError, match=r"^stream is float64, but stencil_\S+ takes float32 for stream$"):
+            kernel(stream=FakeDeviceArray((37, 45), "<f8"), out=FakeDeviceArray((37, 45)))
+    finally:
+        registry.cache_clear()
