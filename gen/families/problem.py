@@ -33,6 +33,12 @@ def numpy_dtype(dtype: str) -> np.dtype:
     return np.dtype(NUMPY_DTYPE[dtype])
 
 
+def element_type_of(dtype: np.dtype) -> str | None:
+    """The element type (f32, bf16, ...) of a NumPy type; None for one tilegen has none of."""
+    name = np.dtype(dtype).name
+    return {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}.get(name)
+
+
 # ---- ceilings ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

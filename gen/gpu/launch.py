@@ -16,6 +16,7 @@ from ..core.limits import MAX_STATIC_SHARED_BYTES
 from ..families.family import Launch
 from ..families.problem import Problem
 from .jobs import CACHE_CONFIGS
+from .regions import spans
 
 _CACHE_PREFERENCE = {
     "none": cuda.func_cache.PREFER_NONE,
@@ -45,24 +46,12 @@ def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays
 
 
 def region_clearer(array: Any, region: tuple[slice, ...]) -> Callable[[], None]:
-    """Zeroes `region` of a device array (its padding left alone): one 2-D memset per index of the
-    leading dimensions (a single one for 1-D and 2-D arrays)."""
-    item = array.dtype.itemsize
-    strides = array.strides
-    base = int(array.gpudata)
-    if len(region) == 1:
-        start, count = region[0].start or 0, region[0].stop - (region[0].start or 0)
-        return lambda: cuda.memset_d8_async(base + start * strides[0], 0, count * item, None)
-    *leading, rows, columns = region
-    width = (columns.stop - (columns.start or 0)) * item
-    height = rows.stop - (rows.start or 0)
-    offsets = [base + sum((i + (s.start or 0)) * stride for i, s, stride in zip(index, leading, strides))
-               + (rows.start or 0) * strides[-2] + (columns.start or 0) * strides[-1]
-               for index in np.ndindex(*[s.stop - (s.start or 0) for s in leading])]
+    """Zeroes `region` of a device array (its padding left alone), in 2-D memsets (gen.gpu.regions)."""
+    blocks = spans(int(array.gpudata), array.strides, array.dtype.itemsize, region)
 
     def clear() -> None:
-        for offset in offsets:
-            cuda.memset_d2d8_async(offset, strides[-2], 0, width, height, None)
+        for address, pitch, width, height in blocks:
+            cuda.memset_d2d8_async(address, pitch, 0, width, height, None)
 
     return clear
 
