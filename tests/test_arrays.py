@@ -112,9 +112,10 @@ def test_streams_come_from_the_caller(monkeypatch) -> None:
 
 def test_matmul_asks_the_registry_which_family_multiplies_a_type() -> None:
     assert gemm_family(np.dtype("float32")).name == "sgemm" and gemm_family(np.dtype("float64")).name == "matmul"
-    with pytest.raises(gen.UsageError, match=r"^no registered family multiplies float16 matrices; gen.matmul "
+    assert gemm_family(np.dtype("float16")).name == "hgemm"
+    with pytest.raises(gen.UsageError, match=r"^no registered family multiplies int32 matrices; gen.matmul "
                                              r"multiplies .*float32 \(sgemm\)"):
-        gen.matmul(FakeDeviceArray((4, 4), "<f2"), FakeDeviceArray((4, 4), "<f2"))
+        gen.matmul(FakeDeviceArray((4, 4), "<i4"), FakeDeviceArray((4, 4), "<i4"))
     with pytest.raises(gen.UsageError, match=r"^a must be a 2-D array on the GPU, got a NumPy array"):
         gen.matmul(np.ones((4, 4), np.float32), FakeDeviceArray((4, 4)))
     with pytest.raises(gen.UsageError, match="^tilegen makes outputs for PyTorch, CuPy, Numba, PyCUDA and NumPy "
