@@ -98,7 +98,7 @@ def current_device() -> DeviceInfo:
     try:
         return executor.devices()[0]
     except GpuUnavailable as reason:
-        raise UsageError(f"which GPU? {reason}; name a GPU model (tilegen best --gpu MODEL) to answer from the "
+        raise UsageError(f"which GPU? {reason}; name a GPU model (tilegen best --gpu-model NAME) to answer from the "
                          f"tuning database without one") from None
     finally:
         executor.close()

@@ -53,9 +53,9 @@ def describe(result: TuneResult) -> str:
     busy = result.gpu_seconds / result.seconds if result.seconds else 0.0
     lines = [f"{result.problem.gpu_model}, {result.problem.family} {result.problem.dtype} {result.problem.shape}: "
              f"{result.evaluations} evaluations ({result.gpu_evaluations} on the GPU) by {result.strategy} "
-             f"in {result.seconds:.1f} s (GPU busy {busy:.0%})",
+             f"in {result.seconds:.1f} s (GPUs busy {busy:.0%} of it, their time summed over GPUs)",
              f"winner: {first.name}  {first.median_ms:.4g} ms, {winner.throughput:.2f} {winner.unit}",
-             f"  {_coverage(result)}"]
+             f"  {_coverage(result)}", f"  compiled by {compiled_by(winner)}"]
     for standing in result.standings:
         lines.append(f"  {standing.name:<70} median {standing.median_ms:.4g} ms over {len(standing.medians_ms)} "
                      f"interleaved rounds, spread {standing.spread:.1%}")
@@ -66,6 +66,13 @@ def describe(result: TuneResult) -> str:
     if speedup is not None:
         lines.append(f"against the family's default variant {result.default.name}: {speedup:.2f}x faster")
     return "\n".join(lines)
+
+
+def compiled_by(row: Row) -> str:
+    """'nvrtc 13.0.88 for sm_90': the compiler of a row, its version and the architecture (rows of
+    tilegen 0.2 name no compiler: nvcc made them)."""
+    compiler = row.provenance.get("compiler", "nvcc")
+    return f"{compiler} {row.provenance.get(compiler, '(version not recorded)')} for {row.provenance.get('arch', '?')}"
 
 
 def _coverage(result: TuneResult) -> str:
