@@ -212,3 +212,18 @@ def test_a_sanitized_sweep_says_why_it_is_slow(tmp_path: Path, capsys, monkeypat
     sweep(options, executor=NoGpuExecutor())
     err = capsys.readouterr().err
     assert "--sanitize runs each of the 2 variants three more times" in err and "a few seconds per variant" in err
+
+
+def test_a_compile_that_changed_compiler_says_why_nothing_came_from_the_cache(
+        tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installing NVRTC changes the default compiler, and so every cache key: the next compile says so."""
+    from gen.build import nvrtc_library
+
+    if not nvrtc_library.available():
+        pytest.skip("NVRTC is not installed (pip install '.[nvrtc]')")
+    monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path))
+    assert run_main(capsys, ["compile", "matmul", *SMALL, "--compiler", "nvcc", "--quiet"])[0] == 0
+    code, out, err = run_main(capsys, ["compile", "matmul", *SMALL, "--compiler", "nvrtc", "--quiet"])
+    assert code == 0 and "(0 from cache)" in out
+    assert "nothing came from the compile cache, which holds these variants made by nvcc" in err, err
+    assert "--compiler nvcc would use them" in err

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..build.compiler import CompileOptions, cache_summary, clear_cache, cubin_cache, made_by, purge_failed
+from ..build.compiler import CompileOptions, cache_summary, cached_by_another, clear_cache, cubin_cache, made_by, purge_failed
 from ..build.emit import emit
 from ..build.render import render, template_problems
 from ..core.errors import UsageError
@@ -99,6 +99,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
           f"failed, {counts[Status.SKIPPED]} skipped as invalid{filtered}; by {made_by(compiling)} for {compiling.arch}")
     if log:
         print(f"rows written to {log.path} and {args.out / 'results.csv'}")
+    if not result.stats.cached:
+        _say_another_compiler(result.rows, compiling)
     return 1 if counts[Status.COMPILE_ERROR] else 0  # every variant that was not skipped must compile
 
 
@@ -117,6 +119,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"tilegen: note: {note}", file=sys.stderr)
     print(summary(result, args.top))
     print(f"\n{result.new_rows} new rows in {args.out}/results.jsonl and results.csv ({result.time_line()})")
+    if result.stats.compiled and not result.stats.cached:
+        _say_another_compiler(result.rows, options.run.compile_options())
     return exit_code(result.rows)
 
 
@@ -232,6 +236,17 @@ def _run_options(args: argparse.Namespace, **extra: Any) -> RunOptions:
     timing = TimingOptions(budget_s=args.timing_budget, warm=getattr(args, "warm", False))
     return RunOptions(arch=args.arch, compile_jobs=args.jobs, compiler=args.compiler, gpus=parse_gpus(args.gpus),
                       timing=timing, silence_s=args.timeout, cluster=args.cluster, **extra)
+
+
+def _say_another_compiler(rows: list[Row], compiling: CompileOptions) -> None:
+    """A run that found nothing in the compile cache says so when the cache holds its variants made
+    by another compiler (installing NVRTC changes the compiler, and so every cache key)."""
+    made = next((r for r in rows if r.status not in (Status.SKIPPED, Status.COMPILE_ERROR)), None)
+    other = made and cached_by_another(get_family(made.family).variant_type.from_name(made.name), compiling)
+    if other:
+        print(f"tilegen: note: nothing came from the compile cache, which holds these variants made by {other}: "
+              f"this run compiled with {made_by(compiling)} (NVRTC where installed, else nvcc); --compiler "
+              f"{other.split()[0]} would use them", file=sys.stderr)
 
 
 def _progress(args: argparse.Namespace) -> bool:
