@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..build.compiler import CompileOptions, cache_summary, cached_by_another, clear_cache, cubin_cache, made_by, purge_failed
+from ..build.compiler import (CompileOptions, cache_summary, cached_by_another, clear_cache, cubin_cache, made_by,
+                              purge_failed)
 from ..build.emit import emit
 from ..build.render import render, template_problems
 from ..core.errors import UsageError
@@ -96,7 +97,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     counts = status_counts(result.rows)
     filtered = f", {result.filtered} left out by --filter" if result.filtered else ""
     print(f"{counts[Status.COMPILED]} compiled ({result.stats.cached} from cache), {counts[Status.COMPILE_ERROR]} "
-          f"failed, {counts[Status.SKIPPED]} skipped as invalid{filtered}; by {made_by(compiling)} for {compiling.arch}")
+          f"failed, {counts[Status.SKIPPED]} skipped as invalid{filtered}; by {made_by(compiling)} for "
+          f"{compiling.arch}")
     if log:
         print(f"rows written to {log.path} and {args.out / 'results.csv'}")
     if not result.stats.cached:

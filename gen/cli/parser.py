@@ -126,7 +126,8 @@ def _emit_command(commands: Any) -> None:
 
 
 def _compile_command(commands: Any) -> None:
-    parser = _command(commands, "compile", help=f"compile a space to cubins ({COMPILER_WORDS}) and print their resources")
+    parser = _command(commands, "compile",
+                      help=f"compile a space to cubins ({COMPILER_WORDS}) and print their resources")
     _add_space_arguments(parser)
     _add_compile_arguments(parser)
     parser.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")

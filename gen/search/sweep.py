@@ -37,9 +37,9 @@ from ..store.results_log import ResultLog, latest
 from .proposers import PointList
 
 ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: their size is said first
-SANITIZE_NOTE = ("--sanitize runs each of the {count:,} variants three more times, under compute-sanitizer's racecheck, "
-                 "synccheck and memcheck, each in a process of its own that starts CUDA: expect a few seconds per "
-                 "variant")
+SANITIZE_NOTE = ("--sanitize runs each of the {count:,} variants three more times, under compute-sanitizer's "
+                 "racecheck, synccheck and memcheck, each in a process of its own that starts CUDA: expect a few "
+                 "seconds per variant")
 
 
 @dataclass(frozen=True)
