@@ -32,9 +32,9 @@ from ..search.revalidate import revalidate
 from ..search.sweep import SweepOptions, preview, status_counts, summary, sweep
 from ..search.tune import TUNE_TIMING, TuneOptions, tune
 from ..search.tune import preview as tune_preview
-from ..search.tune_result import compiled_by, describe
+from ..search.tune_result import describe
 from ..store.export import checked_t4_path, write_t4
-from ..store.report import load_rows, report
+from ..store.report import compiled_by, load_rows, report
 from ..store.results_log import ResultLog
 from ..store.tuning_db import TuningDB, checked_db_path
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core.results import Row, is_ok
+from ..store.report import compiled_by
 from ..store.tuning_db import Problem
 from .proposers import Standing
 
@@ -66,13 +67,6 @@ def describe(result: TuneResult) -> str:
     if speedup is not None:
         lines.append(f"against the family's default variant {result.default.name}: {speedup:.2f}x faster")
     return "\n".join(lines)
-
-
-def compiled_by(row: Row) -> str:
-    """'nvrtc 13.0.88 for sm_90': the compiler of a row, its version and the architecture (rows of
-    tilegen 0.2 name no compiler: nvcc made them)."""
-    compiler = row.provenance.get("compiler", "nvcc")
-    return f"{compiler} {row.provenance.get(compiler, '(version not recorded)')} for {row.provenance.get('arch', '?')}"
 
 
 def _coverage(result: TuneResult) -> str:

@@ -73,10 +73,23 @@ def top_tables(rows: Sequence[Row], count: int = 10, table: Table = text_table, 
     return tables
 
 
+def compiled_by(row: Row) -> str:
+    """'nvrtc 13.0.88 for sm_90': the compiler of a row, its version and the architecture (rows of
+    tilegen 0.2 name no compiler: nvcc made them)."""
+    compiler, arch = row.provenance.get("compiler", "nvcc"), row.provenance.get("arch")
+    return f"{compiler} {row.provenance.get(compiler, '(version not recorded)')}" + (f" for {arch}" if arch else "")
+
+
+def compilers_line(rows: Iterable[Row]) -> str:
+    """'compiled by nvrtc 13.0.88 for sm_90 (40 rows)': who made the rows that compiled."""
+    made = Counter(compiled_by(row) for row in rows if row.status not in (Status.SKIPPED, Status.COMPILE_ERROR))
+    return "compiled by " + ("; ".join(f"{who} ({count} rows)" for who, count in sorted(made.items())) or "nothing")
+
+
 def report(rows: Sequence[Row], count: int = 10, markdown: bool = False) -> str:
     table = markdown_table if markdown else text_table
     heading = "### " if markdown else ""
-    return "\n\n".join([f"{heading}Rows per status", status_table(rows, table),
+    return "\n\n".join([f"{heading}Rows per status", status_table(rows, table), compilers_line(rows),
                          f"{heading}Best per problem (ranked by share of its ceiling)", best_table(rows, table),
                          *top_tables(rows, count, table, heading)])
 
