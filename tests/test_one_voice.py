@@ -156,7 +156,7 @@ def test_report_ranks_within_each_problem_by_share_of_its_ceiling_and_never_mixe
     sgemm = [_row("sgemm", "sgemm_f32_fast", 50.0, 0.953, "TFLOP/s"),  # its ceiling measured lower that run
              _row("sgemm", "sgemm_f32_raw", 51.0, 0.90, "TFLOP/s")]
     text = report(copies + sgemm, count=10)
-    assert "compiled by nvrtc 13.0.88 for sm_90 (14 rows)" in text
+    assert "compiler: nvrtc 13.0.88 for sm_90 (14 rows)" in text
     tables = text.split("Top 10: ")[1:]
     assert len(tables) == 2 and all(("GB/s" in t) != ("TFLOP/s" in t) for t in tables), text
     ranked = next(t for t in tables if t.startswith("sgemm"))

@@ -81,9 +81,9 @@ def compiled_by(row: Row) -> str:
 
 
 def compilers_line(rows: Iterable[Row]) -> str:
-    """'compiled by nvrtc 13.0.88 for sm_90 (40 rows)': who made the rows that compiled."""
+    """'compiler: nvrtc 13.0.88 for sm_90 (40 rows)': what made the rows that compiled."""
     made = Counter(compiled_by(row) for row in rows if row.status not in (Status.SKIPPED, Status.COMPILE_ERROR))
-    return "compiled by " + ("; ".join(f"{who} ({count} rows)" for who, count in sorted(made.items())) or "nothing")
+    return "compiler: " + ("; ".join(f"{who} ({count} rows)" for who, count in sorted(made.items())) or "none")
 
 
 def report(rows: Sequence[Row], count: int = 10, markdown: bool = False) -> str:
