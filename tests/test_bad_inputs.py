@@ -158,12 +158,20 @@ DAMAGED_RUNS = {  # copies of the prepared run whose first row has a field of th
     "row-median": _with(median_ms="fast"),
     "row-count": _with(skipped_count="3"),
     "row-ok-unchecked": _with(error=None),
+    "row-median-negative": _with(median_ms=-1),
+    "row-median-nan": _with(median_ms=float("nan")),
+    "row-median-infinite": _with(median_ms=float("inf")),
+    "row-error-negative": _with(error=-0.5),
+    "row-samples-negative": _with(samples=-3),
     "row-twice": _status_twice,
 }
 DAMAGED_DATABASES = {  # copies of tuned.sqlite whose one measurement has a row that is not a result row
     "bad-json.sqlite": lambda text: text[:40],
     "bad-status.sqlite": _with(status="fine"),
     "bad-twice.sqlite": _status_twice,
+    "bad-median-negative.sqlite": _with(median_ms=-1),
+    "bad-median-nan.sqlite": _with(median_ms=float("nan")),
+    "bad-median-infinite.sqlite": _with(median_ms=float("inf")),
 }
 USERS_FOLDERS = {"mine-csv": ["results.csv"], "mine-settings": ["run.json", "notes.txt"]}  # not tilegen's
 
@@ -414,6 +422,11 @@ CLI_CASES = [
         ("row-median", "its field 'median_ms' must be a number, or null, got \"fast\""),
         ("row-count", "its field 'skipped_count' must be a whole number, or null, got \"3\""),
         ("row-ok-unchecked", "an ok row needs a number in its field 'error', got null"),
+        ("row-median-negative", "its field 'median_ms' must be above 0, got -1"),
+        ("row-median-nan", "its field 'median_ms' must be above 0, got NaN"),
+        ("row-median-infinite", "its field 'median_ms' must be finite, got Infinity"),
+        ("row-error-negative", "its field 'error' must not be negative or NaN, got -0.5"),
+        ("row-samples-negative", "its field 'samples' must not be negative or NaN, got -3"),
         ("row-twice", "the key 'status' is given twice"),
     ] for command in (f"report {name}", _resume_with(drop=("--out",)) + ["--out", name])],
     # measurements whose row has a field of the wrong kind: one line naming file, measurement and field
@@ -421,6 +434,9 @@ CLI_CASES = [
         ("bad-json.sqlite", "Expecting property name enclosed in double quotes"),
         ("bad-status.sqlite", "its field 'status' must be one of: ok, wrong,"),
         ("bad-twice.sqlite", "the key 'status' is given twice"),
+        ("bad-median-negative.sqlite", "its field 'median_ms' must be above 0, got -1"),
+        ("bad-median-nan.sqlite", "its field 'median_ms' must be above 0, got NaN"),
+        ("bad-median-infinite.sqlite", "its field 'median_ms' must be finite, got Infinity"),
     ] for command in (f"report --db {name}", f"best matmul --size 1024x1024x1024 --gpu H100 --db {name}",
                       f"export --t4 t4.json --db {name}")],
     # --resume with settings other than the run's, each difference named

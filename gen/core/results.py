@@ -216,6 +216,9 @@ class Row:
         for name, value in data.items():
             if name in kinds and not _fits(value, kinds[name]):
                 raise ValueError(f"its field {name!r} must be {_expected(kinds[name])}, got {_shown(value)}")
+        for name, value in data.items():
+            if name in kinds and (problem := _value_problem(name, value, data["status"] == Status.OK)):
+                raise ValueError(f"its field {name!r} {problem}, got {_shown(value)}")
         if data["status"] == Status.OK:
             for name in OK_NUMBERS:
                 if not _fits(data.get(name), float):
@@ -235,6 +238,20 @@ class Row:
 
 
 OK_NUMBERS = ("error", "median_ms")  # what makes a row ok: it was checked, and timed
+TIMES = ("median_ms", "min_ms", "max_ms")  # milliseconds per launch: finite and above 0
+
+
+def _value_problem(name: str, value: Any, ok: bool) -> str | None:
+    """What is wrong with a number a row holds, or None: times are finite and above 0, every other
+    number finite and not negative, counts included. `error` alone may be infinite, in a row that
+    is not ok: the relative error of an output holding NaN."""
+    numbers = value.values() if name == "hazards" and value else [value]  # params and provenance are free
+    for number in (n for n in numbers if isinstance(n, (int, float)) and not isinstance(n, bool)):
+        if math.isnan(number) or number < 0 or (name in TIMES and number == 0):
+            return "must be above 0" if name in TIMES else "must not be negative or NaN"
+        if math.isinf(number) and (name != "error" or ok):
+            return "must be finite"
+    return None
 
 
 def row_from_json(text: str | bytes) -> Row:
