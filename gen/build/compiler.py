@@ -141,7 +141,7 @@ def _compile_alone(variant: Variant, source: str, key: str, options: CompileOpti
     else:
         entry = CacheEntry(attempt.log, attempt.seconds, cache.put_cubin(attempt.cubin),
                            parse_ptxas(verdict.reports[variant.name]))
-    cache.put(key, entry)
+    cache.put(key, variant.name, entry)
     return _compiled(variant, options, cache, entry, cached=False)
 
 
@@ -158,7 +158,7 @@ def _compile_together(variants: list[Variant], sources: dict[Variant, str], keys
     for variant in variants:
         report = verdict.reports[variant.name]
         entry = CacheEntry(report, round(attempt.seconds / len(variants), 3), cubin, parse_ptxas(report))
-        cache.put(keys[variant], entry)
+        cache.put(keys[variant], variant.name, entry)
         results[variant] = _compiled(variant, options, cache, entry, cached=False)
     return results
 

@@ -41,6 +41,9 @@ def writable_folder(path: Path, what: str) -> Path:
     """`path` if it is a folder tilegen can write in, or can create; UsageError naming `what` (the
     option or variable that gave it) otherwise. Leaves nothing behind (see _check_can_create)."""
     path = as_path(path, what)
+    if path.is_symlink() and not path.exists():
+        raise UsageError(f"{what} {path} is a symbolic link that leads nowhere (a loop, or its target is gone); give "
+                         f"a folder")
     if path.exists() and not path.is_dir():
         raise UsageError(f"{what} {path} is a file, not a folder; give a folder")
     _check_writable_ancestor(path, what)
