@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import RunFailed, UsageError
+from ..core.errors import RunFailed, UsageError, path_failure
 from ..core.own_files import write_atomically
 from ..core.paths import cache_dir
 from .ptxas import Resources
@@ -88,9 +88,9 @@ class CompileCache:
             return None
         except DamagedEntry as damage:
             note(f"the compile cache's entry for {kernel} was damaged ({damage}): removed, compiling it again")
-            record.unlink(missing_ok=True)
-            if damage.cubin is not None:
-                damage.cubin.unlink(missing_ok=True)
+            for path in (record, damage.cubin):
+                if path is not None:
+                    self._remove(path)
             return None
 
     def put_cubin(self, cubin: bytes) -> CubinFile:
@@ -194,6 +194,13 @@ class CompileCache:
             raise DamagedEntry(f"its cubin {cubin.name} has other contents than were compiled", path)
         if kernel not in _symbols_of(path, found.st_size, found.st_mtime_ns, found.st_ino):
             raise DamagedEntry(f"its cubin {cubin.name} holds no kernel {kernel!r}")  # another's: not removed
+
+    def _remove(self, path: Path) -> None:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as error:
+            raise path_failure(error, path, "remove", elsewhere="remove it yourself, or set $TILEGEN_CACHE to "
+                               "another folder") from None
 
     def _write(self, path: Path, data: bytes) -> None:
         try:

@@ -4,6 +4,7 @@ the modules of the family-path folders, each folder a package of its own. Each f
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import importlib
@@ -58,13 +59,33 @@ def load_registry(folders: Iterable[Path], path_variable: str) -> Registry:
             continue
         try:
             package = _folder_package(folder)
+        except OSError as error:  # the folder itself cannot be read
+            found.problems.append(f"{path_variable}: cannot read {folder} ({error.strerror}); fix its permissions")
+            continue
         except Exception as error:
             found.problems.append(f"{folder / '__init__.py'}: cannot be imported ({one_line(error)}); fix it")
             continue
         for path in sorted(folder.glob("*.py")):
-            if not path.name.startswith("_"):
+            if not path.name.startswith("_") and _defines_family(found, path):
                 _load_module_file(found, package, path)
     return found
+
+
+def _defines_family(found: Registry, path: Path) -> bool:
+    """Whether a family-path module is one to import: its top level defines a class whose base is
+    named Family or ends in Family (`class Reduce(Family)`, `class Reduce(api.Family)`), read without
+    running it. A script or a helper kept beside a family is never run by tilegen; a module Python
+    cannot parse is imported, so that its error is said."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError:
+        return True
+    except (OSError, ValueError) as error:
+        found.problems.append(f"{path}: cannot be read ({one_line(error)}); fix it, or move it out of the family path")
+        return False
+    bases = (base for node in tree.body if isinstance(node, ast.ClassDef) for base in node.bases)
+    return any((base.id if isinstance(base, ast.Name) else getattr(base, "attr", "")).endswith("Family")
+               for base in bases)
 
 
 def _folder_package(folder: Path) -> str:

@@ -26,10 +26,16 @@ FAMILY_PATH_ENV = "TILEGEN_FAMILY_PATH"
 
 def add_family_path(folder: Path | str) -> None:
     """Load the families in `folder` too, here and in every worker process started from now on."""
-    folder = as_path(folder, "--family-path").expanduser().resolve()  # '' would be the current folder
+    given = as_path(folder, "--family-path").expanduser()
+    try:
+        folder = given.resolve()  # '' would be the current folder
+    except (OSError, RuntimeError):  # a loop of symbolic links
+        raise UsageError(f"--family-path {given} is a loop of symbolic links; give the folder itself") from None
     if not folder.is_dir():
         raise UsageError(f"--family-path {folder}: no such folder (give the folder holding your family's .py and "
                          f"template)")
+    if not os.access(folder, os.R_OK | os.X_OK):
+        raise UsageError(f"--family-path {folder}: cannot read that folder (permission denied); fix its permissions")
     paths = family_paths()
     if folder not in paths:
         os.environ[FAMILY_PATH_ENV] = os.pathsep.join(str(p) for p in [folder, *paths])
