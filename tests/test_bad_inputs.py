@@ -387,6 +387,8 @@ CLI_CASES = [
                                                  "seconds, got 'soon'", env={"TILEGEN_COMPILE_TIMEOUT": "soon"}),
     case("sweep matmul -p tile=8 --out fresh", "$TILEGEN_COMPILE_TIMEOUT must be a positive, finite number of "
                                                "seconds, got '0'", env={"TILEGEN_COMPILE_TIMEOUT": "0"}),
+    case("sweep matmul -p tile=8 --out fresh", "$TILEGEN_COMPILE_TIMEOUT must be at most 2147483 seconds (24.8 days",
+         env={"TILEGEN_COMPILE_TIMEOUT": "2147484"}),
     # databases: mistyped, a folder, not a database, another program's
     case("report --db tunde.sqlite", "--db tunde.sqlite does not exist; give the tuning database"),
     case("export --t4 t4.json --db tunde.sqlite", "--db tunde.sqlite does not exist"),

@@ -328,3 +328,16 @@ def test_export_writes_no_file_through_a_link(tmp_path: Path, prepared: Path, ta
     done = tilegen(tmp_path, ["export", "--t4", "t4.json", "--db", "tuned.sqlite", "--force"])
     assert done.returncode == 2 and done.stderr.startswith("tilegen: error: --t4 t4.json is a symbolic link;")
     assert (tmp_path / "t4.json").is_symlink() and (tmp_path / "afile").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("companion", ["-wal", "-shm", "-journal"])
+def test_export_never_writes_over_a_databases_journal_even_with_force(tmp_path: Path, prepared: Path,
+                                                                     companion: str) -> None:
+    shutil.copy2(prepared / "tuned.sqlite", tmp_path / "tuned.sqlite")
+    journal = tmp_path / f"tuned.sqlite{companion}"
+    journal.write_bytes(b"\x37\x7f\x06\x82 what SQLite keeps beside the database")
+    done = tilegen(tmp_path, ["export", "--t4", journal.name, "--db", "tuned.sqlite", "--force"])
+    assert done.returncode == 2 and done.stderr.startswith(
+        f"tilegen: error: --t4 {journal.name} is the journal of the SQLite database tuned.sqlite; tilegen never "
+        f"writes over it"), done.stderr
+    assert journal.read_bytes().startswith(b"\x37\x7f\x06\x82")

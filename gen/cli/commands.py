@@ -161,8 +161,8 @@ def cmd_best(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
+    checked_t4_path(args.t4, args.force)  # before the database opens: SQLite may remove a journal it finds beside it
     db = TuningDB(args.db, create=False)
-    checked_t4_path(args.t4, args.force)
     model = _pick_model(db, args.gpu) if args.gpu else None
     rows = db.rows(args.family, model)
     if not rows:
