@@ -22,7 +22,9 @@ import pytest
 
 import gen
 from gen.cli.main import main
-from gen.build.compiler import CompileOptions
+from gen.build.compiler import CompileOptions, compile_variant
+from gen.build.nvrtc import nvrtc_options
+from gen.build.render import render
 from gen.build.pool import compile_variants
 from gen.core.errors import TilegenError
 from gen.store.export import write_t4
@@ -702,6 +704,29 @@ API_CASES = [
         "emit: over the user's file"),
     api(lambda: compile_variants([MatmulVariant(tile=8)], CompileOptions(arch="sm_999")),
         "does not compile for it; it compiles for sm_", "compile_variants: an architecture the compiler does not compile for"),
+    # options objects typed, each field checked (issue 29)
+    api(lambda: compile_variant(None, CompileOptions()), "a variant is needed, like gen.variant('matmul', tile=16); "
+        "got None", "compile_variant: None"),
+    api(lambda: compile_variant(MatmulVariant(tile=8), None), "options must be a gen.build.options.CompileOptions",
+        "compile_variant: no options"),
+    api(lambda: render(None), "a variant is needed", "render: None"),
+    api(lambda: CompileOptions(cache=Path("afile")), "cache afile is a file, not a folder", "CompileOptions: cache a file"),
+    api(lambda: CompileOptions(flags="-O3"), "flags must be a sequence of strings, like ('-lineinfo', '-O3'); got '-O3'",
+        "CompileOptions: flags as one string"),
+    api(lambda: CompileOptions(flags=["-O3", 3]), "flags must be a sequence of strings", "CompileOptions: a flag 3"),
+    api(lambda: CompileOptions(arch="sm_90\n"), "--arch 'sm_90\\n' is not a GPU architecture", "CompileOptions: arch + newline"),
+    api(lambda: nvrtc_options("sm_90", ["--maxrregcount=abc"]), "the flag '--maxrregcount=abc': --maxrregcount takes a "
+        "whole number of registers", "NVRTC: --maxrregcount=abc"),
+    api(lambda: nvrtc_options("sm_90", ["-ftz=yes"]), "-ftz takes true or false", "NVRTC: -ftz=yes"),
+    *[api(lambda timing=timing: RunOptions(timing=timing), fragment, f"RunOptions: {fragment.split()[0]}") for timing, fragment in [
+        (TimingOptions(min_samples=0), "timing.min_samples must be a whole number of at least 1, got 0"),
+        (TimingOptions(min_samples=10, max_samples=5), "timing.max_samples must be a whole number of at least 10"),
+        (TimingOptions(target_rsd=float("nan")), "timing.target_rsd must be a positive, finite number, got nan"),
+        (TimingOptions(warmup=-1), "timing.warmup must be a whole number, got -1"),
+        (TimingOptions(warm="no"), "timing.warm must be True or False, got 'no'"),
+        (TimingOptions(stop_above_ms=-1.0), "timing.stop_above_ms must be a positive, finite number, got -1.0"),
+        (TimingOptions(budget_s=1e9), "must be at most 2147483 seconds (24.8 days"),
+    ]],
 ]
 
 

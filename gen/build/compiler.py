@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ..core import checks
 from ..core.processes import ProcessGroup
 from ..core.results import Row, Status
 from ..core.version import __version__
@@ -81,6 +82,7 @@ def compile_variant(variant: Variant, options: CompileOptions) -> Compiled:
 def compile_batch(variants: Sequence[Variant], options: CompileOptions, children: ProcessGroup) -> list[Compiled]:
     """Render the variants, take what the cache proves, and compile the rest: together in one run
     where their family and the compiler allow it, else one by one. Results in the order of `variants`."""
+    checks.instance(options, CompileOptions, "options")
     check_arch(options.arch, options.compiler)
     cache = CompileCache(options.cache)
     sources = {v: render(v) for v in variants}

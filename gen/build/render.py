@@ -22,7 +22,7 @@ import jinja2
 import jinja2.meta
 
 from ..core.version import __version__
-from ..core.errors import TemplateProblem
+from ..core.errors import TemplateProblem, UsageError
 from ..families import get_family
 from ..families.family import Family
 from ..families.problem import signature
@@ -50,6 +50,8 @@ CONTEXT_NAMES = ("v", "name", "ctype", "params", "signature", "template", "templ
 
 def render(variant: Variant) -> str:
     """The complete .cu source of a validated variant (InvalidVariant if it breaks a rule)."""
+    if not isinstance(variant, Variant):
+        raise UsageError(f"a variant is needed, like gen.variant('matmul', tile=16); got {variant!r}")
     variant.check()
     family = get_family(variant.family)
     try:
