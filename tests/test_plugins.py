@@ -163,6 +163,12 @@ BAD_PLUGINS = {
     "reference of the wrong shape": ("reduce.py", 'return inputs["data"].sum(axis=1)', 'return inputs["data"].sum(axis=0)',
                                      ["reduce.py: reduce's reference() returns an array of shape (1001,)",
                                       "output region of sums is (37,)"]),
+    "an empty space": ("reduce.py", 'space=("shuffle", "tree")', "space=()",
+                       ["reduce.py: parameter 'method' of reduce has an empty space (space=()); give it at least one "
+                        "value"]),
+    "None in a space": ("reduce.py", "space=(1, 2, 4, 8)", "space=(None,)",
+                        ["reduce.py: parameter 'items' of reduce: its space holds None, which it does not allow "
+                         "(items must be an integer, got None); fix the space"]),
     "launch over the limits": ("reduce.py", "block=(variant.block,)", "block=(variant.block * 8,)",
                                ["reduce.py: reduce's launch() of reduce_f32_b256_i1_shuffle_v1 at 37x1001", "a block of 2048 x 1 x 1 gives "
                                 "2048 threads per block; the CUDA limit is 1024", "add a constraint"]),
