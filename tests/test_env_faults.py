@@ -341,3 +341,17 @@ def test_export_never_writes_over_a_databases_journal_even_with_force(tmp_path: 
         f"tilegen: error: --t4 {journal.name} is the journal of the SQLite database tuned.sqlite; tilegen never "
         f"writes over it"), done.stderr
     assert journal.read_bytes().startswith(b"\x37\x7f\x06\x82")
+
+
+@pytest.mark.parametrize("fault", ["EROFS", "EPERM"])
+def test_a_database_in_a_read_only_folder_is_read(scene: Scene, prepared: Path, fault: str) -> None:
+    folder = scene.tmpfs("disk") if fault == "EROFS" else scene.root / "disk"
+    folder.mkdir(exist_ok=True)
+    shutil.copy2(prepared / "tuned.sqlite", folder / "tuned.sqlite")
+    scene.read_only(folder) if fault == "EROFS" else scene.make_immutable(folder)
+    before = recorded(folder)
+    for command in (["report", "--db", "disk/tuned.sqlite"],
+                    ["best", "matmul", "--size", "64x64x64", "--gpu", "H100", "--db", "disk/tuned.sqlite"]):
+        done = tilegen(scene.root, command)
+        assert done.returncode == 0 and "matmul_f32_t32" in done.stdout, done.stdout + done.stderr
+    assert recorded(folder) == before and sorted(os.listdir(folder)) == ["tuned.sqlite"]

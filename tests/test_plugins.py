@@ -283,3 +283,25 @@ def test_a_template_error_is_found_at_load_with_file_and_line_and_its_family_lef
         assert done.returncode == 2 and len(errors) == 1 and done.stderr.rstrip().endswith(errors[0]), done.stderr
         assert said in errors[0] and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_module_that_raises_keyboard_interrupt_is_left_out_not_taken_for_a_stop(
+        plugin_folder: Path, capsys: pytest.CaptureFixture) -> None:
+    (plugin_folder / "grumpy.py").write_text("from gen.api import Family\nraise KeyboardInterrupt\n\n\n"
+                                             "class Grumpy(Family):\n    pass\n")
+    assert main(["--family-path", str(plugin_folder), "list"]) == 0
+    out, err = capsys.readouterr()
+    assert "\nmatmul " in out and "tilegen: interrupted" not in err
+    assert f"tilegen: warning: {plugin_folder.resolve() / 'grumpy.py'}: cannot be imported (PluginExited: it raises " \
+           f"KeyboardInterrupt, though no one interrupted it)" in err
+
+
+def test_a_family_path_with_a_tilde_or_through_a_link_is_the_folder_it_names(
+        copied: Path, tmp_path: Path) -> None:
+    (tmp_path / "link").symlink_to(copied)
+    for environment in ({"TILEGEN_FAMILY_PATH": "~/my-family", "HOME": str(tmp_path)},
+                        {"TILEGEN_FAMILY_PATH": str(tmp_path / "link")}):
+        done = tilegen("list", env=environment)
+        assert done.returncode == 0 and "\nreduce " in done.stdout and not done.stderr, done.stderr
+    done = tilegen("--family-path", str(tmp_path / "link"), "list", "reduce")
+    assert done.returncode == 0 and f"defined in: {copied / 'reduce.py'}" in done.stdout, done.stdout + done.stderr

@@ -119,7 +119,16 @@ def _stop(signum: int, frame: Any) -> None:
     if _Held.depth:
         _Held.pending = True
         return
-    raise KeyboardInterrupt()
+    raise StopSignal()
+
+
+class StopSignal(KeyboardInterrupt):
+    """What a stop signal raises while tilegen's handlers are installed: a KeyboardInterrupt that
+    no signal raised (a plugin's own code raising it) is then that code's failure, not a stop."""
+
+
+def stop_handlers_installed() -> bool:
+    return signal.getsignal(signal.SIGINT) is _stop
 
 
 @contextmanager
@@ -137,7 +146,7 @@ def _interrupts_held() -> Iterator[None]:
         _Held.depth -= 1
         if not _Held.depth and _Held.pending:
             _Held.pending = False
-            raise KeyboardInterrupt()
+            raise StopSignal()
 
 
 def visible_devices_for(gpu: int) -> str:

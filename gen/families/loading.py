@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Iterable, Iterator
 
 from ..core.paths import builtin_templates_dir, path_problem
+from ..core.processes import StopSignal, stop_handlers_installed
 from .builtin import BUILTIN_FAMILIES
 from .family import Family
 from .plugin_checks import PluginProblem, check_family, one_line
@@ -132,13 +133,18 @@ class PluginExited(Exception):
 @contextlib.contextmanager
 def _importing() -> Iterator[None]:
     """Around a plugin's import and checks: what it prints goes to stderr, as stdout is the
-    command's own (`tilegen render` prints CUDA source there), and a sys.exit() in it is its
-    failure, not the end of the command that loads it (any command: every family is loaded)."""
+    command's own (`tilegen render` prints CUDA source there), and a sys.exit() in it, or a
+    KeyboardInterrupt no stop signal raised, is its failure, not the end of the command that loads
+    it (any command: every family is loaded)."""
     try:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     except SystemExit as stop:
         raise PluginExited(f"it calls sys.exit({stop.code!r})") from None
+    except KeyboardInterrupt as stop:
+        if isinstance(stop, StopSignal) or not stop_handlers_installed():  # Ctrl-C, SIGTERM: a stop
+            raise
+        raise PluginExited("it raises KeyboardInterrupt, though no one interrupted it") from None
 
 
 def _families_in(module: ModuleType) -> list[type]:

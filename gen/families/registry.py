@@ -47,7 +47,7 @@ def family_paths() -> list[Path]:
 
 
 def _paths_in(family_path: str) -> list[Path]:
-    return [Path(p) for p in family_path.split(os.pathsep) if p]
+    return [Path(p).expanduser() for p in family_path.split(os.pathsep) if p]  # '~/kernels', as a shell would
 
 
 def family_path_of(family: Family) -> Path | None:
