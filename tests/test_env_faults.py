@@ -355,3 +355,55 @@ def test_a_database_in_a_read_only_folder_is_read(scene: Scene, prepared: Path, 
         done = tilegen(scene.root, command)
         assert done.returncode == 0 and "matmul_f32_t32" in done.stdout, done.stdout + done.stderr
     assert recorded(folder) == before and sorted(os.listdir(folder)) == ["tuned.sqlite"]
+
+
+# ---- the compile cache's own shapes of damage (finding 5) and a full disk before the first row (finding 4) --
+
+def _cubins_a_file(cache: Path) -> None:
+    shutil.rmtree(cache / "cubins")
+    (cache / "cubins").write_text("a file where the cache's folder should be\n")
+
+
+def _cubin_a_folder(cache: Path) -> None:
+    cubin = next((cache / "cubins").glob("*.cubin"))
+    cubin.unlink()
+    cubin.mkdir()
+
+
+CACHE_SHAPES = {  # what is wrong, the fault it is made under, the command, its exit code and its line
+    "cubins/ a file": (_cubins_a_file, "", ["compile", "matmul", "-p", "tile=8", *POINTS], 2,
+                       "cubins is a file, not a folder"),
+    "a cubin a folder": (_cubin_a_folder, "", ["compile", "matmul", "-p", "tile=8", *POINTS], 2, ".cubin"),
+    "read-only, a damaged entry": (lambda cache: next((cache / "cubins").glob("*.json")).write_text("{"), "EROFS",
+                                   ["compile", "matmul", "-p", "tile=8", *POINTS], 2, "cache"),
+    "read-only, --clear": (lambda cache: None, "EROFS", ["cache", "--clear"], 2, "cache"),
+    "read-only, --purge-failed": (_cubin_a_folder, "EROFS", ["cache", "--purge-failed"], 2, "cache"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(CACHE_SHAPES))
+def test_a_cache_tilegen_cannot_use_is_one_line(scene: Scene, prepared: Path, shape: str) -> None:
+    damage, fault, command, code, fragment = CACHE_SHAPES[shape]
+    cache = (scene.tmpfs("disk") if fault else scene.root) / "cache"
+    shutil.copytree(prepared / "cache", cache)
+    damage(cache)
+    if fault:
+        scene.read_only(cache.parent)
+    before = recorded(cache)
+    done = tilegen(scene.root, command, TILEGEN_CACHE=str(cache))
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("tilegen: error: ")]
+    assert done.returncode == code and len(errors) == 1 and done.stderr.rstrip().endswith(errors[0]), done.stderr
+    assert fragment in errors[0] and str(cache) in errors[0], errors[0]
+    if fault:  # where the cache can be written, a damaged entry's record is removed, as it should be
+        assert recorded(cache) == before
+
+
+def test_a_full_disk_under_an_empty_out_is_one_line_and_leaves_no_file(scene: Scene) -> None:
+    disk = scene.tmpfs("disk")
+    scene.fill_up(disk)
+    done = tilegen(scene.root, ["sweep", *TWO, "--out", "disk/run"])
+    errors = [line for line in done.stderr.splitlines() if line.startswith("tilegen: error: ")]
+    assert done.returncode == 1 and len(errors) == 1 and "(No space left on device)" in errors[0], done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+    assert not [path for path in (disk / "run").rglob("*")] if (disk / "run").exists() else True
