@@ -158,7 +158,7 @@ class Scene:
     def tmpfs(self, name: str) -> Path:
         self.need("mount")
         folder = self.root / name
-        folder.mkdir()
+        folder.mkdir(parents=True)
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(folder)], check=True)
         self.mounts.append(folder)
         return folder
@@ -384,11 +384,14 @@ CACHE_SHAPES = {  # what is wrong, the fault it is made under, the command, its 
 @pytest.mark.parametrize("shape", sorted(CACHE_SHAPES))
 def test_a_cache_tilegen_cannot_use_is_one_line(scene: Scene, prepared: Path, shape: str) -> None:
     damage, fault, command, code, fragment = CACHE_SHAPES[shape]
-    cache = (scene.tmpfs("disk") if fault else scene.root) / "cache"
-    shutil.copytree(prepared / "cache", cache)
+    cache = scene.root / "cache"
+    if fault:  # the entries' folder on a disk of its own, made read-only; the cache folder writable
+        shutil.copytree(prepared / "cache" / "cubins", scene.tmpfs("cache/cubins"), dirs_exist_ok=True)
+    else:
+        shutil.copytree(prepared / "cache", cache)
     damage(cache)
     if fault:
-        scene.read_only(cache.parent)
+        scene.read_only(cache / "cubins")
     before = recorded(cache)
     done = tilegen(scene.root, command, TILEGEN_CACHE=str(cache))
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
@@ -402,8 +405,9 @@ def test_a_cache_tilegen_cannot_use_is_one_line(scene: Scene, prepared: Path, sh
 def test_a_full_disk_under_an_empty_out_is_one_line_and_leaves_no_file(scene: Scene) -> None:
     disk = scene.tmpfs("disk")
     scene.fill_up(disk)
+    (disk / "run").mkdir()  # an empty --out: its lock is taken before anything is read
     done = tilegen(scene.root, ["sweep", *TWO, "--out", "disk/run"])
     errors = [line for line in done.stderr.splitlines() if line.startswith("tilegen: error: ")]
     assert done.returncode == 1 and len(errors) == 1 and "(No space left on device)" in errors[0], done.stderr
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr
-    assert not [path for path in (disk / "run").rglob("*")] if (disk / "run").exists() else True
+    assert not list((disk / "run").iterdir())

@@ -114,7 +114,7 @@ class CompileCache:
         """Remove the compile errors and the damaged entries (and stray files); their counts."""
         _, failed, damaged, _, _ = self._survey()
         for path in failed + damaged:
-            path.unlink(missing_ok=True)
+            self._remove(path)
         return len(failed), len(damaged)
 
     def clear(self) -> tuple[int, int]:
@@ -122,7 +122,7 @@ class CompileCache:
         how many other files stay."""
         _, _, _, own, others = self._survey()
         for path in own:
-            path.unlink(missing_ok=True)
+            self._remove(path)
         return sum(bool(_RECORD_NAME.match(p.name)) for p in own), len(others)
 
     def _survey(self) -> tuple[list[Path], list[Path], list[Path], list[Path], list[Path]]:
