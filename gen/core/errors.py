@@ -44,8 +44,6 @@ class RunInterrupted(KeyboardInterrupt):
     """A long command stopped by Ctrl-C or SIGTERM; the message says what was kept and how to go on."""
 
 
-# A full disk, a file size limit, a failing disk: no other input would do better, so the run failed.
-NO_ROOM = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO})
 # A path that cannot serve as given (read-only, not permitted, a file where a folder must be, a link
 # loop, a name too long): the user gives another.
 WRONG_PLACE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.ELOOP,
