@@ -22,7 +22,9 @@ import pytest
 
 import gen
 from gen.cli.main import main
-from gen.build.compiler import CompileOptions
+from gen.build.compiler import CompileOptions, compile_variant
+from gen.build.nvrtc import nvrtc_options
+from gen.build.render import render
 from gen.build.pool import compile_variants
 from gen.core.errors import TilegenError
 from gen.store.export import write_t4
@@ -158,12 +160,20 @@ DAMAGED_RUNS = {  # copies of the prepared run whose first row has a field of th
     "row-median": _with(median_ms="fast"),
     "row-count": _with(skipped_count="3"),
     "row-ok-unchecked": _with(error=None),
+    "row-median-negative": _with(median_ms=-1),
+    "row-median-nan": _with(median_ms=float("nan")),
+    "row-median-infinite": _with(median_ms=float("inf")),
+    "row-error-negative": _with(error=-0.5),
+    "row-samples-negative": _with(samples=-3),
     "row-twice": _status_twice,
 }
 DAMAGED_DATABASES = {  # copies of tuned.sqlite whose one measurement has a row that is not a result row
     "bad-json.sqlite": lambda text: text[:40],
     "bad-status.sqlite": _with(status="fine"),
     "bad-twice.sqlite": _status_twice,
+    "bad-median-negative.sqlite": _with(median_ms=-1),
+    "bad-median-nan.sqlite": _with(median_ms=float("nan")),
+    "bad-median-infinite.sqlite": _with(median_ms=float("inf")),
 }
 USERS_FOLDERS = {"mine-csv": ["results.csv"], "mine-settings": ["run.json", "notes.txt"]}  # not tilegen's
 
@@ -380,6 +390,8 @@ CLI_CASES = [
                                                  "seconds, got 'soon'", env={"TILEGEN_COMPILE_TIMEOUT": "soon"}),
     case("sweep matmul -p tile=8 --out fresh", "$TILEGEN_COMPILE_TIMEOUT must be a positive, finite number of "
                                                "seconds, got '0'", env={"TILEGEN_COMPILE_TIMEOUT": "0"}),
+    case("sweep matmul -p tile=8 --out fresh", "$TILEGEN_COMPILE_TIMEOUT must be at most 2147483 seconds (24.8 days",
+         env={"TILEGEN_COMPILE_TIMEOUT": "2147484"}),
     # databases: mistyped, a folder, not a database, another program's
     case("report --db tunde.sqlite", "--db tunde.sqlite does not exist; give the tuning database"),
     case("export --t4 t4.json --db tunde.sqlite", "--db tunde.sqlite does not exist"),
@@ -415,6 +427,11 @@ CLI_CASES = [
         ("row-median", "its field 'median_ms' must be a number, or null, got \"fast\""),
         ("row-count", "its field 'skipped_count' must be a whole number, or null, got \"3\""),
         ("row-ok-unchecked", "an ok row needs a number in its field 'error', got null"),
+        ("row-median-negative", "its field 'median_ms' must be above 0, got -1"),
+        ("row-median-nan", "its field 'median_ms' must be above 0, got NaN"),
+        ("row-median-infinite", "its field 'median_ms' must be finite, got Infinity"),
+        ("row-error-negative", "its field 'error' must not be negative or NaN, got -0.5"),
+        ("row-samples-negative", "its field 'samples' must not be negative or NaN, got -3"),
         ("row-twice", "the key 'status' is given twice"),
     ] for command in (f"report {name}", _resume_with(drop=("--out",)) + ["--out", name])],
     # measurements whose row has a field of the wrong kind: one line naming file, measurement and field
@@ -422,6 +439,9 @@ CLI_CASES = [
         ("bad-json.sqlite", "Expecting property name enclosed in double quotes"),
         ("bad-status.sqlite", "its field 'status' must be one of: ok, wrong,"),
         ("bad-twice.sqlite", "the key 'status' is given twice"),
+        ("bad-median-negative.sqlite", "its field 'median_ms' must be above 0, got -1"),
+        ("bad-median-nan.sqlite", "its field 'median_ms' must be above 0, got NaN"),
+        ("bad-median-infinite.sqlite", "its field 'median_ms' must be finite, got Infinity"),
     ] for command in (f"report --db {name}", f"best matmul --size 1024x1024x1024 --gpu-model H100 --db {name}",
                       f"export --t4 t4.json --db {name}")],
     # --resume with settings other than the run's, each difference named
@@ -685,6 +705,29 @@ API_CASES = [
         "emit: over the user's file"),
     api(lambda: compile_variants([MatmulVariant(tile=8)], CompileOptions(arch="sm_999")),
         "does not compile for it; it compiles for sm_", "compile_variants: an architecture the compiler does not compile for"),
+    # options objects typed, each field checked (issue 29)
+    api(lambda: compile_variant(None, CompileOptions()), "a variant is needed, like gen.variant('matmul', tile=16); "
+        "got None", "compile_variant: None"),
+    api(lambda: compile_variant(MatmulVariant(tile=8), None), "options must be a gen.build.options.CompileOptions",
+        "compile_variant: no options"),
+    api(lambda: render(None), "a variant is needed", "render: None"),
+    api(lambda: CompileOptions(cache=Path("afile")), "cache afile is a file, not a folder", "CompileOptions: cache a file"),
+    api(lambda: CompileOptions(flags="-O3"), "flags must be a sequence of strings, like ('-lineinfo', '-O3'); got '-O3'",
+        "CompileOptions: flags as one string"),
+    api(lambda: CompileOptions(flags=["-O3", 3]), "flags must be a sequence of strings", "CompileOptions: a flag 3"),
+    api(lambda: CompileOptions(arch="sm_90\n"), "--arch 'sm_90\\n' is not a GPU architecture", "CompileOptions: arch + newline"),
+    api(lambda: nvrtc_options("sm_90", ["--maxrregcount=abc"]), "the flag '--maxrregcount=abc': --maxrregcount takes a "
+        "whole number of registers", "NVRTC: --maxrregcount=abc"),
+    api(lambda: nvrtc_options("sm_90", ["-ftz=yes"]), "-ftz takes true or false", "NVRTC: -ftz=yes"),
+    *[api(lambda timing=timing: RunOptions(timing=timing), fragment, f"RunOptions: {fragment.split()[0]}") for timing, fragment in [
+        (TimingOptions(min_samples=0), "timing.min_samples must be a whole number of at least 1, got 0"),
+        (TimingOptions(min_samples=10, max_samples=5), "timing.max_samples must be a whole number of at least 10"),
+        (TimingOptions(target_rsd=float("nan")), "timing.target_rsd must be a positive, finite number, got nan"),
+        (TimingOptions(warmup=-1), "timing.warmup must be a whole number, got -1"),
+        (TimingOptions(warm="no"), "timing.warm must be True or False, got 'no'"),
+        (TimingOptions(stop_above_ms=-1.0), "timing.stop_above_ms must be a positive, finite number, got -1.0"),
+        (TimingOptions(budget_s=1e9), "must be at most 2147483 seconds (24.8 days"),
+    ]],
 ]
 
 

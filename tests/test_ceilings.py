@@ -119,3 +119,13 @@ def _stencil_sweep(out: Path) -> list:
     rows = read_rows(out / "results.jsonl")
     assert len(rows) == 2, rows
     return rows
+
+
+def test_the_ceilings_lock_is_never_opened_through_a_link(tmp_path: Path) -> None:
+    thesis = tmp_path / "thesis.txt"
+    thesis.write_text("three years of work\n")
+    path = tmp_path / "ceilings.json"
+    (tmp_path / "ceilings.json.lock").symlink_to(thesis)
+    with pytest.raises(UsageError, match="ceilings.json.lock is a symbolic link, not a file tilegen made"):
+        Ceilings(H100, path).rate(_ceiling("points", Counted(12.5)))
+    assert thesis.read_text() == "three years of work\n" and not path.exists()

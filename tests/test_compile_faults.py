@@ -9,6 +9,7 @@ through `python -m gen`, as a user's does; everything else calls the CLI in-proc
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -176,6 +177,26 @@ def test_the_cache_command_counts_damaged_entries_and_purge_failed_removes_them(
     code, out, _ = run_main(capsys, ["cache", "--purge-failed"])
     assert code == 0 and "removed 0 cached compile errors and 3 damaged entries" in out
     assert not list(cache.iterdir())
+
+
+def test_a_record_edited_to_name_another_kernels_cubin_is_damage_not_a_hit(
+        cache: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["compile", *ONE]) == 0 and main(["compile", *ONE[:2], "tile=16", *ONE[3:]]) == 0
+    capsys.readouterr()
+    records = {json.loads(path.read_text())["kernel"]: path for path in cache.glob("*.json")}
+    twin = json.loads(records[NAME.replace("t8", "t16")].read_text())
+    mine = json.loads(records[NAME].read_text())
+    records[NAME].write_text(json.dumps({**mine, "cubin": twin["cubin"]}))  # names the tile-16 kernel's cubin
+    own_cubin = cache / mine["cubin"]["name"]
+    code, out, _ = run_main(capsys, ["cache"])  # the edited record is damaged; its own cubin a stray file
+    assert code == 0 and "1 compiled variants (0 compile errors), 2 damaged entries" in out, out
+    code, out, err = run_main(capsys, ["compile", *ONE])
+    assert code == 0 and "1 compiled (0 from cache), 0 failed" in out, (out, err)
+    (note,) = notes(err)
+    assert f"holds no kernel '{NAME}'" in note and "compiling it again" in note
+    assert own_cubin.is_file() and (cache / twin["cubin"]["name"]).is_file()  # the other kernel's cubin stays
+    code, out, err = run_main(capsys, ["compile", *ONE[:2], "tile=8,16", *ONE[3:]])
+    assert code == 0 and "2 compiled (2 from cache), 0 failed" in out and not notes(err), (out, err)
 
 
 def test_cache_clear_removes_tilegens_entries_and_nothing_else(cache: Path, compiled: dict[str, Path],

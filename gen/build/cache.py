@@ -13,17 +13,18 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import RunFailed, UsageError
+from ..core.cubin import symbols
+from ..core.errors import RunFailed, UsageError, path_failure
+from ..core.own_files import write_atomically
 from ..core.paths import cache_dir
 from .ptxas import Resources
 from .verdict import has_diagnostic, note
 
-CACHE_FORMAT = 2  # part of every cache key: records of another format are never read as entries
+CACHE_FORMAT = 3  # part of every cache key: records of another format are never read as entries
 
 _RECORD_NAME = re.compile(r"^[0-9a-f]{32}\.json$")
 _CUBIN_NAME = re.compile(r"^[0-9a-f]{32}\.cubin$")
@@ -77,18 +78,19 @@ class CompileCache:
     def __init__(self, folder: Path):
         self.folder = folder
 
-    def load(self, key: str, what: str) -> CacheEntry | None:
-        """The proven entry under `key`, else None. A damaged one is removed, with a note naming `what`."""
+    def load(self, key: str, kernel: str) -> CacheEntry | None:
+        """The proven entry under `key` for the kernel named `kernel` (a variant's name), else None. A
+        damaged one is removed, with a note naming the kernel."""
         record = self.folder / f"{key}.json"
         try:
-            return self._proven(record, key)
+            return self._proven(record, key, kernel)
         except FileNotFoundError:
             return None
         except DamagedEntry as damage:
-            note(f"the compile cache's entry for {what} was damaged ({damage}): removed, compiling it again")
-            record.unlink(missing_ok=True)
-            if damage.cubin is not None:
-                damage.cubin.unlink(missing_ok=True)
+            note(f"the compile cache's entry for {kernel} was damaged ({damage}): removed, compiling it again")
+            for path in (record, damage.cubin):
+                if path is not None:
+                    self._remove(path)
             return None
 
     def put_cubin(self, cubin: bytes) -> CubinFile:
@@ -97,9 +99,9 @@ class CompileCache:
         self._write(self.folder / named.name, cubin)
         return named
 
-    def put(self, key: str, entry: CacheEntry) -> None:
-        """Record an entry; its cubin must be in the cache already (`put_cubin`)."""
-        record = {"format": CACHE_FORMAT, "key": key, "seconds": entry.seconds, "log": entry.log,
+    def put(self, key: str, kernel: str, entry: CacheEntry) -> None:
+        """Record the entry of the kernel named `kernel`; its cubin must be in the cache already (`put_cubin`)."""
+        record = {"format": CACHE_FORMAT, "key": key, "kernel": kernel, "seconds": entry.seconds, "log": entry.log,
                   "cubin": asdict(entry.cubin) if entry.cubin else None,
                   "resources": asdict(entry.resources) if entry.resources else None}
         self._write(self.folder / f"{key}.json", json.dumps(record).encode())
@@ -112,7 +114,7 @@ class CompileCache:
         """Remove the compile errors and the damaged entries (and stray files); their counts."""
         _, failed, damaged, _, _ = self._survey()
         for path in failed + damaged:
-            path.unlink(missing_ok=True)
+            self._remove(path)
         return len(failed), len(damaged)
 
     def clear(self) -> tuple[int, int]:
@@ -120,7 +122,7 @@ class CompileCache:
         how many other files stay."""
         _, _, _, own, others = self._survey()
         for path in own:
-            path.unlink(missing_ok=True)
+            self._remove(path)
         return sum(bool(_RECORD_NAME.match(p.name)) for p in own), len(others)
 
     def _survey(self) -> tuple[list[Path], list[Path], list[Path], list[Path], list[Path]]:
@@ -149,8 +151,10 @@ class CompileCache:
         damaged += [p for p in own if not _RECORD_NAME.match(p.name) and p.name not in used]
         return proven, failed, damaged, own, others
 
-    def _proven(self, record: Path, key: str) -> CacheEntry:
-        """The entry `record` holds, if it proves whole: DamagedEntry says why not."""
+    def _proven(self, record: Path, key: str, kernel: str | None = None) -> CacheEntry:
+        """The entry `record` holds, if it proves whole, for the kernel `kernel` (None: the one it
+        names): DamagedEntry says why not. Its cubin must be the one compiled (its sha256) and hold
+        the kernel's symbol: a record that names another kernel's cubin is damaged, not a hit."""
         try:
             text = record.read_bytes()
         except FileNotFoundError:
@@ -166,16 +170,19 @@ class CompileCache:
         if fields_.get("format") != CACHE_FORMAT or fields_.get("key") != key:
             raise DamagedEntry("not a record of this tilegen's for this entry")
         log, seconds = _field(fields_, "log", str), _field(fields_, "seconds", (int, float))
+        named = _field(fields_, "kernel", str)
+        if kernel is not None and named != kernel:
+            raise DamagedEntry(f"it is the record of the kernel {named!r}")
         if fields_.get("cubin") is None:
             if not has_diagnostic(log):
                 raise DamagedEntry("a compile error without the compiler's diagnostic")
             return CacheEntry(log, seconds)
         cubin = _cubin_file(_field(fields_, "cubin", dict))
         resources = _resources(_field(fields_, "resources", dict))
-        self._prove_cubin(cubin)
+        self._prove_cubin(cubin, named)
         return CacheEntry(log, seconds, cubin, resources)
 
-    def _prove_cubin(self, cubin: CubinFile) -> None:
+    def _prove_cubin(self, cubin: CubinFile, kernel: str) -> None:
         path = self.folder / cubin.name
         try:
             found = path.stat()
@@ -185,11 +192,20 @@ class CompileCache:
             raise DamagedEntry(f"its cubin {cubin.name} has {found.st_size} bytes, not {cubin.size}", path)
         if _sha256_of(path, found.st_size, found.st_mtime_ns, found.st_ino) != cubin.sha256:
             raise DamagedEntry(f"its cubin {cubin.name} has other contents than were compiled", path)
+        if kernel not in _symbols_of(path, found.st_size, found.st_mtime_ns, found.st_ino):
+            raise DamagedEntry(f"its cubin {cubin.name} holds no kernel {kernel!r}")  # another's: not removed
+
+    def _remove(self, path: Path) -> None:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as error:
+            raise path_failure(error, path, "remove", elsewhere="remove it yourself, or set $TILEGEN_CACHE to "
+                               "another folder") from None
 
     def _write(self, path: Path, data: bytes) -> None:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            _write_atomically(path, data)
+            write_atomically(path, data)
         except OSError as error:
             if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise RunFailed(f"cannot write the compile cache {self.folder} ({error.strerror}); free space there "
@@ -246,21 +262,14 @@ def _sha256_of(path: Path, size: int, mtime_ns: int, inode: int) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@functools.lru_cache(maxsize=4096)
+def _symbols_of(path: Path, size: int, mtime_ns: int, inode: int) -> frozenset[str]:
+    """The names in a cubin's ELF symbol table, kept while its size, time and inode stay."""
+    return symbols(path.read_bytes())
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write through a temporary file and rename, so a reader never sees half a file."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-

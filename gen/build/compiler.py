@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..core.errors import TilegenError
+from ..core import checks
 from ..core.processes import ProcessGroup
 from ..core.results import Row, Status
 from ..core.version import __version__
@@ -83,6 +84,7 @@ def compile_variant(variant: Variant, options: CompileOptions) -> Compiled:
 def compile_batch(variants: Sequence[Variant], options: CompileOptions, children: ProcessGroup) -> list[Compiled]:
     """Render the variants, take what the cache proves, and compile the rest: together in one run
     where their family and the compiler allow it, else one by one. Results in the order of `variants`."""
+    checks.instance(options, CompileOptions, "options")
     check_arch(options.arch, options.compiler)
     options = with_family_flags(options, variants)
     cache = CompileCache(options.cache)
@@ -150,7 +152,7 @@ def _compile_alone(variant: Variant, source: str, key: str, options: CompileOpti
     else:
         entry = CacheEntry(attempt.log, attempt.seconds, cache.put_cubin(attempt.cubin),
                            parse_ptxas(verdict.reports[variant.name]))
-    cache.put(key, entry)
+    cache.put(key, variant.name, entry)
     return _compiled(variant, options, cache, entry, cached=False)
 
 
@@ -167,7 +169,7 @@ def _compile_together(variants: list[Variant], sources: dict[Variant, str], keys
     for variant in variants:
         report = verdict.reports[variant.name]
         entry = CacheEntry(report, round(attempt.seconds / len(variants), 3), cubin, parse_ptxas(report))
-        cache.put(keys[variant], entry)
+        cache.put(keys[variant], variant.name, entry)
         results[variant] = _compiled(variant, options, cache, entry, cached=False)
     return results
 

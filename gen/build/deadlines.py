@@ -8,6 +8,7 @@ import math
 import os
 from typing import Any
 
+from ..core.checks import seconds_problem
 from ..core.errors import UsageError
 
 TIMEOUT_ENV = "TILEGEN_COMPILE_TIMEOUT"
@@ -32,6 +33,6 @@ def seconds(value: Any, what: str) -> float:
         number = float(value) if not isinstance(value, bool) else math.nan
     except (TypeError, ValueError):
         number = math.nan
-    if not math.isfinite(number) or number <= 0:
-        raise UsageError(f"{what} must be a positive, finite number of seconds, got {value!r}")
+    if problem := seconds_problem(number):
+        raise UsageError(f"{what} {problem}, got {value!r}")
     return number

@@ -40,6 +40,9 @@ INSTALL = "pip install 'tilegen[nvrtc]' (cuda-python's bindings and the NVRTC li
 # nvcc flags NVRTC takes as they are, and those it spells otherwise.
 _SAME = re.compile(r"-lineinfo|-G|--use_fast_math|-[DUI]\S+|-std=\S+|--(maxrregcount|ftz|fmad|prec-div|prec-sqrt)=\S+|"
                    r"--ptxas-options=\S+|--pre-include=\S+")
+# What the options with a value take: NVRTC refuses another value as an invalid option, which says nothing.
+_VALUES = {"--maxrregcount": ("[0-9]+", "a whole number of registers"),
+           **{option: ("true|false", "true or false") for option in ("--ftz", "--fmad", "--prec-div", "--prec-sqrt")}}
 _RENAMED = {"-use_fast_math": "--use_fast_math", "-maxrregcount": "--maxrregcount", "-ftz": "--ftz",
             "-fmad": "--fmad", "-prec-div": "--prec-div", "-prec-sqrt": "--prec-sqrt"}
 
@@ -89,6 +92,9 @@ def nvrtc_options(arch: str, flags: Sequence[str]) -> list[str]:
         translated = f"{_RENAMED[head]}{equals}{value}" if head in _RENAMED else flag
         if not _SAME.fullmatch(translated):
             raise UsageError(f"the nvcc flag {flag!r} has no NVRTC equivalent; compile with --compiler nvcc")
+        pattern, takes = _VALUES.get(_RENAMED.get(head, head), (".*", ""))
+        if not re.fullmatch(pattern, value):
+            raise UsageError(f"the flag {flag!r}: {head} takes {takes}, like {head}={'64' if 'reg' in head else 'true'}")
         options.append(translated)
     return options
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 from ..core import nvidia_smi
 from ..core.errors import UsageError
+from ..core.paths import as_path
 from .cache import cubin_cache
 from .compilers import Compiler, compiler_named, default_compiler
 from .deadlines import compile_timeout, seconds
 
 DEFAULT_ARCH = "sm_90"
 DEFAULT_FLAGS = ("-lineinfo",)
-_ARCH_PATTERN = re.compile(r"^sm_\d{2,3}[af]?$")
+_ARCH_PATTERN = re.compile(r"sm_[0-9]{2,3}[af]?")  # whole: "sm_90\n" is none
 
 
 @dataclass(frozen=True)
@@ -38,16 +39,31 @@ class CompileOptions:
         return replace(chosen, jobs=jobs) if jobs else chosen
 
     def __post_init__(self) -> None:
-        if not isinstance(self.arch, str) or not _ARCH_PATTERN.match(self.arch):
+        if not isinstance(self.arch, str) or not _ARCH_PATTERN.fullmatch(self.arch):
             raise UsageError(f"--arch {self.arch!r} is not a GPU architecture like sm_90 or sm_90a")
         if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
             raise UsageError(f"--jobs must be a whole number of parallel compiles, at least 1; got {self.jobs!r}")
+        if isinstance(self.flags, (str, bytes)) or not all(isinstance(f, str) for f in _items(self.flags)):
+            raise UsageError(f"flags must be a sequence of strings, like ('-lineinfo', '-O3'); got {self.flags!r}")
+        cache = as_path(self.cache, "cache")
+        if cache.exists() and not cache.is_dir():
+            raise UsageError(f"cache {cache} is a file, not a folder; give the compile cache's folder")
         if not isinstance(self.compiler, Compiler):
             raise UsageError(f"compiler must be a gen.build.compilers.Compiler, like gen.build.nvcc.Nvcc(); got "
                              f"{self.compiler!r}")
+        object.__setattr__(self, "flags", tuple(self.flags))
+        object.__setattr__(self, "cache", cache)
         object.__setattr__(self, "jobs", min(self.jobs, usable_cores()))
         object.__setattr__(self, "timeout_s", compile_timeout() if self.timeout_s is None
                            else seconds(self.timeout_s, "timeout_s"))
+
+
+def _items(value: object) -> list:
+    """The items of a sequence, or [value] where it is none (so that it is refused)."""
+    try:
+        return list(value)  # type: ignore[call-overload]
+    except TypeError:
+        return [value]
 
 
 def check_arch(arch: str, compiler: Compiler) -> None:

@@ -22,7 +22,7 @@ import jinja2
 import jinja2.meta
 
 from ..core.version import __version__
-from ..core.errors import TemplateProblem
+from ..core.errors import TemplateProblem, UsageError
 from ..families import get_family
 from ..families.family import Family
 from ..families.problem import signature
@@ -50,6 +50,8 @@ CONTEXT_NAMES = ("v", "name", "ctype", "params", "signature", "template", "templ
 
 def render(variant: Variant) -> str:
     """The complete .cu source of a validated variant (InvalidVariant if it breaks a rule)."""
+    if not isinstance(variant, Variant):
+        raise UsageError(f"a variant is needed, like gen.variant('matmul', tile=16); got {variant!r}")
     variant.check()
     family = get_family(variant.family)
     try:
@@ -89,21 +91,23 @@ def context(family: Family, variant: Variant) -> dict[str, Any]:
 
 
 def template_problems(family: Family) -> list[str]:
-    """Mistakes in a family's own template found without rendering it, in every branch: a name
-    the template does not get, and `v.NAME` where the variant has no NAME. Each is one line with
-    the template file, the line and the fix."""
-    return list(_template_problems(family.template_dirs, family.template, family.variant_type))
+    """Mistakes in a family's own template, and in each template it includes or imports, found
+    without rendering them, in every branch: a syntax error, a name the template does not get, and
+    `v.NAME` where the variant has no NAME. Each is one line with the template file, the line and the fix."""
+    try:
+        closure = _template_closure(family.template_dirs, family.template)
+    except TemplateProblem as problem:
+        return [str(problem)]
+    return [problem for name, path in closure
+            for problem in _template_problems(family.template_dirs, name, family.variant_type)]
 
 
 @functools.cache
 def _template_problems(template_dirs: tuple[Path, ...], template: str, variant_type: type[Variant]
                        ) -> tuple[str, ...]:
     env = environment(template_dirs)
-    try:
-        source, filename, _ = env.loader.get_source(env, template)
-        parsed = env.parse(source, name=template, filename=filename)
-    except (jinja2.TemplateNotFound, jinja2.TemplateSyntaxError):
-        return ()  # said when rendering, with the file and line
+    source, filename, _ = env.loader.get_source(env, template)
+    parsed = env.parse(source, name=template, filename=filename)  # _template_closure parsed it already
     where = _where(filename)
     undeclared = jinja2.meta.find_undeclared_variables(parsed) - set(CONTEXT_NAMES)
     problems = [f"{where}:{node.lineno}: {{{{ {node.name} }}}} is not defined{_undefined_hint(node.name, variant_type)}"
@@ -177,7 +181,10 @@ def _template_closure(template_dirs: tuple[Path, ...], template: str) -> list[tu
             folders = ", ".join(str(d) for d in template_dirs)
             raise TemplateProblem(f"template {name!r} is missing from {folders}; restore it") from None
         seen[name] = Path(filename)
-        parsed = environment(template_dirs).parse(source, name=name)
+        try:
+            parsed = environment(template_dirs).parse(source, name=name, filename=filename)
+        except jinja2.TemplateSyntaxError as error:
+            raise TemplateProblem(f"{_where(filename)}:{error.lineno}: {error.message}; fix the template") from None
         pending.extend(n for n in jinja2.meta.find_referenced_templates(parsed) if n)
     return sorted(seen.items())
 

@@ -14,7 +14,7 @@ from ..build.compiler import (CompileOptions, cache_summary, cached_by_another, 
                               purge_failed)
 from ..build.emit import emit
 from ..build.render import render, template_problems
-from ..core.errors import UsageError
+from ..core.errors import TemplateProblem, UsageError
 from ..core.nvidia_smi import parse_gpus
 from ..core.paths import as_path, writable_file
 from ..core.progress import log_every_s
@@ -46,12 +46,14 @@ def cmd_list(args: argparse.Namespace) -> None:
     for conflict in found.conflicts.values():
         print(f"tilegen: warning: {conflict}; neither is listed until one is renamed (its name attribute)",
               file=sys.stderr)
-    for family in found.families.values():
-        for problem in template_problems(family):
-            print(f"tilegen: warning: {problem}", file=sys.stderr)
+    broken = {name: problems for name, family in found.families.items() if (problems := template_problems(family))}
+    if args.family in broken:  # left out, as a family that fails its checks is (docs/families.md)
+        raise TemplateProblem(broken[args.family][0])
+    for problem in (problem for problems in broken.values() for problem in problems):
+        print(f"tilegen: warning: {problem}", file=sys.stderr)
     if args.family is None:
-        print(text_table(["family", "size", "what"],
-                         [[f.name, f.shape_format, f.summary] for f in all_families().values()]))
+        print(text_table(["family", "size", "what"], [[f.name, f.shape_format, f.summary]
+                                                      for f in all_families().values() if f.name not in broken]))
         return
     family = get_family(args.family)
     space = Space.default(family)
@@ -174,8 +176,8 @@ def cmd_best(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     family = _one_family(args.family, args.family_option)
+    checked_t4_path(args.t4, args.force)  # before the database opens: SQLite may remove a journal it finds beside it
     db = TuningDB(args.db, create=False)
-    checked_t4_path(args.t4, args.force)
     model = _pick_model(db, args.gpu_model) if args.gpu_model else None
     rows = db.rows(family, model)
     if not rows:

@@ -12,7 +12,7 @@ import threading
 import traceback
 from typing import Any, Sequence
 
-from ..core.errors import EXIT_USAGE, TilegenError
+from ..core.errors import EXIT_USAGE, TilegenError, path_failure
 from ..core.processes import EXIT_INTERRUPTED, install_stop_handlers
 from ..families.plugin_checks import one_line
 from ..families.registry import add_family_path, is_plugin_code
@@ -40,15 +40,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `tilegen compile ... | head`: the reader has gone, and that is fine
         sys.stdout = None  # nothing more can be written there, not even at exit
         return 0
+    except OSError as error:  # a file-system fault on a path no other part of tilegen said in words
+        if error.filename is None or os.environ.get(DEBUG_ENV):
+            return _unexpected_error(error)
+        failure = path_failure(error)
+        _say(f"tilegen: error: {failure}")
+        return failure.exit_code
     except Exception as error:  # noqa: BLE001 - what no part of tilegen expected still ends in one line
-        if os.environ.get(DEBUG_ENV):
-            raise
-        message, code = unexpected(error)
-        _say(f"tilegen: {message}")
-        return code
+        return _unexpected_error(error)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _unexpected_error(error: Exception) -> int:
+    if os.environ.get(DEBUG_ENV):
+        raise error
+    message, code = unexpected(error)
+    _say(f"tilegen: {message}")
+    return code
 
 
 def unexpected(error: BaseException) -> tuple[str, int]:

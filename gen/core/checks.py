@@ -12,6 +12,8 @@ from typing import Any
 
 from .errors import UsageError
 
+# The longest wait the operating system takes: poll() counts milliseconds in a signed 32-bit int.
+LONGEST_WAIT_S = (2**31 - 1) // 1000  # 24.8 days
 _WHOLE = re.compile(r"[0-9]+")  # digits as typed: no sign, no '_', no other scripts' digits
 
 
@@ -57,6 +59,8 @@ def seconds_problem(value: Any) -> str | None:
             return "must be a number of seconds"
     if not is_real(value) or not math.isfinite(value) or value <= 0:
         return "must be a positive, finite number of seconds"
+    if value > LONGEST_WAIT_S:
+        return f"must be at most {LONGEST_WAIT_S} seconds (24.8 days, the longest wait the operating system takes)"
     return None
 
 

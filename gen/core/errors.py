@@ -1,5 +1,7 @@
 """Errors meant for people: each message is one line saying what is wrong and how to fix it."""
 
+import errno
+
 
 EXIT_USAGE = 2  # bad input: the user can fix it
 
@@ -40,3 +42,22 @@ class Interrupted(Exception):
 
 class RunInterrupted(KeyboardInterrupt):
     """A long command stopped by Ctrl-C or SIGTERM; the message says what was kept and how to go on."""
+
+
+# A path that cannot serve as given (read-only, not permitted, a file where a folder must be, a link
+# loop, a name too long): the user gives another.
+WRONG_PLACE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.ELOOP,
+                         errno.ENAMETOOLONG, errno.EEXIST, errno.ENOENT, errno.ENOTEMPTY, errno.EXDEV})
+
+
+def path_failure(error: OSError, path: object = None, doing: str = "use", kept: str = "",
+                 elsewhere: str = "") -> TilegenError:
+    """The one line for a file-system error on a path: what failed (`doing` the path, the error in
+    words) and what to do. A full disk or a failing one is a failed run (RunFailed, exit 1, saying
+    what is `kept`); a path that cannot serve is bad input (UsageError, exit 2, `elsewhere` says where
+    to go instead); any other error is a fault of the machine (RunFailed)."""
+    path = path if path is not None else error.filename
+    said = f"cannot {doing} {path} ({error.strerror or error})"
+    if error.errno in WRONG_PLACE:
+        return UsageError(f"{said}; {elsewhere or 'check that path, or give another'}")
+    return RunFailed(f"{said}; {kept or 'make room there, or fix what the error names, then run again'}")

@@ -41,6 +41,9 @@ def writable_folder(path: Path, what: str) -> Path:
     """`path` if it is a folder tilegen can write in, or can create; UsageError naming `what` (the
     option or variable that gave it) otherwise. Leaves nothing behind (see _check_can_create)."""
     path = as_path(path, what)
+    if path.is_symlink() and not path.exists():
+        raise UsageError(f"{what} {path} is a symbolic link that leads nowhere (a loop, or its target is gone); give "
+                         f"a folder")
     if path.exists() and not path.is_dir():
         raise UsageError(f"{what} {path} is a file, not a folder; give a folder")
     _check_writable_ancestor(path, what)
@@ -51,6 +54,9 @@ def writable_file(path: Path, what: str) -> Path:
     """`path` if tilegen can write that file in a folder that exists; UsageError otherwise. Leaves
     nothing behind (see _check_can_create)."""
     path = as_path(path, what)
+    if path.is_symlink():
+        raise UsageError(f"{what} {path} is a symbolic link; tilegen writes no file through a link: give the file "
+                         f"itself, or a new name")
     if path.is_dir():
         raise UsageError(f"{what} {path} is a folder; give a file name, like {path / 'out.json'}")
     folder = path.parent

@@ -75,13 +75,23 @@ class ProcessGroup:
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def _spawn(self, command: Sequence[str], **popen: Any) -> subprocess.Popen:
-        """A child in a session of its own, counted in the group; Interrupted once the group was killed."""
-        with _interrupts_held(), self._lock:
-            if self._stopped.is_set():
-                raise Interrupted("stopping")
-            process = subprocess.Popen(list(command), start_new_session=True, **popen)
-            self._running.add(process)
-            return process
+        """A child in a session of its own, counted in the group; Interrupted once the group was killed.
+        An interrupt held while it started is raised once it is known, and kills it: the caller never
+        got it to kill (a group of one query, which no one else kills)."""
+        process: subprocess.Popen | None = None
+        try:
+            with _interrupts_held(), self._lock:
+                if self._stopped.is_set():
+                    raise Interrupted("stopping")
+                process = subprocess.Popen(list(command), start_new_session=True, **popen)
+                self._running.add(process)
+        except KeyboardInterrupt:
+            if process is not None:
+                kill_session(process.pid)
+                process.wait()
+                self.forget(process)
+            raise
+        return process
 
     def forget(self, process: subprocess.Popen) -> None:
         """A child started with `start` that has ended, or was killed by its user."""
@@ -119,7 +129,16 @@ def _stop(signum: int, frame: Any) -> None:
     if _Held.depth:
         _Held.pending = True
         return
-    raise KeyboardInterrupt()
+    raise StopSignal()
+
+
+class StopSignal(KeyboardInterrupt):
+    """What a stop signal raises while tilegen's handlers are installed: a KeyboardInterrupt that
+    no signal raised (a plugin's own code raising it) is then that code's failure, not a stop."""
+
+
+def stop_handlers_installed() -> bool:
+    return signal.getsignal(signal.SIGINT) is _stop
 
 
 @contextmanager
@@ -137,7 +156,7 @@ def _interrupts_held() -> Iterator[None]:
         _Held.depth -= 1
         if not _Held.depth and _Held.pending:
             _Held.pending = False
-            raise KeyboardInterrupt()
+            raise StopSignal()
 
 
 def visible_devices_for(gpu: int) -> str:

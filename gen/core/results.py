@@ -205,7 +205,7 @@ class Row:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Row":
-        """The row `data` describes, every field checked against its type (keys tilegen does not
+        """The row `data` describes, every field checked against its type and range (keys tilegen does not
         know are left out); ValueError naming the field otherwise."""
         if not isinstance(data, dict):
             raise ValueError(f"a result row is a JSON object, not {_json_kind(data)}")
@@ -216,6 +216,8 @@ class Row:
         for name, value in data.items():
             if name in kinds and not _fits(value, kinds[name]):
                 raise ValueError(f"its field {name!r} must be {_expected(kinds[name])}, got {_shown(value)}")
+            if name in kinds and (problem := _value_problem(name, value, data["status"] == Status.OK)):
+                raise ValueError(f"its field {name!r} {problem}, got {_shown(value)}")
         if data["status"] == Status.OK:
             for name in OK_NUMBERS:
                 if not _fits(data.get(name), float):
@@ -235,6 +237,19 @@ class Row:
 
 
 OK_NUMBERS = ("error", "median_ms")  # what makes a row ok: it was checked, and timed
+TIMES = ("median_ms", "min_ms", "max_ms")  # milliseconds per launch: finite and above 0
+
+
+def _value_problem(name: str, value: Any, ok: bool) -> str | None:
+    """What is wrong with a number a row holds, or None: times finite and above 0, other numbers finite
+    and not negative; `error` may be infinite where the row is not ok (an output holding NaN)."""
+    numbers = value.values() if name == "hazards" and value else [value]  # params and provenance are free
+    for number in (n for n in numbers if isinstance(n, (int, float)) and not isinstance(n, bool)):  # None: fine
+        if math.isnan(number) or number < 0 or (name in TIMES and number == 0):
+            return "must be above 0" if name in TIMES else "must not be negative or NaN"
+        if math.isinf(number) and (name != "error" or ok):
+            return "must be finite"
+    return None
 
 
 def row_from_json(text: str | bytes) -> Row:

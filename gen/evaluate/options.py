@@ -3,6 +3,7 @@ they run on (this host's isolated workers, or a Dask cluster)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Sequence
@@ -41,8 +42,7 @@ class RunOptions:
         if self.cluster is not None and not isinstance(self.cluster, str):
             raise UsageError(f"cluster must be 'local' or a scheduler's address like 'tcp://HOST:8786', got "
                              f"{self.cluster!r}")
-        budget = checks.seconds(self.timing.budget_s, "the timing budget (timing.budget_s)")
-        checks.keep(self, "timing", replace(self.timing, budget_s=budget))
+        checks.keep(self, "timing", _checked_timing(self.timing))
         checks.keep(self, "silence_s", checks.seconds(self.silence_s, "the worker timeout (silence_s)"))
         if self.compile_jobs is not None:
             checks.keep(self, "compile_jobs", checks.whole(self.compile_jobs, "compile_jobs", 1))
@@ -55,6 +55,24 @@ class RunOptions:
     def compile_options(self) -> CompileOptions:
         """How the points' variants compile: for --arch, else the local GPU's."""
         return CompileOptions.local(self.arch, self.compile_jobs, self.compiler)
+
+
+def _checked_timing(timing: TimingOptions) -> TimingOptions:
+    """Every field of the timing options checked, as Python's own numbers (gen.core.checks)."""
+    checks.flag(timing.warm, "timing.warm")
+    fewest = checks.whole(timing.min_samples, "timing.min_samples", 1)
+    return replace(timing, budget_s=checks.seconds(timing.budget_s, "the timing budget (timing.budget_s)"),
+                   min_samples=fewest, max_samples=checks.whole(timing.max_samples, "timing.max_samples", fewest),
+                   target_rsd=_positive(timing.target_rsd, "timing.target_rsd"),
+                   warmup=checks.whole(timing.warmup, "timing.warmup"),
+                   stop_above_ms=None if timing.stop_above_ms is None else _positive(timing.stop_above_ms,
+                                                                                     "timing.stop_above_ms"))
+
+
+def _positive(value: object, what: str) -> float:
+    if not checks.is_real(value) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type]
+        raise UsageError(f"{what} must be a positive, finite number, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
 
 
 def _gpu_indices(gpus: object) -> tuple[int, ...]:

@@ -4,6 +4,7 @@ the modules of the family-path folders, each folder a package of its own. Each f
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import importlib
@@ -18,6 +19,7 @@ from types import ModuleType
 from typing import Iterable, Iterator
 
 from ..core.paths import builtin_templates_dir, path_problem
+from ..core.processes import StopSignal, stop_handlers_installed
 from .builtin import BUILTIN_FAMILIES
 from .family import Family
 from .plugin_checks import PluginProblem, check_family, one_line
@@ -58,13 +60,33 @@ def load_registry(folders: Iterable[Path], path_variable: str) -> Registry:
             continue
         try:
             package = _folder_package(folder)
+        except OSError as error:  # the folder itself cannot be read
+            found.problems.append(f"{path_variable}: cannot read {folder} ({error.strerror}); fix its permissions")
+            continue
         except Exception as error:
             found.problems.append(f"{folder / '__init__.py'}: cannot be imported ({one_line(error)}); fix it")
             continue
         for path in sorted(folder.glob("*.py")):
-            if not path.name.startswith("_"):
+            if not path.name.startswith("_") and _defines_family(found, path):
                 _load_module_file(found, package, path)
     return found
+
+
+def _defines_family(found: Registry, path: Path) -> bool:
+    """Whether a family-path module is one to import: its top level defines a class whose base is
+    named Family or ends in Family (`class Reduce(Family)`, `class Reduce(api.Family)`), read without
+    running it. A script or a helper kept beside a family is never run by tilegen; a module Python
+    cannot parse is imported, so that its error is said."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError:
+        return True
+    except (OSError, ValueError) as error:
+        found.problems.append(f"{path}: cannot be read ({one_line(error)}); fix it, or move it out of the family path")
+        return False
+    bases = (base for node in tree.body if isinstance(node, ast.ClassDef) for base in node.bases)
+    return any((base.id if isinstance(base, ast.Name) else getattr(base, "attr", "")).endswith("Family")
+               for base in bases)
 
 
 def _folder_package(folder: Path) -> str:
@@ -111,13 +133,18 @@ class PluginExited(Exception):
 @contextlib.contextmanager
 def _importing() -> Iterator[None]:
     """Around a plugin's import and checks: what it prints goes to stderr, as stdout is the
-    command's own (`tilegen render` prints CUDA source there), and a sys.exit() in it is its
-    failure, not the end of the command that loads it (any command: every family is loaded)."""
+    command's own (`tilegen render` prints CUDA source there), and a sys.exit() in it, or a
+    KeyboardInterrupt no stop signal raised, is its failure, not the end of the command that loads
+    it (any command: every family is loaded)."""
     try:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     except SystemExit as stop:
         raise PluginExited(f"it calls sys.exit({stop.code!r})") from None
+    except KeyboardInterrupt as stop:
+        if isinstance(stop, StopSignal) or not stop_handlers_installed():  # Ctrl-C, SIGTERM: a stop
+            raise
+        raise PluginExited("it raises KeyboardInterrupt, though no one interrupted it") from None
 
 
 def _families_in(module: ModuleType) -> list[type]:

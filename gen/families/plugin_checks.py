@@ -65,6 +65,8 @@ def _check_parameters(family: Family, variant_type: type[Variant]) -> None:
     if repeated:
         raise PluginProblem(f"{family.source}: two parameters of {family.name} share the name tag {repeated[0]!r}, "
                             f"so their values could not be told apart in names; give each its own tag")
+    for parameter in parameters:
+        _check_space(family, parameter)
     default = variant_type()
     try:
         default.check()
@@ -74,6 +76,20 @@ def _check_parameters(family: Family, variant_type: type[Variant]) -> None:
     if variant_type.from_name(default.name) != default:
         raise PluginProblem(f"{family.source}: {default.name!r} does not parse back to the default variant of "
                             f"{family.name}; give the parameters distinct tags or values")
+
+
+def _check_space(family: Family, parameter: Any) -> None:
+    """A parameter's default space: at least one value, each one the parameter allows."""
+    where = f"{family.source}: parameter {parameter.name!r} of {family.name}"
+    if not parameter.space:
+        raise PluginProblem(f"{where} has an empty space (space=()); give it at least one value, or leave space out "
+                            f"for its default alone")
+    for value in parameter.space:
+        try:
+            parameter.check(value)
+        except TilegenError as error:
+            raise PluginProblem(f"{where}: its space holds {value!r}, which it does not allow ({error}); fix the "
+                                f"space") from None
 
 
 def _check_arguments(family: Family) -> None:

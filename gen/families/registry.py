@@ -27,10 +27,16 @@ FAMILY_PATH_ENV = "TILEGEN_FAMILY_PATH"
 def add_family_path(folder: Path | str, given_as: str = "--family-path") -> None:
     """Load the families in `folder` too, here and in every worker process started from now on.
     `given_as` names the option or argument the folder came from, for the error."""
-    folder = as_path(folder, given_as).expanduser().resolve()  # '' would be the current folder
+    given = as_path(folder, given_as).expanduser()
+    try:
+        folder = given.resolve()  # '' would be the current folder
+    except (OSError, RuntimeError):  # a loop of symbolic links
+        raise UsageError(f"{given_as} {given} is a loop of symbolic links; give the folder itself") from None
     if not folder.is_dir():
         raise UsageError(f"{given_as} {folder}: no such folder (give the folder holding your family's .py and "
                          f"template)")
+    if not os.access(folder, os.R_OK | os.X_OK):
+        raise UsageError(f"--family-path {folder}: cannot read that folder (permission denied); fix its permissions")
     paths = family_paths()
     if folder not in paths:
         os.environ[FAMILY_PATH_ENV] = os.pathsep.join(str(p) for p in [folder, *paths])
@@ -42,7 +48,7 @@ def family_paths() -> list[Path]:
 
 
 def _paths_in(family_path: str) -> list[Path]:
-    return [Path(p) for p in family_path.split(os.pathsep) if p]
+    return [Path(p).expanduser() for p in family_path.split(os.pathsep) if p]  # '~/kernels', as a shell would
 
 
 def family_path_of(family: Family) -> Path | None:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.errors import UsageError
+from ..core.own_files import open_own, write_atomically
 from ..core.paths import cache_dir
 from ..core.results import GpuModel, TimingOptions
 from ..families.problem import COPY_BANDWIDTH, GEMM_BF16, GEMM_F16, GEMM_F32, GEMM_F64, Ceiling
@@ -70,13 +71,12 @@ class Ceilings:
         """Add one rate to the file as it is now: the workers of other GPUs write it too (one at a
         time, under a lock), and a reader sees it whole (it is replaced, never rewritten)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(f"{self.path.name}.lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock = self.path.with_name(f"{self.path.name}.lock")
+        with os.fdopen(open_own(lock, os.O_RDWR | os.O_CREAT, "the ceilings file's lock"), "r+b") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
             known = _read(self.path)
             known.setdefault(self.model.key, {})[key] = rate
-            partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.part")
-            partial.write_text(json.dumps(known, indent=1))
-            partial.replace(self.path)
+            write_atomically(self.path, json.dumps(known, indent=1).encode())
 
 
 def model_entry(known: dict[str, Any], model: GpuModel) -> dict[str, float]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core.nvidia_smi import visible_gpus
+from ..core.own_files import write_atomically
 from ..core.processes import ProcessGroup, visible_devices_for
 from ..core.results import DeviceInfo, Measurement
 from .dask_cluster import GPU, check_reachable
@@ -50,10 +51,8 @@ def _local_cubin(cubin: bytes) -> str:
     folder = Path(tempfile.gettempdir()) / "tilegen-cubins"
     folder.mkdir(exist_ok=True)
     path = folder / f"{hashlib.sha256(cubin).hexdigest()[:32]}.cubin"
-    if not path.exists():
-        partial = path.with_suffix(f".{os.getpid()}.part")
-        partial.write_bytes(cubin)
-        partial.replace(path)
+    if path.is_symlink() or not path.is_file() or path.stat().st_size != len(cubin):  # /tmp is everyone's
+        write_atomically(path, cubin)  # replaces a link there, never writes through it
     return str(path)
 
 

@@ -28,6 +28,7 @@ _TILEGEN_T4 = re.compile(rb'\A\{\s*"schema_version":\s*"[^"]*",\s*"metadata":\s*
 INVALIDITY = {Status.OK: "correct", Status.WRONG: "correctness", Status.RACY: "correctness",
               Status.COMPILE_ERROR: "compile", Status.LAUNCH_ERROR: "runtime", Status.TIMEOUT: "timeout",
               Status.SKIPPED: "constraints", Status.COMPILED: "runtime"}
+_SQLITE_COMPANION = re.compile(r"-(?:wal|shm|journal)$")  # what SQLite keeps beside a database
 
 
 def t4_document(rows: Iterable[Row]) -> dict[str, Any]:
@@ -93,6 +94,9 @@ def _never_overwritten(path: Path) -> str | None:
         return "a file of a tilegen run"
     if _head(path).startswith(SQLITE_HEADER):
         return "an SQLite database"
+    database = path.with_name(_SQLITE_COMPANION.sub("", path.name))
+    if database != path and database.is_file() and _head(database).startswith(SQLITE_HEADER):
+        return f"the journal of the SQLite database {database}"
     return None
 
 

@@ -5,27 +5,16 @@ else needs another place)."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from pathlib import Path
 
-from ..core.errors import RunFailed, TilegenError, UsageError
-
-# A full disk, a file size limit, a failing disk: no other input would do better, so the run failed.
-_NO_ROOM = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO}
+from ..core.errors import TilegenError, path_failure
+from ..core.own_files import write_atomically
 
 
 def write_whole_file(path: Path, text: str) -> None:
-    """Write a file whole or leave what was there: through a temporary file moved into place."""
-    temporary = path.with_name(path.name + ".tmp")
-    try:
-        with open(temporary, "w", newline="", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
+    """Write a file whole or leave what was there (core.own_files.write_atomically)."""
+    write_atomically(path, text.encode("utf-8"))
 
 
 def append_whole(fd: int, data: bytes) -> None:
@@ -42,9 +31,6 @@ def append_whole(fd: int, data: bytes) -> None:
 
 
 def write_failure(path: Path, error: OSError, kept: str, elsewhere: str) -> TilegenError:
-    """A write that failed, in one line: a full disk (or a file size limit) is a failed run
-    (RunFailed, saying what is `kept`); anything else (no permission) needs another place
-    (UsageError, `elsewhere` says where)."""
-    if error.errno in _NO_ROOM:
-        return RunFailed(f"cannot write {path} ({error.strerror}); {kept}")
-    return UsageError(f"cannot write {path} ({error.strerror}); {elsewhere}")
+    """A write that failed, in one line (core.errors.path_failure): a full disk is a failed run
+    that says what is `kept`; a place that cannot be written needs another (`elsewhere`)."""
+    return path_failure(error, path, "write", kept, elsewhere)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..core.errors import TilegenError, UsageError
+from ..core.own_files import open_own, refuse_other_kind
 from ..core.paths import writable_folder
 from ..core.results import Row, row_from_json, strict_json
 from .files import append_whole, write_failure, write_whole_file
@@ -50,8 +51,10 @@ class ResultLog:
         self._fd: int | None = None  # results.jsonl, open for appending once the first row comes
         self._claimed = False  # the folder is made, locked and marked: it may be written
         self._failed = False  # a write failed: nothing more is written
-        if self.path.exists() and not self.path.is_file():
-            raise UsageError(f"{self.path} is a folder; choose another --out")
+        self.rows: list[Row] = []
+        self._torn = b""
+        for name in (RESULTS_JSONL, RUN_JSON, RESULTS_CSV, RUN_MARKER, RUN_LOCK):  # the files a run writes
+            refuse_other_kind(self.directory / name, "--out's")
         self._lock = self._locked() if self.directory.is_dir() else None  # before reading: no one writes
         try:
             self._read_folder(resume, advice)
@@ -133,7 +136,7 @@ class ResultLog:
                 write_whole_file(settings_path, json.dumps(self.settings, indent=1) + "\n")
             if self._torn:
                 _mend(self.path, self._torn)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = open_own(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "--out's")
         except OSError as error:
             raise self._failure(error) from None
 
@@ -249,7 +252,7 @@ def _size(path: Path) -> int:
 
 def _mend(path: Path, torn: bytes) -> None:
     """End a torn file on a newline: a whole last row gets one, a half-written one goes."""
-    with open(path, "r+b") as handle:
+    with os.fdopen(open_own(path, os.O_RDWR, "--out's"), "r+b") as handle:
         if _parses(torn):
             handle.seek(0, os.SEEK_END)
             handle.write(b"\n")

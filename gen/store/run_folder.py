@@ -17,6 +17,7 @@ import socket
 from pathlib import Path
 
 from ..core.errors import UsageError
+from ..core.own_files import open_own
 from ..core.version import __version__
 from .files import write_whole_file
 
@@ -75,7 +76,7 @@ def mark(directory: Path) -> None:
 def _lock_file(path: Path, directory: Path) -> int:
     """The lock file at `path`, open and locked; UsageError naming the holder when a live run holds it."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_own(path, os.O_RDWR | os.O_CREAT, "the run folder's lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

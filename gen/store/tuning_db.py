@@ -161,7 +161,8 @@ class TuningDB:
             confirmed = {name for (name,) in connection.execute(
                 f"SELECT DISTINCT variant FROM measurements WHERE {where} AND row LIKE '%\"{FINALIST_KEY}\"%'",
                 parameters)}
-        return sorted(ranked, key=lambda row: row.name not in confirmed)[:count]
+        # by each row's own checked median, not the column beside it, which no reader checks
+        return sorted(ranked, key=lambda row: (row.name not in confirmed, row.median_ms))[:count]
 
     def best(self, problem: Problem) -> Row | None:
         top = self.top(problem, 1)

@@ -13,6 +13,7 @@ keeping every row and its id.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sqlite3
 from contextlib import contextmanager
@@ -141,8 +142,12 @@ def migrate(connection: sqlite3.Connection) -> None:
 def connect(path: Path, writer: bool) -> sqlite3.Connection:
     """A connection to the database file at `path`; a reader's never makes the file and cannot
     write (query_only). It is not opened read-only (mode=ro): such a connection leaves the -wal
-    and -shm files of a WAL database behind, which a read-write one removes when it closes last."""
+    and -shm files of a WAL database behind, which a read-write one removes when it closes last. In
+    a folder no one can write (a read-only disk), where SQLite could make no -shm file and no other
+    process can change the file, a reader opens it as immutable."""
     mode, wait = ("rwc", WRITE_WAIT_S) if writer else ("rw", READ_WAIT_S)
+    if not writer and not os.access(path.absolute().parent, os.W_OK):
+        mode = "ro&immutable=1"
     connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode={mode}", uri=True, timeout=wait)
     if not writer:
         connection.execute("PRAGMA query_only = ON")
