@@ -35,7 +35,11 @@ MAX_THREADS = 1024
 FAMILY_MODULE = '''"""Made by gen.tune_kernel for {kernel}; rebuilt from spec.json and the arrays beside it."""
 from gen.families.sourced import family_from_folder
 
-{cls} = family_from_folder(__file__, __name__)
+SourcedFamily = family_from_folder(__file__)
+
+
+class {cls}(SourcedFamily):
+    """Kernel Tuner's {kernel}, as a tilegen family (everything it knows is in spec.json)."""
 '''
 
 

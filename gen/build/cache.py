@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..core.cubin import symbols
+from ..core.cubin import symbol_of, symbols
 from ..core.errors import RunFailed, UsageError, path_failure
 from ..core.own_files import write_atomically
 from ..core.paths import cache_dir
@@ -192,7 +192,7 @@ class CompileCache:
             raise DamagedEntry(f"its cubin {cubin.name} has {found.st_size} bytes, not {cubin.size}", path)
         if _sha256_of(path, found.st_size, found.st_mtime_ns, found.st_ino) != cubin.sha256:
             raise DamagedEntry(f"its cubin {cubin.name} has other contents than were compiled", path)
-        if kernel not in _symbols_of(path, found.st_size, found.st_mtime_ns, found.st_ino):
+        if symbol_of(_symbols_of(path, found.st_size, found.st_mtime_ns, found.st_ino), kernel) is None:
             raise DamagedEntry(f"its cubin {cubin.name} holds no kernel {kernel!r}")  # another's: not removed
 
     def _remove(self, path: Path) -> None:

@@ -98,18 +98,27 @@ def template_problems(family: Family) -> list[str]:
         closure = _template_closure(family.template_dirs, family.template)
     except TemplateProblem as problem:
         return [str(problem)]
+    given = _names_set(family.template_dirs, family.template)  # an included template sees them too
     return [problem for name, path in closure
-            for problem in _template_problems(family.template_dirs, name, family.variant_type)]
+            for problem in _template_problems(family.template_dirs, name, family.variant_type, given)]
+
+
+def _names_set(template_dirs: tuple[Path, ...], template: str) -> tuple[str, ...]:
+    """The names a template sets at its top level ({% set x = ... %}): the templates it includes get them."""
+    env = environment(template_dirs)
+    parsed = env.parse(env.loader.get_source(env, template)[0])
+    return tuple(sorted(target.name for node in parsed.body if isinstance(node, jinja2.nodes.Assign)
+                        for target in node.find_all(jinja2.nodes.Name)))
 
 
 @functools.cache
-def _template_problems(template_dirs: tuple[Path, ...], template: str, variant_type: type[Variant]
-                       ) -> tuple[str, ...]:
+def _template_problems(template_dirs: tuple[Path, ...], template: str, variant_type: type[Variant],
+                       given: tuple[str, ...] = ()) -> tuple[str, ...]:
     env = environment(template_dirs)
     source, filename, _ = env.loader.get_source(env, template)
     parsed = env.parse(source, name=template, filename=filename)  # _template_closure parsed it already
     where = _where(filename)
-    undeclared = jinja2.meta.find_undeclared_variables(parsed) - set(CONTEXT_NAMES)
+    undeclared = jinja2.meta.find_undeclared_variables(parsed) - set(CONTEXT_NAMES) - set(given)
     problems = [f"{where}:{node.lineno}: {{{{ {node.name} }}}} is not defined{_undefined_hint(node.name, variant_type)}"
                 for node in _first_uses(parsed, undeclared)]
     for node in parsed.find_all(jinja2.nodes.Getattr):

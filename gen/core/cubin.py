@@ -32,10 +32,14 @@ def symbols(data: bytes) -> frozenset[str]:
 
 
 def kernel_symbol(data: bytes, name: str) -> str | None:
-    """The symbol of kernel `name` in a cubin: `name` itself (extern "C"), else the one C++-mangled
+    """The symbol of kernel `name` in a cubin (see symbol_of)."""
+    return symbol_of(symbols(data), name)
+
+
+def symbol_of(found: frozenset[str], name: str) -> str | None:
+    """Among a cubin's symbols, kernel `name`'s: `name` itself (extern "C"), else the one C++-mangled
     symbol of a function of that name at namespace scope (_Z<length><name>...); None when there is
     none, or several (overloads)."""
-    found = symbols(data)
     if name in found:
         return name
     mangled = [s for s in found if s.startswith(f"_Z{len(name)}{name}") and not s.startswith(".")]

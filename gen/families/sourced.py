@@ -1,9 +1,9 @@
 """A family made from one kernel source and a description of its tuning (Kernel Tuner's way of
 saying it), kept in a folder: `spec.json` (the parameters, the launch geometry, the arguments),
 one `.npy` file per array (the arguments, the expected output, the constant-memory arrays) and the
-template. `gen.kernel_tuner.tune_kernel` writes such a folder; its `family.py` calls
-`family_from_folder(__file__, __name__)`, so every process that loads the folder from the family path (the
-isolated GPU workers, Dask workers) rebuilds the same family.
+template. `gen.kernel_tuner.tune_kernel` writes such a folder; its `family.py` subclasses
+`family_from_folder(__file__)` in a class statement, so every process that loads the folder from
+the family path (the isolated GPU workers, Dask workers) rebuilds the same family.
 
 The parameters reach the source as `#define`s, with block_size_x/y/z and grid_size_x/y/z, as in
 Kernel Tuner; `v.tk_defines` holds them for the template (the variant's own attributes are named tk_*, so
@@ -38,8 +38,9 @@ RESERVED = ("tk_spec", "tk_rules", "tk_defines", "tk_threads", "tk_grid")  # the
 RTOL = 1e-5  # numpy.allclose's, which Kernel Tuner's default check uses with `atol`
 
 
-def family_from_folder(module_file: str, module_name: str) -> type[Family]:
-    """The Family class described by the spec.json beside `module_file`, as a class of that module."""
+def family_from_folder(module_file: str) -> type[Family]:
+    """The Family class described by the spec.json beside `module_file`; the module there subclasses
+    it (a class statement, so that the family path's rule finds it), and that subclass is the family."""
     folder = Path(module_file).resolve().parent
     spec = json.loads((folder / SPEC).read_text())
     functions = pickle.loads((folder / FUNCTIONS).read_bytes()) if (folder / FUNCTIONS).is_file() else {}
@@ -49,7 +50,7 @@ def family_from_folder(module_file: str, module_name: str) -> type[Family]:
     problem = SourcedProblem(folder, spec, functions.get("verify"))
     attributes = dict(name=spec["family"], summary=f"{spec['kernel_name']} from {spec['source']} (tune_kernel)",
                       variant_type=variant_type, problem=problem, template=TEMPLATE,
-                      compile_flags=tuple(spec["flags"]), launch=_launch, __module__=module_name)
+                      compile_flags=tuple(spec["flags"]), launch=_launch)
     return type(f"Sourced_{spec['family']}", (Family,), attributes)
 
 
