@@ -28,6 +28,9 @@
 #              guarded and unguarded copies: every row must be ok or skipped ($HGEMM_CHECK_FLAGS adds flags)
 #   hgemm      scripts/bench_vs_vendor.py --only hgemm: against cuBLAS (PyTorch) for the same dtype;
 #              $HGEMM_FLAGS adds flags (--tune N, --variants A,B, --sizes ...)
+#   layouts    the hgemm layout lesson: none, pad and swizzle at 4096^3, and report's heatmaps of them
+#   kt-examples  scripts/bench_vs_kernel_tuner_examples.py on Kernel Tuner's example files in
+#              $KT_EXAMPLES (default .whl/kt; Kernel Tuner's wheels in .whl/)
 #   dask       the two-GPU test (two GPUs)
 #   dask-a     the Dask cluster benchmark's compile and one-GPU sweep; dask-b (a later call, with
 #              runs/cluster-bench carried): its cluster sweeps, whole and with a worker killed, and
@@ -76,6 +79,12 @@ for name in "$@"; do
         -p wm=32,64 -p wn=64 -p stages=2,4 -p layout=swizzle,pad,none -p bounds=none,guard -p copy=async,scalar \
         --size 1000x1000x1000 --size 999x1001x1003 --size 256x384x512:520,392,400 --timing-budget 0.01 \
         --out "$out/hgemm-check" ${HGEMM_CHECK_FLAGS:-} ;;
+    layouts)
+      part layouts python3 -m gen sweep hgemm --size 4096x4096x4096 -p layout=none,pad,swizzle -p bm=64,128,256 \
+        -p bn=64,128,256 -p stages=3 --timing-budget 0.2 --out "$out/layouts" --quiet
+      part layouts-plot python3 -m gen report hgemm "$out/layouts" --plot "$out/layouts.png" ;;
+    kt-examples) part kt-examples python3 scripts/bench_vs_kernel_tuner_examples.py --examples "${KT_EXAMPLES:-.whl/kt}" \
+                   --markdown "$out/kt-examples.md" ;;
     hgemm)
       # shellcheck disable=SC2086  # HGEMM_FLAGS is several flags
       part hgemm python3 scripts/bench_vs_vendor.py --only hgemm --markdown "$out/hgemm.md" ${HGEMM_FLAGS:-} ;;

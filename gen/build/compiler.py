@@ -86,9 +86,9 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions, children
     where their family and the compiler allow it, else one by one. Results in the order of `variants`."""
     checks.instance(options, CompileOptions, "options")
     check_arch(options.arch, options.compiler)
+    sources = {v: render(v) for v in variants}  # each checked to be a variant first
     options = with_family_flags(options, variants)
     cache = CompileCache(options.cache)
-    sources = {v: render(v) for v in variants}
     keys = {v: cache_key(source, options) for v, source in sources.items()}
     results: dict[Variant, Compiled] = {}
     for variant in sources:
