@@ -16,6 +16,7 @@ from .results import Row, is_ok
 
 OBJECTIVES = ("time", "energy", "edp")
 DEFAULT_OBJECTIVE = "time"
+NO_ENERGY = "energy not measured"  # how a row's message begins to say why it has no energy
 
 
 def check_objective(objective: object) -> str:

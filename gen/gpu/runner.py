@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import pycuda.driver as cuda
 
+from ..core.objectives import NO_ENERGY
 from ..core.results import Measurement, Status, Timing, slower_than_cutoff
 from ..families import get_family
 from ..families.family import Family, Launch
@@ -97,7 +98,7 @@ class Runner:
         meter, reason = self._meter
         found = energy_per_launch(call, meter, seconds_per_launch) if meter is not None else reason
         if isinstance(found, str):
-            measurement.message = "; ".join(m for m in (measurement.message, f"energy not measured: {found}") if m)
+            measurement.message = "; ".join(m for m in (measurement.message, f"{NO_ENERGY}: {found}") if m)
         else:
             measurement.energy_j, measurement.power_w = found
 

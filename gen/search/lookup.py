@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.checks import is_whole
+from ..core.objectives import DEFAULT_OBJECTIVE, check_objective, needs_energy
 from ..core.errors import UsageError
 from ..families import get_family
 from ..families.family import Family
@@ -28,15 +29,18 @@ RANKS_TRIED = 20  # how far down a stored ranking to look for a variant that can
 
 
 def tuned(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
-          device: DeviceInfo | None = None) -> Variant:
+          device: DeviceInfo | None = None, objective: str = DEFAULT_OBJECTIVE) -> Variant:
     """The best known variant of `family` for this shape on the current GPU (see the module doc).
     The shape is its dimensions (`tuned("sgemm", 4096, 4096, 4096)`) or its written form; `dtype`
-    is an element type of the family (default: its default variant's)."""
-    return tuned_with_reason(family, *dims, dtype=dtype, db=db, device=device)[0]
+    is an element type of the family (default: its default variant's); `objective` what "best"
+    means: time, energy or edp (gen.core.objectives; energy counts only variants measured with it)."""
+    return tuned_with_reason(family, *dims, dtype=dtype, db=db, device=device, objective=objective)[0]
 
 
 def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
-                      device: DeviceInfo | None = None, gpu_model: GpuModel | None = None) -> tuple[Variant, str]:
+                      device: DeviceInfo | None = None, gpu_model: GpuModel | None = None,
+                      objective: str = DEFAULT_OBJECTIVE) -> tuple[Variant, str]:
+    check_objective(objective)
     chosen_family = get_family(family)
     shape = chosen_family.parse_shape(shape_text(dims))
     dtype = chosen_family.check_dtype(dtype)
@@ -62,13 +66,14 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
     ]
     for reason, problems in searches:
         for problem in sorted(problems, key=lambda p: _distance(_dims(chosen_family, p), shape.dims)):
-            variant = _runnable_winner(database, chosen_family, problem, shape)
+            variant = _runnable_winner(database, chosen_family, problem, shape, objective)
             if variant is not None:
                 if problems is same_cc:
                     warnings.warn(f"no tuning for {model}; using {problem.gpu_model}'s winner at {problem.shape}",
                                   stacklevel=3)
                 return variant, f"{reason} ({problem.shape} on {problem.gpu_model})"
-    return chosen_family.safe_variant(shape, dtype), "the family's safe default (nothing tuned applies)"
+    measured = f" with its energy measured (--objective {objective})" if needs_energy(objective) else ""
+    return chosen_family.safe_variant(shape, dtype), f"the family's safe default (nothing tuned applies{measured})"
 
 
 def shape_text(dims: tuple[int | str, ...]) -> str:
@@ -104,8 +109,9 @@ def current_device() -> DeviceInfo:
         executor.close()
 
 
-def _runnable_winner(database: TuningDB, family: Family, problem: Problem, shape: Any) -> Variant | None:
-    for row in database.top(problem, RANKS_TRIED):
+def _runnable_winner(database: TuningDB, family: Family, problem: Problem, shape: Any,
+                     objective: str) -> Variant | None:
+    for row in database.top(problem, RANKS_TRIED, objective):
         variant = family.runnable(family.variant_type.from_name(row.name), shape)
         if variant is not None:
             return variant

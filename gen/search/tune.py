@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from ..build.pool import CompilePool
 from ..core import checks
 from ..core.errors import RunInterrupted, UsageError
-from ..core.objectives import DEFAULT_OBJECTIVE, check_objective
+from ..core.objectives import DEFAULT_OBJECTIVE, NO_ENERGY, check_objective
 from ..core.progress import Progress
 from ..core.results import GpuModel, Row, TimingOptions, is_ok
 from ..evaluate.engine import Checking, Engine
@@ -273,7 +273,7 @@ def _energy_note(rows: list[Row]) -> str:
     one of them has it."""
     if any(row.energy_j is not None for row in rows):
         return ""
-    notes = [part for row in rows for part in row.message.split("; ") if part.startswith("energy not measured")]
+    notes = [part for row in rows for part in row.message.split("; ") if part.startswith(NO_ENERGY)]
     return notes[0] if notes else ""
 
 

@@ -40,15 +40,18 @@ class TuneResult:
 
     @property
     def lead(self) -> float | None:
-        """How much slower the runner-up is than the winner, relatively."""
-        first, second = (self.standings + [None])[:2]
-        if second is None or first.score is None or second.score is None:
+        """How much worse the runner-up is than the winner, relatively, by the objective (by time
+        where either has no value of it)."""
+        if len(self.standings) < 2:
             return None
+        first, second = self.standings[:2]
+        if first.score is None or second.score is None:
+            return second.median_ms / first.median_ms - 1
         return second.score / first.score - 1
 
     @property
     def noise(self) -> float:
-        return max(s.score_spread or s.spread for s in self.standings[:2])
+        return max(s.spread if s.score_spread is None else s.score_spread for s in self.standings[:2])
 
     @property
     def speedup_over_default(self) -> float | None:
@@ -87,7 +90,8 @@ def _energy(standing: Standing) -> str:
 
 
 def _by(result: TuneResult) -> str:
-    return "" if result.objective == DEFAULT_OBJECTIVE else f" by {result.objective}"
+    """What ranked the finalists, where not time (nor time for want of energy)."""
+    return "" if result.objective == DEFAULT_OBJECTIVE or result.energy_note else f" by {result.objective}"
 
 
 def _front(result: TuneResult) -> list[str]:
