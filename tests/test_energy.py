@@ -14,9 +14,11 @@ import pytest
 from gen.cli.main import main
 from gen.core.errors import UsageError
 from gen.core.objectives import pareto_front, ranked, score
-from gen.core.results import Row, Status, row_from_json
+from gen.core.results import Row, Status, TimingOptions, row_from_json
+from gen.evaluate.options import RunOptions
 from gen.gpu.energy import NO_NVML, Reading, average_watts, open_meter
 from gen.search.lookup import tuned
+from gen.search.sweep import SweepOptions, summary, sweep
 from gen.search.tune import TuneOptions, tune
 from gen.search.tune_result import describe
 from gen.store.export import t4_result
@@ -194,3 +196,14 @@ def test_a_meter_falls_back_to_power_readings_and_says_why_it_has_neither(monkey
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(power=False))
     assert open_meter("0000:19:00.0") == (None, "the GPU at 0000:19:00.0 reports neither an energy counter nor its "
                                                 "power to NVML")
+
+
+@pytest.mark.parametrize("missing", [None, NO_NVML])
+def test_a_sweep_asked_for_energy_shows_it_or_says_once_why_not(tmp_path: Path, compile_options, missing) -> None:
+    options = SweepOptions("matmul", tmp_path, params=MATMUL, sizes=["64x64x64"], progress=False,
+                           run=RunOptions(timing=TimingOptions(budget_s=0.1, energy=True)))
+    report = sweep(options, executor=fakes.EnergyExecutor(missing))
+    shown = summary(report)
+    assert all((row.energy_j is None) == bool(missing) for row in report.rows)
+    assert ("mJ per launch" in shown) == (not missing)
+    assert shown.count(NO_NVML) == (1 if missing else 0)

@@ -96,22 +96,27 @@ def energy_per_launch(call: Callable[[], Any], meter: Meter, seconds_per_launch:
             what = "energy counter" if meter.counter else "power reading"
             return f"NVML's {what} changed {max(0, len(readings) - 1)} times in {MAX_WINDOW_S:g} s"
         if first is None and elapsed >= 0:
-            first = cuda.Event().record()  # the window starts behind the warm-up's launches
+            first = _recorded(cuda.Event())  # the window starts behind the warm-up's launches
         for _ in range(batch):
             call()
         launches += batch if first is not None else 0
-        queued.append(cuda.Event().record())
+        queued.append(_recorded(cuda.Event()))
         while len(queued) > 1:
             if queued[0].query():
                 queued.popleft()
             elif first is not None:
                 _read(meter, readings)
-    last = cuda.Event().record()
+    last = _recorded(cuda.Event())
     last.synchronize()
     watts = average_watts(readings, meter.counter)
     if watts is None:
         return "too few energy readings"
     return watts * last.time_since(first) / 1e3 / launches, watts
+
+
+def _recorded(event: Any) -> Any:
+    event.record()
+    return event
 
 
 def _read(meter: Meter, readings: list[Reading]) -> None:

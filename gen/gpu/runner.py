@@ -87,6 +87,7 @@ class Runner:
         measurement.l2_flushed = not job.timing.warm
         measurement.throughput = problem.throughput(shape, variant.dtype, measurement.timing.median_ms / 1e3)
         if job.timing.energy:
+            report("energy")
             self._measure_energy(measurement, call, measurement.timing.median_ms / 1e3)
         measurement.time_seconds = time.perf_counter() - started
         return measurement
