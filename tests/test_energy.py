@@ -80,7 +80,7 @@ def test_a_tune_measures_its_finalists_energy_and_ranks_them_by_the_objective(tm
     assert result.winner.name == result.standings[0].name == winner and result.winner.energy_j is not None
     assert [s.name for s in result.front] == [TIME_BEST, "matmul_f32_t16_p0_guard_both", ENERGY_BEST]
     report = describe(result)
-    assert f"time-energy front of the finalists: {TIME_BEST} (" in report
+    assert f"time-energy front of the finalists (fastest first, least energy last): {TIME_BEST} (" in report
     db = TuningDB(tmp_path / "t.sqlite", create=False)
     assert db.best(result.problem, objective).name == winner
     assert db.best(result.problem, "time").name == TIME_BEST and db.best(result.problem, "energy").name == ENERGY_BEST

@@ -36,7 +36,8 @@ def test_a_tune_measures_its_finalists_energy_positive_and_repeatable(tmp_path: 
     assert 10 < result.winner.power_w < 2000  # watts a GPU can draw under load
     # joules per launch against power x time: the energy loop runs warm, the timing flushes the L2
     assert 0.5 < result.winner.energy_j / (result.winner.power_w * finalist.median_ms / 1e3) < 2
-    assert f"time-energy front of the finalists: {finalist.name} (" in describe(result)
+    front = "time-energy front of the finalists (fastest first, least energy last)"
+    assert f"{front}: {finalist.name} (" in describe(result)
 
 
 def test_a_sweep_asked_for_energy_records_it_and_one_not_asked_does_not(tmp_path: Path) -> None:

@@ -125,7 +125,8 @@ def cmd_tune(args: argparse.Namespace) -> None:
     options = TuneOptions(
         family=args.family, size=args.size, params=parse_options(family, args.params), filter=args.filter,
         strategy=args.strategy, budget=args.budget, time_s=args.time, db=args.db, seed=args.seed, top=args.top,
-        max_points=args.max_points, early_stop=not args.full_timing, objective=args.objective, run=RunOptions(timing=TUNE_TIMING) if args.dry_run else _run_options(args))
+        max_points=args.max_points, early_stop=not args.full_timing, objective=args.objective,
+        run=RunOptions(timing=TUNE_TIMING) if args.dry_run else _run_options(args))
     if args.dry_run:
         space = Space.from_options(family, args.params)
         space.check_size(args.max_points)

@@ -102,7 +102,7 @@ def _front(result: TuneResult) -> list[str]:
     if not front:
         return []
     points = ", ".join(f"{s.name} ({s.median_ms:.4g} ms, {s.energy_j * 1e3:.4g} mJ)" for s in front)
-    return [f"time-energy front of the finalists: {points}"]
+    return [f"time-energy front of the finalists (fastest first, least energy last): {points}"]
 
 
 def _coverage(result: TuneResult) -> str:
