@@ -207,3 +207,13 @@ def test_a_sweep_asked_for_energy_shows_it_or_says_once_why_not(tmp_path: Path, 
     assert all((row.energy_j is None) == bool(missing) for row in report.rows)
     assert ("mJ per launch" in shown) == (not missing)
     assert shown.count(NO_NVML) == (1 if missing else 0)
+
+
+def test_a_sweep_measured_with_energy_resumes_only_with_it(tmp_path: Path, compile_options) -> None:
+    options = SweepOptions("matmul", tmp_path, params=MATMUL, sizes=["64x64x64"], progress=False,
+                           run=RunOptions(timing=TimingOptions(budget_s=0.1, energy=True)))
+    sweep(options, executor=fakes.EnergyExecutor())
+    without = SweepOptions("matmul", tmp_path, params=MATMUL, sizes=["64x64x64"], progress=False, resume=True,
+                           run=RunOptions(timing=TimingOptions(budget_s=0.1)))
+    with pytest.raises(UsageError, match=r"--energy \(none\) \(the run has True\)"):
+        sweep(without, executor=fakes.EnergyExecutor())

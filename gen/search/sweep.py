@@ -174,7 +174,8 @@ def run_settings(options: SweepOptions, space: Space, shapes: Sequence[Any], arc
             **{f"-p {name}": list(values) for name, values in space.values.items()},
             "--filter": options.filter, "--cache": list(options.cache_configs), "--arch": arch,
             "--timing-budget": options.run.timing.budget_s, "--warm": options.run.timing.warm,
-            "--sanitize": options.run.sanitize}
+            "--sanitize": options.run.sanitize,
+            **({"--energy": True} if options.run.timing.energy else {})}  # only when on: older run.json files match
 
 
 def summary(report: SweepReport, top: int = 10) -> str:
