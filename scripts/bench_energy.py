@@ -66,7 +66,7 @@ def watch_meters(gpu: int) -> list[list[object]]:
     context = device.make_context()
     try:
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByPciBusId(device.pci_bus_id())
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId(device.pci_bus_id().encode())
         meters = {"energy counter (mJ)": pynvml.nvmlDeviceGetTotalEnergyConsumption,
                   "power reading (mW)": pynvml.nvmlDeviceGetPowerUsage}
         buffer = cuda.mem_alloc(2**32)

@@ -16,7 +16,7 @@ from gen.core.errors import UsageError
 from gen.core.objectives import pareto_front, ranked, score
 from gen.core.results import Row, Status, TimingOptions, row_from_json
 from gen.evaluate.options import RunOptions
-from gen.gpu.energy import NO_NVML, Reading, average_watts, open_meter
+from gen.gpu.energy import NO_NVML, Reading, average_watts, energy_per_launch, open_meter
 from gen.search.lookup import tuned
 from gen.search.sweep import SweepOptions, summary, sweep
 from gen.search.tune import TuneOptions, tune
@@ -175,13 +175,13 @@ class FakeNvml(types.ModuleType):
     def nvmlInit(self) -> None:
         pass
 
-    def nvmlDeviceGetHandleByPciBusId(self, bus_id: str) -> str:
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id: bytes) -> bytes:
         return bus_id
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: str) -> int:
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: bytes) -> int:
         raise self.NVMLError("Not Supported")
 
-    def nvmlDeviceGetPowerUsage(self, handle: str) -> int:
+    def nvmlDeviceGetPowerUsage(self, handle: bytes) -> int:
         if not self.power:
             raise self.NVMLError("Not Supported")
         return 250_000  # milliwatts
@@ -217,3 +217,60 @@ def test_a_sweep_measured_with_energy_resumes_only_with_it(tmp_path: Path, compi
                            run=RunOptions(timing=TimingOptions(budget_s=0.1)))
     with pytest.raises(UsageError, match=r"--energy \(none\) \(the run has True\)"):
         sweep(without, executor=fakes.EnergyExecutor())
+
+
+class FakeDriver(types.ModuleType):
+    """pycuda.driver for the energy loop: an event records how many launches were queued before it,
+    and 1 ms passes per launch; each event is busy when first asked, done when asked again."""
+
+    def __init__(self) -> None:
+        super().__init__("pycuda.driver")
+        self.launches = 0
+        driver = self
+
+        class Event:
+            def __init__(self) -> None:
+                self.at, self.asked = 0, False
+
+            def record(self) -> None:
+                self.at = driver.launches
+
+            def query(self) -> bool:
+                done, self.asked = self.asked, True
+                return done
+
+            def synchronize(self) -> None:
+                pass
+
+            def time_since(self, start: "Event") -> float:
+                return float(self.at - start.at)
+
+        self.Event = Event
+        self.Context = types.SimpleNamespace(synchronize=lambda: None)
+
+
+class SteadyCounter:
+    """An energy counter of a GPU drawing 300 W, updated every 10 ms (the host's clock), in joules."""
+
+    counter = True
+
+    def __init__(self) -> None:
+        import time
+
+        self.clock, self.started = time.monotonic, time.monotonic()
+
+    def read(self) -> float:
+        return 3.0 * int((self.clock() - self.started) / 0.01)
+
+
+def test_the_energy_loop_takes_power_from_the_counters_updates_and_time_from_the_events(monkeypatch) -> None:
+    driver = FakeDriver()
+    monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
+    monkeypatch.setitem(sys.modules, "pycuda", types.SimpleNamespace(driver=driver))
+
+    def launch() -> None:
+        driver.launches += 1
+
+    joules, watts = energy_per_launch(launch, SteadyCounter(), seconds_per_launch=1e-3, window_s=0.05)
+    assert watts == pytest.approx(300.0, rel=0.05)
+    assert joules == pytest.approx(watts * 1e-3)  # 1 ms a launch, by the events

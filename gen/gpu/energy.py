@@ -53,7 +53,7 @@ def open_meter(pci_bus_id: str) -> tuple[Meter | None, str]:
         return None, NO_NVML
     try:
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode())  # bytes: every nvidia-ml-py takes them
     except pynvml.NVMLError as error:
         return None, f"NVML cannot reach the GPU at {pci_bus_id} ({error})"
     for counter, read in ((True, pynvml.nvmlDeviceGetTotalEnergyConsumption), (False, pynvml.nvmlDeviceGetPowerUsage)):
