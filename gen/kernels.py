@@ -1,8 +1,12 @@
-"""Ready-to-call kernels: the tuned variant of any family, run on the caller's device arrays in the
-caller's own CUDA context. pycuda is reached only through gen.gpu.launch.
+"""Ready-to-call kernels: the tuned variant of any family, run on the caller's arrays (PyTorch,
+CuPy, Numba, JAX, PyCUDA or NumPy: gen.arrays), in the caller's current CUDA context, on the
+caller's stream, with no copy of device arrays and no synchronisation. The driver API launches them
+(gen.gpu.native); NumPy arrays are copied through pycuda (gen.gpu.launch).
 
     kernel = gen.kernel("reduce", "4096x8192")     # the tuned variant for this GPU and shape
-    kernel(data=rows_gpu, sums=out_gpu)            # arrays by argument name (or in order)
+    kernel(data=rows, sums=out)                    # arrays by argument name (or in order)
+    softmax = gen.kernel("softmax")                # no sizes: each call's shape picks its variant
+    print(softmax.explain(x, y))                   # which variant for these arrays, and why
 """
 
 from __future__ import annotations
@@ -12,57 +16,161 @@ from typing import Any
 
 import numpy as np
 
+from .arrays import (LEGACY_STREAM, DeviceArray, allocate, caller_stream, describe, from_dlpack, stream_handle,
+                     stream_source)
 from .build.compiler import CompileOptions, compile_variant
 from .core.errors import UsageError
-from .families import get_family
+from .families import all_families, get_family
 from .families.family import Family
-from .families.problem import Scalar, numpy_dtype
-from .search.lookup import shape_text, tuned
+from .families.problem import Scalar, element_type_of, numpy_dtype
 from .families.variant import Variant
+from .search.lookup import shape_text, tuned_with_reason
 
-_GEMM_FOR = {np.dtype(np.float32): ("sgemm", "f32"), np.dtype(np.float64): ("matmul", "f64")}
-VECTOR_BYTES = 16  # vector loads (float4) need every matrix to start on a 16-byte boundary
-LAUNCHES_KEPT = 8
+VECTOR_BYTES = 16  # vector loads (float4) need every array to start on a 16-byte boundary
+LAUNCHES_KEPT = 8  # prepared launches kept per kernel (each holds its arrays alive)
+PROBE = (1009, 1013, 1019, 1021, 1031, 1033, 1039, 1049)  # distinct dimensions, to see where each one goes
+
+
+class Prepared:
+    """A launch on fixed arrays: call it (with a stream, else the arrays' own) to run the kernel again."""
+
+    def __init__(self, launch: Any, arrays: dict[str, DeviceArray], variant: Variant):
+        self.launch, self.variant = launch, variant  # launch: a gen.gpu.native.Launch
+        self.arrays = arrays  # they keep the caller's arrays alive while the launch may run
+        self.stream = stream_source(arrays)
+
+    def __call__(self, stream: Any = None) -> None:
+        self.launch(self.stream() if stream is None else stream_handle(stream))
 
 
 class Kernel:
-    """One variant prepared for one shape: call it with the family's arrays, pycuda GPUArrays (or
-    views) in the caller's CUDA context, or NumPy arrays (copied to the device and back)."""
+    """A family's kernel for the caller's arrays: one variant for one shape, or (built with no
+    variant) the variant of each call's shape: this GPU's tuned winner, the nearest tuned shape's,
+    an adaptation of it, or the family's default (see explain)."""
 
-    def __init__(self, family: Family, variant: Variant, shape: Any):
-        self.family, self.variant, self.shape = family, variant, shape
+    def __init__(self, family: Family, variant: Variant | None = None, shape: Any = None, dtype: str | None = None,
+                 reason: str = "the variant given"):
+        if (variant is None) != (shape is None):
+            raise UsageError("a Kernel takes a variant and its shape, or neither (then each call's shape chooses)")
+        self.family, self.variant, self.shape, self.reason = family, variant, shape, reason
+        self.dtype = variant.dtype if variant is not None else dtype
         self.arrays = [a.name for a in family.problem.arguments if not isinstance(a, Scalar)]
         self.output = family.problem.output.name
-        self._launches: dict[tuple[int, ...], Any] = {}  # prepared launches, by the arrays' addresses
+        self._launches: dict[tuple[Any, ...], Prepared] = {}
 
     def __call__(self, *positional: Any, **named: Any) -> Any:
-        """Launch on these arrays (in argument order, or by name); returns the output array. NumPy
-        arrays are copied to the device first, and a NumPy output is filled in place."""
+        """Launch on these arrays (in argument order, or by name) on `stream=` (default: the arrays'
+        own, see gen.arrays.caller_stream; for a family with an array named `stream`, that array:
+        choose the stream through prepared()); returns the output array. NumPy arrays are copied to
+        the device and back (the call then waits for the copy), and a NumPy output is filled in place."""
+        stream = named.pop("stream", None) if "stream" not in self.arrays else None
         given = self._named(positional, named)
-        self._check(given)
-        on_host = {name: array for name, array in given.items() if isinstance(array, np.ndarray)}
-        if not on_host:
-            self.prepared(given)()
-            return given[self.output]
-        device = {name: _gpu().to_device(array) if name in on_host else array for name, array in given.items()}
-        self._launcher(device)()
-        if self.output not in on_host:
-            return device[self.output]
-        return _gpu().to_host(device[self.output], on_host[self.output])
+        key = _fast_key(given)
+        prepared = self._launches.get(key) if key is not None else None
+        if prepared is None:
+            described = self._described(given, stream)
+            if any(array.on_host for array in described.values()):
+                return self._through_device(given, described)
+            prepared = self._prepare(described)
+            if key is not None:
+                if len(self._launches) >= LAUNCHES_KEPT:
+                    del self._launches[next(iter(self._launches))]
+                self._launches[key] = prepared
+        prepared(stream)
+        return given[self.output]
 
-    def prepared(self, arrays: dict[str, Any]) -> Any:
-        """A launch on these device arrays with its arguments packed once: call it to run the kernel."""
-        addresses = tuple(int(arrays[name].gpudata) for name in self.arrays)
-        if addresses not in self._launches:
-            if len(self._launches) >= LAUNCHES_KEPT:  # each holds its arrays: keep the latest few
-                del self._launches[next(iter(self._launches))]
-            self._check(arrays)
-            self._launches[addresses] = self._launcher(arrays)
-        return self._launches[addresses]
+    def prepared(self, *positional: Any, **named: Any) -> Prepared:
+        """The launch on these device arrays with its arguments packed once: `prepared()` runs it
+        on the arrays' stream, `prepared(stream)` on another, at the least host cost per call."""
+        return self._prepare(self._described(self._named(positional, named), None))
 
-    def _launcher(self, arrays: dict[str, Any]) -> Any:
-        launch = self.family.launch(self.variant, self.shape)
-        return _gpu().launcher(loaded(self.variant), launch, self.family.problem, self.shape, arrays)
+    def explain(self, *positional: Any, **named: Any) -> str:
+        """Which variant runs these arrays (or a shape written like '4096x4096'), and why."""
+        if len(positional) == 1 and isinstance(positional[0], str) and not named:
+            shape = self.family.parse_shape(positional[0])
+            dtype = self.family.check_dtype(self.dtype)
+        else:
+            described = self._described(self._named(positional, named), None)
+            shape, dtype = self._shape_of(described), self._dtype_of(described)
+        variant, reason = (self.variant, self.reason) if self.variant is not None else _choice(
+            self.family.name, str(shape), dtype)
+        return f"{self.family.name} {dtype} at {shape}: {variant.name}, from {reason}"
+
+    def _prepare(self, described: dict[str, DeviceArray]) -> Prepared:
+        native = _native()
+        variant, shape = self._validated(described)
+        context, device = native.current_context(next(iter(described.values())).device)
+        for name, array in described.items():
+            where = array.device if array.device is not None else native.pointer_device(array.pointer)
+            if where != device:
+                raise UsageError(f"{name} is {'not in GPU memory' if where is None else f'on GPU {where}'}, but the "
+                                 f"current CUDA context is GPU {device}'s: make that GPU current, or move {name}")
+        launch = self.family.launch(variant, shape)
+        problem, output = self.family.problem, described[self.output]
+        arguments = problem.kernel_arguments(shape, {name: array.pointer for name, array in described.items()})
+        clears = native_spans(output, problem.output_region(shape)) if launch.clears_output else ()
+        function = loaded(variant, context)
+        return Prepared(native.Launch(function, launch.grid, launch.block, launch.dynamic_shared_bytes, arguments,
+                                      clears), described, variant)
+
+    def _validated(self, described: dict[str, DeviceArray]) -> tuple[Variant, Any]:
+        """The variant and shape for these arrays, each array checked: element type, dimensions,
+        strides (dense, row-major) and a writable output."""
+        if self.variant is not None:
+            variant, shape = self.variant, self.shape
+        else:
+            shape = self._shape_of(described)
+            variant = _choice(self.family.name, str(shape), self._dtype_of(described))[0]
+        expected = self.family.problem.arrays(shape)
+        for name, array in described.items():
+            dtype = numpy_dtype(variant.output_dtype if name == self.output else variant.dtype)
+            if array.dtype != dtype:
+                raise UsageError(f"{name} is {array.dtype}, but {variant.name} takes {dtype} for {name}")
+            if array.shape != expected[name]:
+                raise UsageError(f"{name} of {self.family.name} at {shape} must be {expected[name]}, got {array.shape}")
+            if not array.row_major():
+                raise UsageError(f"{name} must be contiguous and row-major, got strides {array.strides} (bytes)")
+        output = described[self.output]
+        if output.readonly or (output.kind == "numpy" and not output.owner.flags.writeable):
+            raise UsageError(f"{self.output} is read-only; give an array the result can be written into")
+        if any(array.pointer % VECTOR_BYTES for array in described.values()):
+            variant = _aligned(self.family, variant, shape)
+        return variant, shape
+
+    def _shape_of(self, described: dict[str, DeviceArray]) -> Any:
+        if self.shape is not None:
+            return self.shape
+        return shape_from_dims(self.family, {name: array.shape for name, array in described.items()})
+
+    def _dtype_of(self, described: dict[str, DeviceArray]) -> str:
+        """The element type of the first input; one of the family's (or the kernel's, if it has one)."""
+        first = described[self.arrays[0]].dtype
+        found = element_type_of(first)
+        if found is None or found not in self.family.dtypes or self.dtype not in (None, found):
+            allowed = [str(numpy_dtype(d)) for d in ([self.dtype] if self.dtype else self.family.dtypes)]
+            raise UsageError(f"{self.arrays[0]} is {first}; {self.family.name} runs {', '.join(allowed)} here")
+        return found
+
+    def _described(self, given: dict[str, Any], stream: Any) -> dict[str, DeviceArray]:
+        """Every array described; DLPack producers last, asked for the stream the others chose."""
+        described = {name: array if isinstance(array, DeviceArray) else describe(array, name)
+                     for name, array in given.items() if not _dlpack_only(array)}
+        rest = [name for name in given if name not in described]
+        chosen = caller_stream(described, stream)  # arrays that name different streams are refused here
+        if rest:
+            described.update({name: from_dlpack(given[name], name, chosen) for name in rest})
+        return {name: described[name] for name in given}
+
+    def _through_device(self, given: dict[str, Any], described: dict[str, DeviceArray]) -> Any:
+        """NumPy arrays copied to the device, the kernel run there, a NumPy output copied back."""
+        self._validated(described)
+        gpu = _gpu()
+        on_device = {name: gpu.to_device(given[name]) if array.on_host else given[name]
+                     for name, array in described.items()}
+        self(**on_device)
+        if not described[self.output].on_host:
+            return on_device[self.output]
+        return gpu.to_host(on_device[self.output], given[self.output])
 
     def _named(self, positional: tuple[Any, ...], named: dict[str, Any]) -> dict[str, Any]:
         """The arrays by argument name, each given once."""
@@ -78,117 +186,181 @@ class Kernel:
         missing = [n for n in self.arrays if n not in given]
         if missing:
             raise UsageError(f"{self.family.name} needs the arrays {', '.join(missing)} too")
-        return given
-
-    def _check(self, given: dict[str, Any]) -> None:
-        """Each array must be dense, with the dimensions and element type the family expects."""
-        expected = self.family.problem.arrays(self.shape)
-        for name, array in given.items():
-            dtype = numpy_dtype(self.variant.output_dtype if name == self.output else self.variant.dtype)
-            is_array = isinstance(array, np.ndarray) or hasattr(array, "gpudata")
-            if not is_array or np.dtype(getattr(array, "dtype", None)) != dtype:
-                raise UsageError(f"{name} must be a {dtype} array, a NumPy array or a pycuda GPUArray; got "
-                                 f"{type(array).__name__}{f' of {array.dtype}' if is_array else ''}")
-            if tuple(array.shape) != expected[name]:
-                raise UsageError(f"{name} of {self.family.name} at {self.shape} must be {expected[name]}, got "
-                                 f"{tuple(array.shape)}")
-            if tuple(array.strides) != _dense_strides(expected[name], dtype.itemsize):
-                raise UsageError(f"{name} must be contiguous and row-major (strides {array.strides})")
-        if isinstance(given[self.output], np.ndarray) and not given[self.output].flags.writeable:
-            raise UsageError(f"{self.output} is a read-only NumPy array; give one the result can be written into")
+        return {name: given[name] for name in self.arrays}
 
 
 def kernel(family: str, *dims: int | str, dtype: str | None = None) -> Kernel:
-    """The tuned variant of `family` for this shape on the current GPU, ready to call."""
+    """The tuned variant of `family` for this shape on the current GPU, ready to call; with no
+    dimensions, a kernel that chooses the variant for each call's shape."""
     chosen = get_family(family)
+    if not dims:
+        return Kernel(chosen, dtype=None if dtype is None else chosen.check_dtype(dtype))
     shape = chosen.parse_shape(shape_text(dims))
-    return Kernel(chosen, _choice(chosen.name, str(shape), chosen.check_dtype(dtype)), shape)
+    variant, reason = _choice(chosen.name, str(shape), chosen.check_dtype(dtype))
+    return Kernel(chosen, variant, shape, reason=reason)
 
 
-def matmul(a: Any, b: Any, out: Any = None) -> Any:
-    """C = A·B for row-major pycuda GPUArrays, sub-matrix views included (float32 through the tuned
-    sgemm, float64 through matmul). Needs a current CUDA context (import pycuda.autoprimaryctx)."""
-    (m, k), (k2, n) = _matrix(a, "a"), _matrix(b, "b")
-    if out is not None:
-        _matrix(out, "out")
-    if k != k2 or a.dtype != b.dtype or np.dtype(a.dtype) not in _GEMM_FOR:
-        raise UsageError(f"gen.matmul multiplies float32 or float64 matrices (M x K)(K x N); got {a.dtype} "
-                         f"{a.shape} and {b.dtype} {b.shape}")
-    family, dtype = _GEMM_FOR[np.dtype(a.dtype)]
-    if out is None:
-        out = _gpu().empty((m, n), a.dtype)
-    if _matrix(out, "out") != (m, n) or out.dtype != a.dtype:
-        raise UsageError(f"out must be a {a.dtype} {m} x {n} matrix, got {out.dtype} {out.shape}")
-    lda, ldb, ldc = (_leading(x) for x in (a, b, out))
+def shape_from_dims(family: Family, dims: dict[str, tuple[int, ...]]) -> Any:
+    """The family's shape whose arrays have these dimensions: where each dimension goes is seen by
+    giving each a distinct probe value; the shape found must give back exactly these arrays."""
+    count = len(family.parse_shape(family.default_sizes[0]).dims)
+    refusal = (f"{family.name} cannot tell its shape from the arrays' dimensions "
+               f"({', '.join(f'{name} {d}' for name, d in dims.items())}): give it, gen.kernel({family.name!r}, "
+               f"'{family.shape_format}')")
+    try:
+        expected = family.problem.arrays(family.parse_shape("x".join(str(p) for p in PROBE[:count])))
+    except UsageError:
+        raise UsageError(refusal) from None
+    places = [next(((name, axis) for name, extents in expected.items() for axis, extent in enumerate(extents)
+                    if extent == probe), None) for probe in PROBE[:count]]
+    if None in places or any(len(dims[name]) <= axis for name, axis in places):
+        raise UsageError(refusal)
+    shape = family.parse_shape("x".join(str(dims[name][axis]) for name, axis in places))
+    if family.problem.arrays(shape) != dims:
+        raise UsageError(refusal)
+    return shape
+
+
+def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
+    """C = A·B for row-major matrices on the GPU, sub-matrix views included (a family that
+    declares the element type in `matmul_dtypes`: float32 sgemm, float64 matmul, and half precision
+    where a family declares it). `out` defaults to a new array of the caller's kind."""
+    dlpack_stream = LEGACY_STREAM if stream is None else stream_handle(stream)
+    arrays = {"a": describe(a, "a", dlpack_stream), "b": describe(b, "b", dlpack_stream)}
+    (m, k), (k2, n) = (_matrix(x, label) for label, x in arrays.items())
+    family = gemm_family(arrays["a"].dtype)
+    if k != k2 or arrays["b"].dtype != arrays["a"].dtype:
+        raise UsageError(f"gen.matmul multiplies (M x K)(K x N) matrices of one type; got {arrays['a'].dtype} "
+                         f"{arrays['a'].shape} and {arrays['b'].dtype} {arrays['b'].shape}")
+    dtype = element_type_of(arrays["a"].dtype)
+    out_dtype = numpy_dtype(family.default_variant().with_element_type(dtype).output_dtype)
+    out = allocate(arrays["a"], (m, n), out_dtype) if out is None else out
+    arrays["out"] = describe(out, "out", dlpack_stream)
+    if _matrix(arrays["out"], "out") != (m, n) or arrays["out"].dtype != out_dtype:
+        raise UsageError(f"out must be a {out_dtype} {m} x {n} matrix, got {arrays['out'].dtype} {arrays['out'].shape}")
+    lda, ldb, ldc = (_leading(x, label) for label, x in arrays.items())
     size = f"{m}x{n}x{k}" + (f":{lda},{ldb},{ldc}" if (lda, ldb, ldc) != (k, n, n) else "")
-    chosen = kernel(family, size, dtype=dtype)
-    relative = chosen.family.unaligned(chosen.variant)
-    if relative is not None and any(int(x.gpudata) % VECTOR_BYTES for x in (a, b, out)):  # views off 16-byte alignment
-        runnable = chosen.family.runnable(relative, chosen.shape)
-        chosen = Kernel(chosen.family, runnable or chosen.family.safe_variant(chosen.shape, dtype), chosen.shape)
-    return chosen(A=_as_allocated(a, (m, lda)), B=_as_allocated(b, (k, ldb)), C=_as_allocated(out, (m, ldc)))
+    chosen = _gemm_kernel(family.name, size, dtype)
+    views = [_allocated(arrays[label], rows, lead) for label, rows, lead in (("a", m, lda), ("b", k, ldb),
+                                                                            ("out", m, ldc))]
+    chosen(*views, stream=stream)
+    return out
+
+
+def gemm_family(dtype: np.dtype) -> Family:
+    """The family gen.matmul multiplies `dtype` matrices with: the first registered one that
+    declares the element type in its `matmul_dtypes`."""
+    element = element_type_of(dtype)
+    families = all_families().values()
+    for family in families:
+        if element is not None and element in family.matmul_dtypes:
+            return family
+    known = ", ".join(f"{numpy_dtype(d)} ({f.name})" for f in families for d in f.matmul_dtypes)
+    raise UsageError(f"no registered family multiplies {dtype} matrices; gen.matmul multiplies {known}")
+
+
+@functools.lru_cache(maxsize=64)
+def _gemm_kernel(family: str, size: str, dtype: str) -> Kernel:
+    """gen.matmul's kernel per shape, kept: its prepared launches serve the next call on the same arrays."""
+    return kernel(family, size, dtype=dtype)
 
 
 @functools.cache
-def _choice(family: str, shape: str, dtype: str) -> Variant:
-    """The tuned variant for a shape, looked up once per process (the database is not read per call)."""
-    variant = tuned(family, shape, dtype=dtype)
+def _choice(family: str, shape: str, dtype: str) -> tuple[Variant, str]:
+    """The tuned variant for a shape and why, looked up once per process (not per call)."""
+    variant, reason = tuned_with_reason(family, shape, dtype=dtype)
     if variant.dtype != dtype:
         raise UsageError(f"the tuned {family} variant {variant.name} is not {dtype}; check the tuning database")
-    return variant
+    return variant, reason
+
+
+def _aligned(family: Family, variant: Variant, shape: Any) -> Variant:
+    """A variant that runs arrays off a 16-byte boundary (sub-matrix views): the family's relative
+    without vector loads, else its safe default."""
+    relative = family.unaligned(variant)
+    if relative is None:
+        return variant
+    return family.runnable(relative, shape) or family.safe_variant(shape, variant.dtype)
 
 
 @functools.cache
-def loaded(variant: Variant) -> Any:
-    """The variant's kernel, compiled (or from the cache) and loaded into the current context."""
-    load_function = _gpu().load_function
+def loaded(variant: Variant, context: int) -> Any:
+    """The variant's kernel, compiled (or from the cache) and loaded into a context, once each."""
+    native = _native()
     compiled = compile_variant(variant, CompileOptions.local())
     if not compiled.ok:
         raise UsageError(f"{variant.name} does not compile: {compiled.log.strip().splitlines()[-1]}")
-    return load_function(compiled.cubin.read_bytes(), variant.name, variant.dynamic_shared_bytes)
+    return native.load(compiled.cubin.read_bytes(), variant.name, variant.dynamic_shared_bytes)
+
+
+def native_spans(array: DeviceArray, region: tuple[slice, ...]) -> list[tuple[int, int, int, int]]:
+    from .gpu.regions import spans
+
+    return spans(array.pointer, array.strides, array.dtype.itemsize, region)
 
 
 def _gpu() -> Any:
-    """gen.gpu.launch, the kernels' way to pycuda; UsageError where pycuda is missing."""
+    """gen.gpu.launch, the kernels' way to pycuda (NumPy copies); UsageError where pycuda is missing."""
     try:
         from .gpu import launch
     except ImportError as error:
-        raise UsageError(f"running a kernel needs pycuda ({error}): pip install 'tilegen[cuda]' on a machine with "
-                         f"an NVIDIA GPU and its driver") from None
+        raise UsageError(f"NumPy arrays are copied to the GPU through pycuda ({error}): pip install "
+                         f"'tilegen[cuda]' on a machine with an NVIDIA GPU, or pass arrays already on the GPU, "
+                         f"or pass device arrays") from None
     return launch
 
 
-def _matrix(array: Any, label: str) -> tuple[int, int]:
-    """The dimensions of a 2-D device array (a pycuda GPUArray or a view of one)."""
-    if not hasattr(array, "gpudata"):
-        raise UsageError(f"{label} must be a pycuda GPUArray (pycuda.gpuarray.to_gpu(...)), got "
-                         f"{type(array).__name__}")
-    if len(getattr(array, "shape", ())) != 2:
-        raise UsageError(f"{label} must be a 2-D GPUArray, got shape {getattr(array, 'shape', None)}")
-    return tuple(array.shape)
+def _native() -> Any:
+    """gen.gpu.native, the driver API's launches; UsageError where cuda.bindings is missing."""
+    try:
+        from .gpu import native
+    except ImportError as error:
+        raise UsageError(f"running a kernel needs cuda-bindings ({error}): pip install 'tilegen[cuda]'") from None
+    return native
 
 
-def _leading(array: Any) -> int:
+def _fast_key(given: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What identifies a call's arrays, read cheaply from PyTorch, CuPy and PyCUDA arrays; None for
+    any other kind (described in full on every call)."""
+    key = []
+    for array in given.values():
+        module = type(array).__module__
+        if module.startswith("torch"):
+            key.append((array.data_ptr(), array.shape, array.stride(), array.dtype, array.is_cuda))
+        elif module.startswith("cupy"):
+            key.append((array.data.ptr, array.shape, array.strides, array.dtype))
+        elif hasattr(array, "gpudata"):
+            key.append((int(array.gpudata), array.shape, array.strides, array.dtype))
+        elif isinstance(array, DeviceArray) and array.kind in ("torch", "cupy", "pycuda"):  # gen.matmul's views
+            key.append((array.pointer, array.shape, array.strides, array.dtype))
+        else:
+            return None
+    return tuple(key)
+
+
+def _dlpack_only(array: Any) -> bool:
+    return (hasattr(array, "__dlpack__") and not hasattr(array, "__cuda_array_interface__")
+            and not isinstance(array, np.ndarray) and not type(array).__module__.startswith(("torch", "cupy")))
+
+
+def _matrix(array: DeviceArray, label: str) -> tuple[int, int]:
+    if len(array.shape) != 2 or array.on_host:
+        raise UsageError(f"{label} must be a 2-D array on the GPU, got {'a NumPy array' if array.on_host else 'shape'}"
+                         f" {array.shape}")
+    return array.shape
+
+
+def _leading(array: DeviceArray, label: str) -> int:
     """The row stride in elements of a row-major matrix or sub-matrix view."""
-    item = np.dtype(array.dtype).itemsize
+    item = array.dtype.itemsize
     row, column = array.strides
-    if column != item or row % item or row // item < array.shape[1]:
-        raise UsageError(f"a {array.shape} matrix with strides {array.strides} is not a row-major view")
-    return row // item
+    if (column != item and array.shape[1] > 1) or row % item or (row // item < array.shape[1] and array.shape[0] > 1):
+        raise UsageError(f"{label} ({array.shape} with strides {array.strides} bytes) is not a row-major view")
+    return max(row // item, array.shape[1])
 
 
-def _dense_strides(dims: tuple[int, ...], item: int) -> tuple[int, ...]:
-    return tuple(int(np.prod(dims[i + 1:])) * item for i in range(len(dims)))
-
-
-class _View:
-    """A device array as the kernel sees it: a pointer and its allocated dimensions."""
-
-    def __init__(self, array: Any, dims: tuple[int, ...]):
-        self.gpudata, self.shape, self.dtype = array.gpudata, dims, array.dtype
-        self.strides = _dense_strides(dims, np.dtype(array.dtype).itemsize)
-
-
-def _as_allocated(array: Any, dims: tuple[int, int]) -> Any:
-    """A matrix view (m x n, row stride ld) as the m x ld allocation the GEMM arguments describe."""
-    return array if tuple(array.shape) == dims else _View(array, dims)
+def _allocated(array: DeviceArray, rows: int, lead: int) -> DeviceArray:
+    """A matrix view (rows x n, row stride lead) as the rows x lead allocation the GEMM arguments describe."""
+    item = array.dtype.itemsize
+    return DeviceArray(array.pointer, (rows, lead), (lead * item, item), array.dtype, array.kind, array.owner,
+                       array.device, array.stream)

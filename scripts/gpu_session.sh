@@ -16,6 +16,8 @@
 #   scale-dask the same on a local Dask cluster (1-32 workers; needs the Dask wheels in .whl/)
 #   early-stop scripts/bench_early_stop.py: a tune with and without the early stop (issue 21)
 #   tests-k    the GPU tests whose names match $TESTS_K (pytest -k)
+#   launch     scripts/bench_launch.py: a kernel launch's host cost against CuPy's RawKernel and
+#              PyTorch's op (issue 31)
 #   throughput scripts/bench_sweep.py: the sgemm space at 512^3, warm cache, budget 0.05 s (issue 22);
 #              the cache comes from .whl/sgemm-cache-sm90-nvcc.tar.xz when carried; $BENCH_FILTER
 #              narrows the space, $BENCH_FLAGS adds flags (--profile-jobs N, say); with $BENCH_GPUS
@@ -77,6 +79,7 @@ for name in "$@"; do
     hgemm)
       # shellcheck disable=SC2086  # HGEMM_FLAGS is several flags
       part hgemm python3 scripts/bench_vs_vendor.py --only hgemm --markdown "$out/hgemm.md" ${HGEMM_FLAGS:-} ;;
+    launch) part launch python3 scripts/bench_launch.py --markdown "$out/launch.md" ;;
     tests-k) part tests-k python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k "$TESTS_K" tests/ ;;
     throughput|throughput-ab)
       if [ ! -d runs/sgemm-cache ] && [ -f .whl/sgemm-cache-sm90-nvcc.tar.xz ]; then

@@ -262,7 +262,7 @@ CLI_CASES = [
     case("sweep matmul --out x --gpus +1", "--gpus '+1' must be 'all' or GPU indices like 0,1"),
     case("compile matmul -p sync=sometimes", "sync 'sometimes' is not one of"),
     # families and sizes
-    case("render conv", "unknown family 'conv'; families: matmul, sgemm, transpose, copy"),
+    case("render conv", "unknown family 'conv'; families: matmul, sgemm, hgemm, transpose, copy"),
     case("list conv", "unknown family 'conv'"),
     case("sweep conv --out x", "unknown family 'conv'"),
     case("tune conv --size 64", "unknown family 'conv'"),
@@ -307,7 +307,7 @@ CLI_CASES = [
          "--gpu 'A100' matches 0 GPU models in tuned.sqlite (known: NVIDIA H100"),
     case("best matmul --size 64x64x64 --gpu H100", "the tuning database ($TILEGEN_DB, else in tilegen's cache "
                                                     "folder)"),
-    case("best matmul --size 64x64x64", "name a GPU model (tilegen best --gpu MODEL)", NO_GPU),
+    case("best matmul --size 64x64x64 --db tuned.sqlite", "name a GPU model to answer from the tuning database without one", NO_GPU),
     # where results go: a file, under a file, a read-only folder, a folder already used
     case("compile matmul -p tile=8 --out afile", "--out afile is a file, not a folder; give a folder"),
     case("sweep matmul -p tile=8 --out afile", "--out afile is a file, not a folder"),
@@ -612,7 +612,7 @@ API_CASES = [
         "notes.txt is not a tilegen tuning database", "tuned: not a database"),
     api(lambda: gen.tuned("matmul", 64, 64, 64, db=Path("run"), device=H100), "--db run is a folder",
         "tuned: a folder as database"),
-    api(lambda: gen.tuned("matmul", 64, 64, 64), "which GPU?", "tuned: no GPU", NO_GPU),
+    api(lambda: gen.tuned("matmul", 64, 64, 64, db=Path("tuned.sqlite")), "which GPU?", "tuned: no GPU", NO_GPU),
     api(lambda: gen.tuned("sgemm", "٦٤x64x64"), "size '٦٤x64x64' for sgemm: needs 3 positive integers",
         "tuned: Arabic-Indic digits"),
     api(lambda: gen.tuned("sgemm", 64, 64, 64, device="H100"), "device must be a gen.core.results.DeviceInfo (or None: "
@@ -625,11 +625,11 @@ API_CASES = [
     api(lambda: gen.kernel("sgemm", 64, 64, 64, dtype="f64"), "sgemm has no element type 'f64'", "kernel: dtype"),
     api(lambda: gen.kernel("matmul", "64x64"), "size '64x64' for matmul", "kernel: malformed shape"),
     api(lambda: gen.matmul(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32)),
-        "a must be a pycuda GPUArray (pycuda.gpuarray.to_gpu(...)), got ndarray", "matmul: numpy arrays"),
-    api(lambda: gen.matmul(None, None), "a must be a pycuda GPUArray", "matmul: None"),
-    api(lambda: gen.load_families("nowhere"), "--family-path", "load_families: a missing folder"),
-    api(lambda: gen.load_families(""), "--family-path must be a path, got ''", "load_families: ''"),
-    api(lambda: gen.load_families(None), "--family-path must be a path, got None", "load_families(None)"),
+        "a must be a 2-D array on the GPU, got a NumPy array", "matmul: numpy arrays"),
+    api(lambda: gen.matmul(None, None), "a must be a PyTorch tensor, a CuPy, Numba or JAX array", "matmul: None"),
+    api(lambda: gen.load_families("nowhere"), "load_families' folder", "load_families: a missing folder"),
+    api(lambda: gen.load_families(""), "load_families' folder must be a path, got ''", "load_families: ''"),
+    api(lambda: gen.load_families(None), "load_families' folder must be a path, got None", "load_families(None)"),
     # the pieces underneath
     api(lambda: get_family("matmul").parse_shape(None), "a size for matmul is text like", "parse_shape(None)"),
     api(lambda: get_family("matmul").parse_shape(4096), "a size for matmul is text like", "parse_shape(4096)"),

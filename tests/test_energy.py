@@ -274,3 +274,14 @@ def test_the_energy_loop_takes_power_from_the_counters_updates_and_time_from_the
     joules, watts = energy_per_launch(launch, SteadyCounter(), seconds_per_launch=1e-3, window_s=0.05)
     assert watts == pytest.approx(300.0, rel=0.05)
     assert joules == pytest.approx(watts * 1e-3)  # 1 ms a launch, by the events
+
+
+def test_gen_tune_and_gen_tuned_take_the_objective_from_python(tmp_path: Path, compile_options) -> None:
+    import gen
+
+    db = tmp_path / "t.sqlite"
+    rows = gen.tune("matmul", "64x64x64", params=MATMUL, strategy="brute", db=db, progress=False,
+                    objective="energy", executor=fakes.EnergyExecutor())
+    assert rows[0]["winner"] and rows[0]["name"] == ENERGY_BEST and rows[0]["energy_j"] > 0
+    assert gen.tuned("matmul", 64, 64, 64, gpu="fake", db=db, objective="energy").name == ENERGY_BEST
+    assert gen.tuned("matmul", 64, 64, 64, gpu="fake", db=db).name == TIME_BEST

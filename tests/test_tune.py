@@ -56,9 +56,9 @@ def test_a_time_limit_that_ends_before_any_measurement_says_so(tmp_path: Path, c
                           budget=None, time_s=0.000001, db=tmp_path / "t.sqlite", progress=False)
     with pytest.raises(UsageError) as raised:
         tune(options, fakes.FakeExecutor())
-    assert str(raised.value).startswith("the time limit (--time 1e-06 s) ran out before any variant of matmul was "
-                                        "measured; give a longer --time")
-    assert "or --budget N to count evaluations instead" in str(raised.value)
+    assert str(raised.value).startswith("the time limit (--time, time_s: 1e-06 s) ran out before any variant of "
+                                        "matmul was measured; give a longer one")
+    assert "or a budget (--budget N, budget=N) to count evaluations instead" in str(raised.value)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

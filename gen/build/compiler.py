@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -82,6 +82,7 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions, children
     """Render the variants, take what the cache proves, and compile the rest: together in one run
     where their family and the compiler allow it, else one by one. Results in the order of `variants`."""
     check_arch(options.arch, options.compiler)
+    options = with_family_flags(options, variants)
     cache = CompileCache(options.cache)
     sources = {v: render(v) for v in variants}
     keys = {v: cache_key(source, options) for v, source in sources.items()}
@@ -97,6 +98,12 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions, children
     for variant in (v for v in missing if v not in results):
         results[variant] = _compile_alone(variant, sources[variant], keys[variant], options, cache, children)
     return [results[v] for v in variants]
+
+
+def with_family_flags(options: CompileOptions, variants: Sequence[Variant]) -> CompileOptions:
+    """The options with the flags of the variants' families (Family.compile_flags) after the run's own."""
+    extra = [f for family in dict.fromkeys(v.family for v in variants) for f in get_family(family).compile_flags]
+    return replace(options, flags=(*options.flags, *extra)) if extra else options
 
 
 def provenance(options: CompileOptions, family: Family) -> dict[str, str]:

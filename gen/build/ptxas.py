@@ -42,5 +42,11 @@ def parse_ptxas(log: str) -> Resources:
 def kernel_logs(log: str) -> dict[str, str]:
     """ptxas's report of a multi-kernel compile, split by kernel: name -> its lines."""
     starts = list(_ENTRY.finditer(log))
-    return {m.group(1): log[m.start(): starts[i + 1].start() if i + 1 < len(starts) else len(log)]
+    return {_plain(m.group(1)): log[m.start(): starts[i + 1].start() if i + 1 < len(starts) else len(log)]
             for i, m in enumerate(starts)}
+
+
+def _plain(symbol: str) -> str:
+    """A kernel's name from its symbol: a C++ kernel's mangled one (_Z10vector_addPfS_S_i) gives vector_add."""
+    mangled = re.match(r"_Z(\d+)", symbol)
+    return symbol[mangled.end(): mangled.end() + int(mangled.group(1))] if mangled else symbol

@@ -24,7 +24,7 @@ from ..families import all_families, get_family
 from ..families.registry import registry
 from ..families.space import Space, parse_options
 from ..search.compiling import compile_space, resource_table
-from ..search.lookup import tuned_with_reason
+from ..search.lookup import gpu_model_named, tuned_with_reason
 from ..search.revalidate import revalidate
 from ..search.sweep import SweepOptions, preview, status_counts, summary, sweep
 from ..search.tune import TUNE_TIMING, TuneOptions, tune
@@ -228,12 +228,7 @@ def _run_options(args: argparse.Namespace, **extra: Any) -> RunOptions:
 
 
 def _pick_model(db: TuningDB, name: str) -> GpuModel:
-    """The one GPU model in the database whose name contains `name`."""
-    found = [m for m in db.models() if name.lower() in str(m).lower()]
-    if len(found) != 1:
-        known = "; ".join(str(m) for m in db.models()) or "none"
-        raise UsageError(f"--gpu {name!r} matches {len(found)} GPU models in {db.path} (known: {known})")
-    return found[0]
+    return gpu_model_named(db, name, "--gpu")
 
 
 def _traces(db: TuningDB, family: str | None) -> dict[str, list[list[float | None]]]:

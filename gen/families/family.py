@@ -93,6 +93,11 @@ class Family(ABC):
     # Compile several variants in one nvcc run (wrapped in namespaces): only for templates whose
     # file scope holds nothing but the kernel and helper functions (no macros, no globals).
     compile_together: ClassVar[bool] = False
+    # nvcc flags every variant of the family is compiled with, after the run's own (-I for its headers, say).
+    compile_flags: ClassVar[tuple[str, ...]] = ()
+    # The element types gen.matmul multiplies with this family (a GEMM family's Problem: A, B, C,
+    # M, N, K, lda, ldb, ldc); the first registered family that declares a type gets it.
+    matmul_dtypes: ClassVar[tuple[str, ...]] = ()
     # Set when the family is registered: where it was defined and where its template is found.
     source: str = ""
     template_dirs: tuple[Path, ...] = ()
@@ -151,7 +156,14 @@ class Family(ABC):
         return dtype
 
     def variant(self, values: Mapping[str, Any]) -> Variant:
-        return self.variant_type.from_params(values)
+        """The variant of these parameter values (the others take their defaults); UsageError for a
+        value or a combination the family does not allow, saying why."""
+        variant = self.variant_type.from_params(values)
+        try:
+            variant.check()
+        except InvalidVariant as reason:
+            raise UsageError(f"{variant.name} is not a valid {self.name} variant: {reason}") from None
+        return variant
 
     def runnable(self, variant: Variant, shape: Any) -> Variant | None:
         """The variant, or its nearest adaptation that is valid and can run the shape."""

@@ -144,6 +144,7 @@ class HgemmFamily(Family):
     template = "hgemm.cu.j2"
     heatmap_axes = ("bm", "bn")
     heatmap_panels = "layout"
+    matmul_dtypes = ("f16", "bf16")
 
     def launch(self, variant: HgemmVariant, shape: MatmulShape) -> Launch:
         return Launch(grid=(blocks(shape.n, variant.bn), blocks(shape.m, variant.bm)),

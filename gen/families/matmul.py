@@ -88,6 +88,7 @@ class MatmulFamily(Family):
     variant_type = MatmulVariant
     problem = GEMM
     template = "matmul.cu.j2"
+    matmul_dtypes = ("f64",)  # gen.matmul's family for this type
     heatmap_axes = ("tile", "padding")
     heatmap_panels = "bounds"
     compile_together = True

@@ -33,6 +33,12 @@ def numpy_dtype(dtype: str) -> np.dtype:
     return np.dtype(NUMPY_DTYPE[dtype])
 
 
+def element_type_of(dtype: np.dtype) -> str | None:
+    """The element type (f32, bf16, ...) of a NumPy type; None for one tilegen has none of."""
+    name = np.dtype(dtype).name
+    return {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}.get(name)
+
+
 # ---- ceilings ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -195,6 +201,19 @@ class Problem(ABC):
         return {a.name: rng.uniform(-1.0, 1.0, size=arrays[a.name]).astype(numpy_dtype(dtype))
                 for a in self.arguments if isinstance(a, Input)}
 
+    checks_on_host: bool = False  # True: host_check() judges each check's output, copied to the host
+
+    def host_check(self, output: np.ndarray, shape: Any) -> str:
+        """What is wrong with an output (copied to the host after a check's launch), or '': a check
+        of the family's own, on top of the reference's (or instead, where reference() is None).
+        Called only when `checks_on_host` is True."""
+        return ""
+
+    def constants(self, shape: Any) -> dict[str, np.ndarray]:
+        """Constant-memory arrays by their `__constant__` symbol's name, copied into the kernel's
+        module before every check (none unless the family says so). Each must fit its symbol."""
+        return {}
+
     def throughput(self, shape: Any, dtype: str, seconds: float) -> float:
         """The achieved rate, in the unit of this problem's ceiling."""
         return self.ceiling(dtype).rate(self.work(shape, dtype), seconds)
@@ -204,8 +223,9 @@ class Problem(ABC):
         """The allocated dimensions of every Input and Output, leading dimensions included."""
 
     @abstractmethod
-    def reference(self, inputs: Mapping[str, np.ndarray], shape: Any) -> np.ndarray:
-        """The expected output region, from the inputs given in float64."""
+    def reference(self, inputs: Mapping[str, np.ndarray], shape: Any) -> np.ndarray | None:
+        """The expected output region, from the inputs given in float64; None: the output is not
+        checked (a kernel tuned without a known answer)."""
 
     @abstractmethod
     def tolerance(self, dtype: str, shape: Any) -> float:

@@ -24,11 +24,12 @@ from .variant import Variant
 FAMILY_PATH_ENV = "TILEGEN_FAMILY_PATH"
 
 
-def add_family_path(folder: Path | str) -> None:
-    """Load the families in `folder` too, here and in every worker process started from now on."""
-    folder = as_path(folder, "--family-path").expanduser().resolve()  # '' would be the current folder
+def add_family_path(folder: Path | str, given_as: str = "--family-path") -> None:
+    """Load the families in `folder` too, here and in every worker process started from now on.
+    `given_as` names the option or argument the folder came from, for the error."""
+    folder = as_path(folder, given_as).expanduser().resolve()  # '' would be the current folder
     if not folder.is_dir():
-        raise UsageError(f"--family-path {folder}: no such folder (give the folder holding your family's .py and "
+        raise UsageError(f"{given_as} {folder}: no such folder (give the folder holding your family's .py and "
                          f"template)")
     paths = family_paths()
     if folder not in paths:

@@ -145,6 +145,7 @@ class SgemmFamily(Family):
     variant_type = SgemmVariant
     problem = GEMM
     template = "sgemm.cu.j2"
+    matmul_dtypes = ("f32",)  # gen.matmul's family for this type
     heatmap_axes = ("bm", "bn")
     heatmap_panels = "bounds"
     compile_together = True

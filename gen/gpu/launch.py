@@ -4,6 +4,7 @@ copies to and from NumPy). Importing this module makes no context."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -15,6 +16,7 @@ from ..core.limits import MAX_STATIC_SHARED_BYTES
 from ..families.family import Launch
 from ..families.problem import Problem
 from .jobs import CACHE_CONFIGS
+from .regions import spans
 
 _CACHE_PREFERENCE = {
     "none": cuda.func_cache.PREFER_NONE,
@@ -44,26 +46,42 @@ def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays
 
 
 def region_clearer(array: Any, region: tuple[slice, ...]) -> Callable[[], None]:
-    """Zeroes `region` of a device array (its padding left alone): one 2-D memset per index of the
-    leading dimensions (a single one for 1-D and 2-D arrays)."""
-    item = array.dtype.itemsize
-    strides = array.strides
-    base = int(array.gpudata)
-    if len(region) == 1:
-        start, count = region[0].start or 0, region[0].stop - (region[0].start or 0)
-        return lambda: cuda.memset_d8_async(base + start * strides[0], 0, count * item, None)
-    *leading, rows, columns = region
-    width = (columns.stop - (columns.start or 0)) * item
-    height = rows.stop - (rows.start or 0)
-    offsets = [base + sum((i + (s.start or 0)) * stride for i, s, stride in zip(index, leading, strides))
-               + (rows.start or 0) * strides[-2] + (columns.start or 0) * strides[-1]
-               for index in np.ndindex(*[s.stop - (s.start or 0) for s in leading])]
+    """Zeroes `region` of a device array (its padding left alone), in 2-D memsets (gen.gpu.regions)."""
+    blocks = spans(int(array.gpudata), array.strides, array.dtype.itemsize, region)
 
     def clear() -> None:
-        for offset in offsets:
-            cuda.memset_d2d8_async(offset, strides[-2], 0, width, height, None)
+        for address, pitch, width, height in blocks:
+            cuda.memset_d2d8_async(address, pitch, 0, width, height, None)
 
     return clear
+
+
+def function_named(module: Any, cubin: bytes, name: str) -> Any:
+    """The kernel `name` of a loaded module: its own symbol (extern "C"), else the one C++-mangled
+    symbol of that name in the cubin (_Z<length><name>...), read from the ELF string table, where each
+    name ends with a NUL (the PTX a cubin may carry also names `..._param_0` and the like)."""
+    try:
+        return module.get_function(name)
+    except cuda.LogicError:
+        mangled = set(re.findall(rb"(_Z%d%s[A-Za-z0-9_]*)\x00" % (len(name), re.escape(name.encode())), cubin))
+        if len(mangled) != 1:
+            raise
+        return module.get_function(mangled.pop().decode())
+
+
+def fill_constants(module: Any, constants: Mapping[str, np.ndarray]) -> None:
+    """Copy each array into the module's `__constant__` symbol of its name; UsageError when the
+    module has no such symbol or the array does not fit it."""
+    for name, array in constants.items():
+        try:
+            address, size = module.get_global(name)
+        except cuda.LogicError:
+            raise UsageError(f"the kernel has no __constant__ symbol {name!r} to fill; declare it (or give "
+                             f"the constant the symbol's name)") from None
+        data = np.ascontiguousarray(array)
+        if data.nbytes > size:
+            raise UsageError(f"__constant__ {name} holds {size} bytes; the array given for it has {data.nbytes}")
+        cuda.memcpy_htod(address, data)
 
 
 def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> None:
@@ -80,7 +98,7 @@ def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> No
 def load_function(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
     """A kernel loaded into the current context, configured for its dynamic shared memory."""
     _require_context()
-    function = cuda.module_from_buffer(cubin).get_function(name)
+    function = function_named(cuda.module_from_buffer(cubin), cubin, name)
     configure(function, "none", dynamic_shared_bytes)
     return function
 

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import pycuda.driver as cuda
 
+from ..core.errors import UsageError
 from ..core.objectives import NO_ENERGY
 from ..core.results import Measurement, Status, Timing, slower_than_cutoff
 from ..families import get_family
@@ -29,9 +30,10 @@ from .checker import DeviceProblem, OutputChecker
 from .device import read_device_info
 from .energy import Meter, energy_per_launch, open_meter
 from .jobs import Job
-from .launch import configure, launcher
+from .launch import configure, fill_constants, function_named, launcher
 from .timing import event_samples
 
+UNCHECKED = "output not checked: the problem gives no reference (tune_kernel without an answer)"
 PROBLEMS_KEPT = 3  # inputs and float64 references kept on the device per (shape, dtype, seed)
 
 
@@ -42,6 +44,7 @@ class Runner:
         self.device = read_device_info(pycuda.autoprimaryctx.device, physical_index)
         self._functions: dict[tuple[str, str, str], Any] = {}
         self._modules: dict[str, Any] = {}  # loaded cubins (a batch compile holds several kernels)
+        self._cubins: dict[str, bytes] = {}  # their bytes, where a C++ kernel's mangled name is found
         self._problems: OrderedDict[tuple, DeviceProblem] = OrderedDict()
         self._checker = OutputChecker()
         self._flush_buffer = cuda.mem_alloc(2 * self.device.l2_bytes)
@@ -58,6 +61,8 @@ class Runner:
             launch = family.launch(variant, shape)
             function = self._function(job, launch)
             return self._check_and_time(job, family, variant, shape, launch, function, report)
+        except UsageError as error:  # a constant the module lacks or cannot hold
+            return Measurement(Status.LAUNCH_ERROR, str(error), device=self.device)
         except cuda.MemoryError as error:
             return Measurement(Status.LAUNCH_ERROR, f"out of device memory: {error}", device=self.device)
         except cuda.Error as error:
@@ -115,13 +120,19 @@ class Runner:
             expected = self._problem(problem, variant.dtype, shape, seed,
                                      lambda step: report(f"check seed {seed}: {step}"))
             arrays = expected.fresh_arrays(output, numpy_dtype(variant.output_dtype))
+            fill_constants(self._modules[job.cubin], problem.constants(shape))
             call = launcher(function, launch, problem, shape, arrays)
             call()
             cuda.Context.synchronize()
+            if problem.checks_on_host:
+                problem_found = problem_found or problem.host_check(arrays[output].get(), shape)
+            if not expected.checked:
+                continue
             error, found = self._checker.compare(arrays[output], expected, tolerance)
             worst = max(worst, error) if not math.isnan(error) else math.inf
             problem_found = problem_found or found
-        measurement = Measurement(Status.WRONG if problem_found else Status.OK, problem_found, error=worst,
+        message = problem_found or ("" if expected.checked or problem.checks_on_host else UNCHECKED)
+        measurement = Measurement(Status.WRONG if problem_found else Status.OK, message, error=worst,
                                   tolerance=tolerance, checks=len(job.seeds), device=self.device,
                                   unit=problem.ceiling(variant.dtype).unit)
         return measurement, call
@@ -146,8 +157,9 @@ class Runner:
         if key not in self._functions:
             if job.cubin not in self._modules:
                 with open(job.cubin, "rb") as handle:
-                    self._modules[job.cubin] = cuda.module_from_buffer(handle.read())
-            function = self._modules[job.cubin].get_function(job.name)
+                    self._cubins[job.cubin] = handle.read()
+                self._modules[job.cubin] = cuda.module_from_buffer(self._cubins[job.cubin])
+            function = function_named(self._modules[job.cubin], self._cubins[job.cubin], job.name)
             configure(function, job.cache_config, launch.dynamic_shared_bytes)
             self._functions[key] = function
         return self._functions[key]

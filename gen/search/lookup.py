@@ -29,12 +29,27 @@ RANKS_TRIED = 20  # how far down a stored ranking to look for a variant that can
 
 
 def tuned(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
-          device: DeviceInfo | None = None, objective: str = DEFAULT_OBJECTIVE) -> Variant:
+          device: DeviceInfo | None = None, gpu: str | None = None, objective: str = DEFAULT_OBJECTIVE) -> Variant:
     """The best known variant of `family` for this shape on the current GPU (see the module doc).
     The shape is its dimensions (`tuned("sgemm", 4096, 4096, 4096)`) or its written form; `dtype`
-    is an element type of the family (default: its default variant's); `objective` what "best"
+    is an element type of the family (default: its default variant's). `gpu` names a GPU model of
+    the database by part of its name ("H100"): then no GPU is asked. `objective` is what "best"
     means: time, energy or edp (gen.core.objectives; energy counts only variants measured with it)."""
-    return tuned_with_reason(family, *dims, dtype=dtype, db=db, device=device, objective=objective)[0]
+    model = gpu_model_named(TuningDB(db, create=False), gpu, "gpu") if gpu is not None else None
+    return tuned_with_reason(family, *dims, dtype=dtype, db=db, device=device, gpu_model=model,
+                             objective=objective)[0]
+
+
+def gpu_model_named(db: TuningDB, name: str, argument: str) -> GpuModel:
+    """The one GPU model in the database whose name contains `name` (given as `argument`)."""
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"{argument} names a GPU model by part of its name, like 'H100'; got {name!r}")
+    models = db.models()
+    found = [m for m in models if name.lower() in str(m).lower()]
+    if len(found) != 1:
+        known = "; ".join(str(m) for m in models) or "none"
+        raise UsageError(f"{argument} {name!r} matches {len(found)} GPU models in {db.path} (known: {known})")
+    return found[0]
 
 
 def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
@@ -48,9 +63,9 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
         raise UsageError(f"device must be a gen.core.results.DeviceInfo (or None: the current GPU), got {device!r}")
     if gpu_model is not None and not isinstance(gpu_model, GpuModel):
         raise UsageError(f"gpu_model must be a gen.core.results.GpuModel (or None: the device's), got {gpu_model!r}")
-    model = gpu_model or (device or current_device()).model
     if db is None and not default_db_path().exists():  # nothing tuned on this machine yet
         return chosen_family.safe_variant(shape, dtype), "the family's safe default (no tuning database yet)"
+    model = gpu_model or (device or current_device()).model
     database = TuningDB(db, create=False)
     tuned_here = [p for p in database.problems(family) if p.dtype == dtype]
     models = set(database.models())
@@ -66,12 +81,14 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
     ]
     for reason, problems in searches:
         for problem in sorted(problems, key=lambda p: _distance(_dims(chosen_family, p), shape.dims)):
-            variant = _runnable_winner(database, chosen_family, problem, shape, objective)
-            if variant is not None:
+            found = _runnable_winner(database, chosen_family, problem, shape, objective)
+            if found is not None:
+                variant, stored = found
                 if problems is same_cc:
                     warnings.warn(f"no tuning for {model}; using {problem.gpu_model}'s winner at {problem.shape}",
                                   stacklevel=3)
-                return variant, f"{reason} ({problem.shape} on {problem.gpu_model})"
+                adapted = f", adapted from {stored} to run {shape}" if stored != variant.name else ""
+                return variant, f"{reason} ({problem.shape} on {problem.gpu_model}){adapted}"
     measured = f" with its energy measured (--objective {objective})" if needs_energy(objective) else ""
     return chosen_family.safe_variant(shape, dtype), f"the family's safe default (nothing tuned applies{measured})"
 
@@ -87,7 +104,8 @@ def shape_text(dims: tuple[int | str, ...]) -> str:
 
 @functools.cache
 def current_device() -> DeviceInfo:
-    """The GPU of the caller's current pycuda context, else the first GPU (asked in a worker process)."""
+    """The GPU of the caller's current context (pycuda's, or any other library's), else the first GPU
+    (asked in a worker process)."""
     import sys
 
     from ..gpu.executor import GpuUnavailable
@@ -99,22 +117,31 @@ def current_device() -> DeviceInfo:
         found = current_device_info()
         if found is not None:
             return found
+    try:  # a context PyTorch, CuPy or another library made current
+        from ..gpu.native import current_device_info as current_context_device
+    except ImportError:
+        pass
+    else:
+        found = current_context_device()
+        if found is not None:
+            return found
     executor = LocalExecutor([0])
     try:
         return executor.devices()[0]
     except GpuUnavailable as reason:
-        raise UsageError(f"which GPU? {reason}; name a GPU model (tilegen best --gpu MODEL) to answer from the "
-                         f"tuning database without one") from None
+        raise UsageError(f"which GPU? {reason}; name a GPU model to answer from the tuning database without one "
+                         f"(gen.tuned(..., gpu='H100'); tilegen best --gpu H100)") from None
     finally:
         executor.close()
 
 
 def _runnable_winner(database: TuningDB, family: Family, problem: Problem, shape: Any,
-                     objective: str) -> Variant | None:
+                     objective: str) -> tuple[Variant, str] | None:
+    """The best stored variant that runs the shape, as it is or adapted, and the stored name."""
     for row in database.top(problem, RANKS_TRIED, objective):
         variant = family.runnable(family.variant_type.from_name(row.name), shape)
         if variant is not None:
-            return variant
+            return variant, row.name
     return None
 
 

@@ -279,9 +279,9 @@ def _energy_note(rows: list[Row]) -> str:
 
 def _nothing_ran(options: TuneOptions, family: Family, problem: Problem, shape: Any, search: Search) -> str:
     if not search.trace and options.time_s is not None:
-        return (f"the time limit (--time {options.time_s:g} s) ran out before any variant of {family.name} was "
-                f"measured; give a longer --time (a variant takes about {options.run.timing.budget_s:g} s to time, "
-                f"more to compile), or --budget N to count evaluations instead")
+        return (f"the time limit (--time, time_s: {options.time_s:g} s) ran out before any variant of {family.name} "
+                f"was measured; give a longer one (a variant takes about {options.run.timing.budget_s:g} s to time, "
+                f"more to compile), or a budget (--budget N, budget=N) to count evaluations instead")
     return f"no variant of {family.name} ran correctly on {problem.gpu_model} at {shape}"
 
 

@@ -1,0 +1,119 @@
+"""Kernels loaded and launched through the CUDA driver API (cuda.bindings), in the caller's current
+context and on any stream handle: PyTorch's, CuPy's, a DLPack producer's or pycuda's. pycuda's
+prepared calls take only pycuda streams; cuLaunchKernel takes a handle, with the arguments packed
+once per launch (an array of pointers to their values). Importing this module makes no context.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from cuda.bindings import driver
+
+from ..core.errors import RunFailed, UsageError
+from ..core.limits import MAX_STATIC_SHARED_BYTES
+from ..core.nvidia_smi import query
+from ..core.results import DeviceInfo
+
+SUCCESS = driver.CUresult.CUDA_SUCCESS
+_streams: dict[tuple[Any, int], Any] = {}  # handles as cuda.bindings objects, made once each
+
+
+def _checked(result: tuple[Any, ...], what: str) -> Any:
+    error, *values = result
+    if error != SUCCESS:
+        name = driver.cuGetErrorName(error)[1]
+        raise RunFailed(f"{what} failed: {name.decode() if isinstance(name, bytes) else error}")
+    return values[0] if len(values) == 1 else values
+
+
+def current_context(device: int | None) -> tuple[int, int]:
+    """The current context and its device; with none current, `device`'s primary context is made
+    current (as the CUDA runtime does for PyTorch and CuPy)."""
+    try:
+        _checked(driver.cuInit(0), "cuInit")
+    except (OSError, RuntimeError, RunFailed) as error:  # no driver library, no GPU
+        raise UsageError(f"running a kernel needs an NVIDIA GPU and its driver: {str(error).splitlines()[0]}") from None
+    context = _checked(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if int(context) == 0:
+        if device is None:
+            raise UsageError("no current CUDA context on this thread: import pycuda.autoprimaryctx, or use the GPU "
+                             "from PyTorch or CuPy first")
+        context = _checked(driver.cuDevicePrimaryCtxRetain(_checked(driver.cuDeviceGet(device), "cuDeviceGet")),
+                           "cuDevicePrimaryCtxRetain")
+        _checked(driver.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    return int(context), int(_checked(driver.cuCtxGetDevice(), "cuCtxGetDevice"))
+
+
+def current_device_info() -> DeviceInfo | None:
+    """The GPU of the caller's current context (PyTorch's, CuPy's: any), or None when none is current."""
+    try:
+        _checked(driver.cuInit(0), "cuInit")
+        if int(_checked(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")) == 0:
+            return None
+        device = _checked(driver.cuCtxGetDevice(), "cuCtxGetDevice")
+    except (OSError, RuntimeError, RunFailed):
+        return None
+    attribute = driver.CUdevice_attribute
+    asked = {name: _checked(driver.cuDeviceGetAttribute(getattr(attribute, f"CU_DEVICE_ATTRIBUTE_{name}"), device),
+                            name) for name in ("COMPUTE_CAPABILITY_MAJOR", "COMPUTE_CAPABILITY_MINOR",
+                                               "MULTIPROCESSOR_COUNT", "L2_CACHE_SIZE")}
+    name = _checked(driver.cuDeviceGetName(256, device), "cuDeviceGetName")
+    index = int(device)
+    return DeviceInfo(name=name.split(b"\0")[0].decode(), sm_count=asked["MULTIPROCESSOR_COUNT"],
+                      cc=f"{asked['COMPUTE_CAPABILITY_MAJOR']}.{asked['COMPUTE_CAPABILITY_MINOR']}",
+                      memory_bytes=int(_checked(driver.cuDeviceTotalMem(device), "cuDeviceTotalMem")),
+                      l2_bytes=asked["L2_CACHE_SIZE"], driver=driver_version(index), index=index)
+
+
+def pointer_device(pointer: int) -> int | None:
+    """The GPU whose memory `pointer` is in; None for memory CUDA does not know (the host's)."""
+    attribute = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    error, value = driver.cuPointerGetAttribute(attribute, pointer)
+    return int(value) if error == SUCCESS else None
+
+
+def load(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
+    """The kernel `name` of a cubin, loaded into the current context (the module stays loaded)."""
+    image = np.frombuffer(cubin, dtype=np.uint8)  # passed by address: kept alive through the call
+    module = _checked(driver.cuModuleLoadData(image.ctypes.data), f"loading {name}")
+    function = _checked(driver.cuModuleGetFunction(module, name.encode()), f"finding {name}")
+    if dynamic_shared_bytes > MAX_STATIC_SHARED_BYTES:  # past it, a kernel must opt in
+        attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        _checked(driver.cuFuncSetAttribute(function, attribute, dynamic_shared_bytes), f"configuring {name}")
+    return function
+
+
+def driver_version(index: int) -> str:
+    """The driver's version as nvidia-smi prints it, else the CUDA API version it serves."""
+    listed = query(["driver_version"], gpu=index)
+    if listed:
+        return listed[0]
+    api = _checked(driver.cuDriverGetVersion(), "cuDriverGetVersion")
+    return f"CUDA {api // 1000}.{api % 1000 // 10}"
+
+
+class Launch:
+    """One kernel on fixed arguments: call it with a stream handle to launch (no host work but the
+    call). `clears` are (address, pitch, width, height) regions zeroed first, on the same stream."""
+
+    def __init__(self, function: Any, grid: Sequence[int], block: Sequence[int], shared_bytes: int,
+                 arguments: Sequence[Any], clears: Sequence[tuple[int, int, int, int]] = (), keep: Any = None):
+        self.function, self.shared_bytes, self.clears, self.keep = function, shared_bytes, list(clears), keep
+        self.grid, self.block = (tuple(int(g) for g in grid) + (1, 1))[:3], (tuple(int(b) for b in block) + (1, 1))[:3]
+        self.values = [np.array([a], dtype=np.asarray(a).dtype) for a in arguments]  # each value's own memory
+        self.pointers = np.array([v.ctypes.data for v in self.values], dtype=np.uint64)
+        self.address = self.pointers.ctypes.data
+
+    def __call__(self, stream: int) -> None:
+        handle = _streams.get((driver, stream))
+        if handle is None:
+            handle = _streams.setdefault((driver, stream), driver.CUstream(stream))
+        for address, pitch, width, height in self.clears:
+            _checked(driver.cuMemsetD2D8Async(address, pitch, 0, width, height, handle), "clearing the output")
+        (gx, gy, gz), (bx, by, bz) = self.grid, self.block
+        error, = driver.cuLaunchKernel(self.function, gx, gy, gz, bx, by, bz, self.shared_bytes, handle,
+                                       self.address, 0)
+        if error != SUCCESS:
+            _checked((error,), "launching the kernel")

@@ -1,0 +1,107 @@
+"""Sweeping and tuning from Python: `gen.sweep(...)` and `gen.tune(...)` take keyword arguments and
+return the rows as dicts. They build the options the command line builds and call the same drivers
+(gen.search.sweep, gen.search.tune), so they check, write and stop as `tilegen sweep` and
+`tilegen tune` do; only the printing differs (notes become warnings).
+
+    rows = gen.sweep("transpose", sizes=["8192x8192"], out="runs/tr", timing_budget=0.5)
+    rows = gen.tune("sgemm", "2048x2048x2048", strategy="bayes", budget=50)
+    best = rows[0]                    # the winner first: rows[0]["name"], rows[0]["median_ms"]
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .core.objectives import DEFAULT_OBJECTIVE
+from .core.results import Row, TimingOptions, is_ok
+from .evaluate.options import RunOptions
+from .families.space import MAX_POINTS
+from .gpu.executor import Executor
+from .search.sweep import SweepOptions
+from .search.sweep import sweep as run_sweep
+from .search.tune import TUNE_TIMING, TuneOptions
+from .search.tune import tune as run_tune
+from .store.tuning_db import TuningDB
+
+
+def sweep(family: str, sizes: str | Sequence[str] = (), *, out: str | Path,
+          params: Mapping[str, Any] | None = None, filter: str | None = None, resume: bool = False,
+          cache_configs: str | Sequence[str] = ("none",), keep_skipped: bool = False,
+          max_points: int = MAX_POINTS, arch: str | None = None, compiler: str | None = None,
+          compile_jobs: int | None = None, gpus: Sequence[int] = (0,), cluster: str | None = None,
+          timing_budget: float = 1.0, warm: bool = False, seed: int | None = None, sanitize: bool = False,
+          silence_s: float = 30.0, progress: bool = True, executor: Executor | None = None,
+          energy: bool = False) -> list[dict[str, Any]]:
+    """Check and time every variant of `family`'s space (its default space, with `params`
+    replacing some parameters' values: {"tile": [16, 32]}; a value on its own is a list of one) at
+    every size in `sizes` (the family's default sizes if empty), appending each row to
+    `out`/results.jsonl as it finishes, as `tilegen sweep` does. Returns every row of the run
+    folder (resumed ones included), each a dict of gen.core.results.Row's fields. Without a GPU the
+    variants compile and their rows say `compiled`. `executor` replaces this host's GPU workers
+    (gen.gpu.executor.Executor: a test's fake, a cluster of your own). `energy`: also measure each
+    variant's joules per launch and average power (`energy_j`, `power_w`; NVML), as `--energy` does."""
+    timing = TimingOptions(budget_s=timing_budget, warm=warm, energy=energy)
+    run = _run_options(arch, compiler, compile_jobs, gpus, cluster, timing, silence_s, seed=seed, sanitize=sanitize)
+    options = SweepOptions(family=family, out=out, params=params or {}, sizes=sizes, filter=filter, resume=resume,
+                           cache_configs=cache_configs, keep_skipped=keep_skipped, max_points=max_points, run=run,
+                           progress=progress)
+    report = run_sweep(options, executor)
+    for note in report.notes:
+        warnings.warn(note, stacklevel=2)
+    return [row.to_dict() for row in report.rows]
+
+
+def tune(family: str, size: str, *, params: Mapping[str, Any] | None = None, strategy: str = "bayes",
+         budget: int | None = None, time_s: float | None = None, db: str | Path | None = None,
+         filter: str | None = None, seed: int = 0, top: int = 3, early_stop: bool = True,
+         max_points: int = MAX_POINTS, arch: str | None = None, compiler: str | None = None,
+         compile_jobs: int | None = None, gpus: Sequence[int] = (0,), cluster: str | None = None,
+         timing_budget: float = TUNE_TIMING.budget_s, warm: bool = False, silence_s: float = 30.0,
+         progress: bool = True, executor: Executor | None = None,
+         objective: str = DEFAULT_OBJECTIVE) -> list[dict[str, Any]]:
+    """Autotune `family` at one `size` on each GPU model among `gpus`, as `tilegen tune` does: the
+    `strategy` (brute, random, anneal, genetic, bayes) evaluates up to `budget` variants (brute force
+    without one: the whole space; the others: 100) or as many as fit in `time_s` seconds, the
+    finalists are timed again, and everything goes into the tuning database `db` (default: $TILEGEN_DB,
+    else tuning.sqlite in tilegen's cache folder), where gen.tuned and gen.kernel find the winner.
+    The finalists' energy is measured too; `objective` (time, energy or edp) ranks them.
+
+    Returns the rows the database holds for this problem, one per variant measured (earlier tunes'
+    included), as dicts of gen.core.results.Row's fields plus `winner` (True for the tune's winner on
+    that GPU model) and `gpu_model`: for each GPU model tuned, the winner first, then the other
+    correct variants fastest first, then those that failed."""
+    run = _run_options(arch, compiler, compile_jobs, gpus, cluster, TimingOptions(budget_s=timing_budget, warm=warm),
+                       silence_s)
+    options = TuneOptions(family=family, size=size, params=params or {}, filter=filter, strategy=strategy,
+                          budget=budget, time_s=time_s, db=db, seed=seed, top=top, run=run, progress=progress,
+                          max_points=max_points, early_stop=early_stop, objective=objective)
+    options.run.compile_options()  # the arch, compiler and compile cache, before the database is made
+    rows = []
+    for result in run_tune(options, executor):
+        measured = TuningDB(options.db, create=False).measured(result.problem)
+        measured[result.winner.name] = result.winner  # its median round, as `best` and gen.tuned read it
+        ranked = sorted(measured.values(), key=lambda row: _rank(row, result.winner.name))
+        rows += [{**row.to_dict(), "winner": row.name == result.winner.name,
+                  "gpu_model": str(result.problem.gpu_model)} for row in ranked]
+    return rows
+
+
+def _rank(row: Row, winner: str) -> tuple[int, float]:
+    if row.name == winner:
+        return 0, 0.0
+    return (1, row.median_ms) if is_ok(row) else (2, 0.0)
+
+
+def _run_options(arch: str | None, compiler: str | None, compile_jobs: int | None, gpus: Sequence[int],
+                 cluster: str | None, timing: TimingOptions, silence_s: float, **extra: Any) -> RunOptions:
+    """RunOptions from keyword arguments, checked as the command line's are; a cluster's scheduler
+    must answer before anything is written."""
+    options = RunOptions(arch=arch, compiler=compiler, compile_jobs=compile_jobs, gpus=gpus, cluster=cluster,
+                         timing=timing, silence_s=silence_s, **extra)
+    if cluster and cluster != "local":
+        from .gpu.dask_cluster import check_reachable
+
+        check_reachable(cluster)
+    return options

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Kernel Tuner's own CUDA examples through Kernel Tuner's brute force and through gen.tune_kernel,
+on the same GPU: the same call (only the import differs), each run cold in a process of its own
+(tilegen: an empty compile cache and tuning database; Kernel Tuner: no cache file), the two tools
+alternating. Prints, per example: each tool's winner, its time, the cold tune's wall time, and
+tilegen's time of Kernel Tuner's winner (so a different winner can be judged against the noise).
+Asserts nothing.
+
+The example files are not in this repository: copy them from KernelTuner/kernel_tuner
+(examples/cuda/vector_add.py's kernel is inline; convolution.cu, matmul.cu and expdist.cu are
+files) into one folder and give it with --examples. The calls below follow the examples' own
+scripts (convolution.py, matmul.py, expdist.py), with these changes, the same for both tools:
+an `answer` where one can be computed with NumPy (vector_add, convolution, matmul), so both tools
+check every configuration; the convolution's filter fixed at its source's 17x17 and a space of
+96 points instead of its 3 million; expdist's first kernel only, without an answer (each block
+writes its partial sum; the sums' layout depends on the configuration), compiled by nvcc in
+tilegen (it includes cub/cub.cuh, whose host code NVRTC does not take).
+
+Usage: scripts/bench_vs_kernel_tuner_examples.py --examples DIR [--rounds 1] [--only NAME] [--markdown FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+EXAMPLES = ("vector_add", "convolution", "matmul", "expdist")
+VECTOR_ADD = """
+__global__ void vector_add(float *c, float *a, float *b, int n) {
+    int i = blockIdx.x * block_size_x + threadIdx.x;
+    if (i<n) {
+        c[i] = a[i] + b[i];
+    }
+}
+"""
+
+
+def call(example: str, folder: Path) -> tuple[tuple, dict]:
+    """The example's tune_kernel arguments: (positional, keywords)."""
+    rng = np.random.default_rng(7)
+    if example == "vector_add":
+        size = 10_000_000
+        a, b = rng.standard_normal(size, np.float32), rng.standard_normal(size, np.float32)
+        return (("vector_add", VECTOR_ADD, size, [np.zeros_like(b), a, b, np.int32(size)],
+                 {"block_size_x": [128 + 64 * i for i in range(15)]}), {"answer": [a + b, None, None, None]})
+    if example == "convolution":
+        return _convolution(folder, rng)
+    if example == "matmul":
+        a = rng.standard_normal((4096, 4096), np.float32)
+        b = rng.standard_normal((4096, 4096), np.float32)
+        params = {"block_size_x": [16 * 2**i for i in range(3)], "block_size_y": [2**i for i in range(6)],
+                  "tile_size_x": [2**i for i in range(4)], "tile_size_y": [2**i for i in range(4)]}
+        return (("matmul_kernel", str(folder / "matmul.cu"), (4096, 4096), [np.zeros_like(a), a, b], params),
+                {"grid_div_x": ["block_size_x", "tile_size_x"], "grid_div_y": ["block_size_y", "tile_size_y"],
+                 "restrictions": ["block_size_x==block_size_y*tile_size_y"], "iterations": 32,
+                 "answer": [a.astype(np.float64) @ b.astype(np.float64), None, None], "atol": 1e-2})
+    return _expdist(folder, rng)
+
+
+def _convolution(folder: Path, rng: np.random.Generator) -> tuple[tuple, dict]:
+    size, fh, fw = 4096, 17, 17
+    image = rng.standard_normal((size + fh - 1, size + fw - 1), np.float32)
+    weights = rng.standard_normal(33 * 33, np.float32)  # the source's d_filter holds 33x33
+    kernel = weights[:fh * fw].reshape(fh, fw).astype(np.float64)
+    shape = image.shape  # correlation by FFT, in float64
+    product = np.fft.rfft2(image.astype(np.float64)) * np.conj(np.fft.rfft2(kernel, shape))
+    expected = np.fft.irfft2(product, shape)[:size, :size]
+    params = {"block_size_x": [16, 32, 64], "block_size_y": [4, 8], "tile_size_x": [1, 2], "tile_size_y": [1, 2, 4],
+              "use_padding": [0, 1], "read_only": [0, 1]}
+    return (("convolution_kernel", str(folder / "convolution.cu"), (size, size),
+             [np.zeros(size * size, np.float32), image.ravel(), weights], params),
+            {"grid_div_x": ["block_size_x", "tile_size_x"], "grid_div_y": ["block_size_y", "tile_size_y"],
+             "cmem_args": {"d_filter": weights}, "restrictions": ["use_padding==0 or (block_size_x % 32 != 0)"],
+             "answer": [expected.ravel(), None, None], "atol": 1e-2})  # 289 float32 products a sum
+
+
+def _expdist(folder: Path, rng: np.random.Generator) -> tuple[tuple, dict]:
+    params = {"block_size_x": [2**i for i in range(5, 10)], "block_size_y": [2**i for i in range(6)],
+              "tile_size_x": [2**i for i in range(4)], "tile_size_y": [2**i for i in range(4)], "use_shared_mem": [0, 1]}
+    alloc, size, ndim = 3000, np.int32(2000), 2
+    a = rng.standard_normal(alloc * ndim)
+    b = a + 0.00001 * rng.standard_normal(alloc * ndim)
+    scale_a, scale_b = np.absolute(0.01 * rng.standard_normal(alloc)), np.absolute(0.01 * rng.standard_normal(alloc))
+    blocks = int(np.ceil(size / 32.0) * np.ceil(size / 1.0))
+    return (("ExpDist", str(folder / "expdist.cu"), (size, size),
+             [a, b, size, size, scale_a, scale_b, np.zeros(blocks)], params),
+            {"grid_div_x": ["block_size_x", "tile_size_x"], "grid_div_y": ["block_size_y", "tile_size_y"]})
+
+
+def child(tool: str, example: str, folder: Path) -> dict[str, Any]:
+    """One cold tune in this process; what it found."""
+    if tool == "kernel_tuner":
+        from kernel_tuner import tune_kernel
+    else:
+        from gen import tune_kernel
+    positional, keywords = call(example, folder)
+    started = time.perf_counter()
+    results, env = tune_kernel(*positional, strategy="brute_force", **keywords, **(
+        {"quiet": True} if tool == "tilegen" else {"verbose": False}))
+    seconds = time.perf_counter() - started
+    names = list(positional[4])
+    timed = [r for r in results if isinstance(r.get("time"), (int, float))]
+    best = min(timed, key=lambda r: r["time"])
+    return {"tool": tool, "example": example, "seconds": seconds, "configs": len(results), "ok": len(timed),
+            "winner": {n: best[n] for n in names}, "time_ms": best["time"],
+            "times": {json.dumps({n: r[n] for n in names}): r["time"] for r in timed}}
+
+
+def run_child(tool: str, example: str, folder: Path) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as scratch:
+        env = dict(os.environ, TILEGEN_CACHE=f"{scratch}/cache", TILEGEN_DB=f"{scratch}/tuning.sqlite")
+        if example == "expdist":
+            env["TILEGEN_COMPILER"] = "nvcc"
+        done = subprocess.run([sys.executable, __file__, "--child", tool, example, "--examples", str(folder)],
+                              env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"tool": tool, "example": example, "error": last}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def table(found: list[dict[str, Any]]) -> str:
+    lines = ["| example | tool | configs (ok) | winner | winner ms | tilegen ms of Kernel Tuner's winner | cold tune s |",
+             "|---|---|---|---|---|---|---|"]
+    by_example: dict[str, dict[str, dict]] = {}
+    for run in found:
+        by_example.setdefault(run["example"], {})[run["tool"]] = run
+    for example, runs in by_example.items():
+        kt, tg = runs.get("kernel_tuner", {}), runs.get("tilegen", {})
+        for run in (kt, tg):
+            if not run:
+                continue
+            if "error" in run:
+                lines.append(f"| {example} | {run['tool']} | failed: {run['error']} | | | | |")
+                continue
+            mine = tg.get("times", {}).get(json.dumps(kt["winner"])) if "winner" in kt else None
+            cross = f"{mine:.4g}" if run is tg and mine is not None else ""
+            lines.append(f"| {example} | {run['tool']} | {run['configs']} ({run['ok']}) | "
+                         f"{' '.join(f'{k}={v}' for k, v in run['winner'].items())} | {run['time_ms']:.4g} | {cross} | "
+                         f"{run['seconds']:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=Path, required=True, help="folder holding Kernel Tuner's example files")
+    parser.add_argument("--rounds", type=int, default=1, help="times each tool runs each example, alternating")
+    parser.add_argument("--only", choices=EXAMPLES)
+    parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
+    parser.add_argument("--child", nargs=2, metavar=("TOOL", "EXAMPLE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child[0], args.child[1], args.examples.resolve())))
+        return
+    found = []
+    for example in [args.only] if args.only else EXAMPLES:
+        for round_ in range(args.rounds):
+            order = ("kernel_tuner", "tilegen") if round_ % 2 == 0 else ("tilegen", "kernel_tuner")
+            for tool in order:
+                found.append(run_child(tool, example, args.examples.resolve()))
+                print(json.dumps({k: v for k, v in found[-1].items() if k != "times"}), flush=True)
+    text = table(found)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(f"# Kernel Tuner's examples: Kernel Tuner's brute force and gen.tune_kernel\n\n"
+                                 f"Made by scripts/bench_vs_kernel_tuner_examples.py.\n\n{text}\n")
+
+
+if __name__ == "__main__":
+    main()

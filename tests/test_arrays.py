@@ -1,0 +1,203 @@
+"""The caller's arrays without a GPU: arrays that expose __cuda_array_interface__ or __dlpack__
+are read and checked (element type, dimensions, strides, streams) in one line each, before anything
+touches a GPU; each call's shape picks its variant; gen.matmul's dispatch asks the registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gen
+from gen.arrays import LEGACY_STREAM, caller_stream, describe, stream_handle, stream_source
+from gen.families import get_family
+from gen.kernels import gemm_family, shape_from_dims
+from gen.search.lookup import tuned_with_reason
+
+from . import fakes
+
+
+class FakeDeviceArray:
+    """What CuPy, Numba and PyTorch show of a device array: __cuda_array_interface__ (version 3)."""
+
+    def __init__(self, shape, typestr="<f4", strides=None, pointer=1 << 20, stream=None, readonly=False):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (pointer, readonly),
+                                         "strides": strides, "version": 3, "stream": stream}
+
+
+class DlpackOnly:
+    """An array seen only through DLPack (as JAX's are), here one on the host."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+
+def gemm_arrays(m=64, n=16, k=32, **b_options):
+    return FakeDeviceArray((m, k)), FakeDeviceArray((k, n), **b_options), FakeDeviceArray((m, n))
+
+
+def test_the_array_interface_is_read_with_c_order_when_it_gives_no_strides() -> None:
+    seen = describe(FakeDeviceArray((3, 5), "<f8", pointer=4096, stream=7), "x")
+    assert (seen.pointer, seen.shape, seen.strides, seen.dtype, seen.stream) == (4096, (3, 5), (40, 8),
+                                                                                  np.dtype("float64"), 7)
+    assert seen.row_major() and not describe(FakeDeviceArray((3, 5), strides=(4, 12)), "x").row_major()
+
+
+@pytest.mark.parametrize("arrays, error", [
+    (gemm_arrays(typestr="<f8"), "^B is float64, but sgemm_f32_.* takes float32 for B$"),
+    ((*gemm_arrays()[:2], FakeDeviceArray((64, 17))), r"^sgemm cannot tell its shape from the arrays' dimensions "
+                                                      r"\(A \(64, 32\), B \(32, 16\), C \(64, 17\)\): give it"),
+    (gemm_arrays(strides=(4, 128)), r"^B must be contiguous and row-major, got strides \(4, 128\) \(bytes\)$"),
+    ((*gemm_arrays(), FakeDeviceArray((1,))), r"^sgemm takes 3 arrays \(A, B, C\), got 4$"),
+    ((FakeDeviceArray((64, 32), stream=7), FakeDeviceArray((32, 16), stream=9), FakeDeviceArray((64, 16))),
+     r"^the arrays name different CUDA streams \(A stream 0x7, B stream 0x9\): pass stream= to choose one"),
+    ((*gemm_arrays()[:2], [[1.0]]), "^C must be a PyTorch tensor, a CuPy, Numba or JAX array .* got list$"),
+    ((*gemm_arrays()[:2], DlpackOnly(np.zeros((64, 16), np.float32))),
+     r"^C is not on a CUDA GPU \(DLPack device type 1\); move it to the GPU$"),
+    ((*gemm_arrays()[:2], FakeDeviceArray((64, 16), readonly=True)),
+     "^C is read-only; give an array the result can be written into$"),
+], ids=["dtype", "shape", "strides", "count", "streams", "not an array", "dlpack on the host", "read-only output"])
+def test_a_kernel_refuses_arrays_it_cannot_run_in_one_line_before_any_gpu_work(arrays, error) -> None:
+    with pytest.raises(gen.UsageError, match=error):
+        gen.kernel("sgemm")(*arrays)
+
+
+def test_a_kernel_with_sizes_refuses_arrays_of_another_shape() -> None:
+    with pytest.raises(gen.UsageError, match=r"^C of sgemm at 64x16x32 must be \(64, 16\), got \(16, 64\)$"):
+        gen.kernel("sgemm", 64, 16, 32)(*gemm_arrays()[:2], FakeDeviceArray((16, 64)))
+
+
+def test_each_calls_shape_picks_the_variant_and_explain_says_why() -> None:
+    kernel = gen.kernel("matmul")
+    text = kernel.explain(*gemm_arrays(m=100, n=50, k=30))
+    assert text.startswith("matmul f32 at 100x50x30: matmul_f32_") and "the family's safe default" in text
+    assert kernel.explain(FakeDeviceArray((9, 3), "<f8"), FakeDeviceArray((3, 4), "<f8"),
+                          FakeDeviceArray((9, 4), "<f8")).startswith("matmul f64 at 9x4x3: matmul_f64_")
+    with pytest.raises(gen.UsageError, match=r"^A is float16; matmul runs float32, float64 here$"):
+        kernel.explain(FakeDeviceArray((9, 3), "<f2"), FakeDeviceArray((3, 4), "<f2"), FakeDeviceArray((9, 4), "<f2"))
+
+
+def test_shapes_come_from_any_familys_arrays() -> None:
+    assert str(shape_from_dims(get_family("transpose"), {"in": (30, 70), "out": (70, 30)})) == "30x70"
+    assert str(shape_from_dims(get_family("sgemm"), {"A": (7, 5), "B": (5, 3), "C": (7, 3)})) == "7x3x5"
+
+
+def test_streams_come_from_the_caller(monkeypatch) -> None:
+    class TorchLike:
+        cuda_stream = 0x51
+
+    class CupyLike:
+        ptr = 0x52
+
+    class CudaCoreLike:
+        def __cuda_stream__(self):
+            return (0, 0x53)
+
+    assert [stream_handle(s) for s in (TorchLike(), CupyLike(), CudaCoreLike(), 0x54)] == [0x51, 0x52, 0x53, 0x54]
+    with pytest.raises(gen.UsageError, match="^stream must be a CUDA stream"):
+        stream_handle("fast")
+    arrays = {"a": describe(FakeDeviceArray((2,), stream=0), "a"), "b": describe(FakeDeviceArray((2,), stream=1), "b")}
+    assert caller_stream(arrays) == LEGACY_STREAM  # 0 and 1 both mean the legacy default stream
+    assert caller_stream({"a": describe(FakeDeviceArray((2,), stream=0x99), "a")}) == 0x99
+    assert caller_stream(arrays, stream=0x77) == 0x77
+    assert stream_source({"a": describe(FakeDeviceArray((2,), stream=0x99), "a")})() == 0x99  # decided once
+    with pytest.raises(gen.UsageError, match="^the arrays name different CUDA streams"):
+        stream_source({"a": describe(FakeDeviceArray((2,), stream=5), "a"),
+                       "b": describe(FakeDeviceArray((2,), stream=6), "b")})
+
+
+def test_matmul_asks_the_registry_which_family_multiplies_a_type() -> None:
+    assert gemm_family(np.dtype("float32")).name == "sgemm" and gemm_family(np.dtype("float64")).name == "matmul"
+    assert gemm_family(np.dtype("float16")).name == "hgemm"
+    with pytest.raises(gen.UsageError, match=r"^no registered family multiplies int32 matrices; gen.matmul "
+                                             r"multiplies .*float32 \(sgemm\)"):
+        gen.matmul(FakeDeviceArray((4, 4), "<i4"), FakeDeviceArray((4, 4), "<i4"))
+    with pytest.raises(gen.UsageError, match=r"^a must be a 2-D array on the GPU, got a NumPy array"):
+        gen.matmul(np.ones((4, 4), np.float32), FakeDeviceArray((4, 4)))
+    with pytest.raises(gen.UsageError, match="^tilegen makes outputs for PyTorch, CuPy, Numba, PyCUDA and NumPy "
+                                             "arrays; for a FakeDeviceArray, pass out="):
+        gen.matmul(FakeDeviceArray((4, 3)), FakeDeviceArray((3, 5)))
+    with pytest.raises(gen.UsageError, match=r"^out must be a float32 4 x 5 matrix, got float64 \(4, 5\)$"):
+        gen.matmul(FakeDeviceArray((4, 3)), FakeDeviceArray((3, 5)), FakeDeviceArray((4, 5), "<f8"))
+
+
+def test_a_stored_winner_that_cannot_run_the_shape_is_adapted_and_the_reason_says_so(tmp_path: Path,
+                                                                                      compile_options) -> None:
+    db = tmp_path / "t.sqlite"
+    gen.tune("matmul", "64x64x64", params={"tile": 16, "padding": 0, "bounds": "none"}, strategy="brute", db=db,
+             top=1, progress=False, executor=fakes.FakeExecutor())
+    exact = tuned_with_reason("matmul", "64x64x64", db=db, gpu_model=fakes.FAKE_DEVICE.model)[1]
+    variant, reason = tuned_with_reason("matmul", "63x63x63", db=db, gpu_model=fakes.FAKE_DEVICE.model)
+    assert exact.startswith("the exact shape on this GPU") and "adapted" not in exact
+    assert variant.name == "matmul_f32_t16_p0_guard_both"
+    assert reason.endswith("adapted from matmul_f32_t16_p0_none_both to run 63x63x63")
+
+
+def test_import_gen_loads_no_gpu_library_and_never_torch_or_cupy() -> None:
+    import subprocess
+    import sys
+
+    loaded = subprocess.run([sys.executable, "-c", "import sys, gen; gen.kernel; gen.tune; import gen.kernels; "
+                             "print(sorted(m for m in ('pycuda', 'torch', 'cupy', 'cuda.bindings.driver') "
+                             "if m in sys.modules))"], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_a_launch_packs_each_argument_once_and_goes_on_the_stream_given(monkeypatch) -> None:
+    """What cuLaunchKernel is handed (the driver replaced: no GPU here): the grid and block padded
+    to three dimensions, the stream, and an array of pointers to each argument's own value."""
+    import ctypes
+
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
+    from gen.gpu import native
+
+    calls = []
+
+    class Driver:
+        CUstream = staticmethod(lambda handle: ("stream", handle))
+
+        @staticmethod
+        def cuLaunchKernel(*arguments):
+            calls.append(("launch", *arguments))
+            return (native.SUCCESS,)
+
+        @staticmethod
+        def cuMemsetD2D8Async(*arguments):
+            calls.append(("memset", *arguments))
+            return (native.SUCCESS,)
+
+    monkeypatch.setattr(native, "driver", Driver)
+    launch = native.Launch("kernel", (3, 2), (32,), 256, [np.uintp(0xABC000), np.int32(7), np.float32(1.5)],
+                           clears=[(0x1000, 64, 32, 4)])
+    launch(0x5EED)
+    memset, (_, function, *geometry, shared, stream, parameters, extra) = calls
+    assert memset == ("memset", 0x1000, 64, 0, 32, 4, ("stream", 0x5EED))
+    assert (function, geometry, shared, stream, extra) == ("kernel", [3, 2, 1, 32, 1, 1], 256, ("stream", 0x5EED), 0)
+    pointers = (ctypes.c_uint64 * 3).from_address(parameters)
+    assert [ctypes.c_uint64.from_address(pointers[0]).value, ctypes.c_int32.from_address(pointers[1]).value,
+            ctypes.c_float.from_address(pointers[2]).value] == [0xABC000, 7, 1.5]
+
+
+def test_an_array_named_stream_is_an_array_not_the_launch_stream(tmp_path: Path, monkeypatch) -> None:
+    """A family of your own may call an argument `stream`: by name, it is that array."""
+    from gen.families.registry import FAMILY_PATH_ENV, registry
+
+    own = Path(__file__).parent / "families"
+    (tmp_path / "stencil.py").write_text((own / "stencil.py").read_text().replace('Input("grid")', 'Input("stream")')
+                                         .replace('inputs["grid"]', 'inputs["stream"]')
+                                         .replace('{"grid":', '{"stream":'))
+    for name in ("stencil.cu.j2", "neighbours.py"):
+        (tmp_path / name).write_text((own / name).read_text())
+    monkeypatch.setenv(FAMILY_PATH_ENV, str(tmp_path))
+    registry.cache_clear()
+    try:
+        kernel = gen.kernel("stencil", 37, 45)
+        assert kernel.arrays[0] == "stream"
+        with pytest.raises(gen.UsageError, match=r"^stream is float64, but stencil_\S+ takes float32 for stream$"):
+            kernel(stream=FakeDeviceArray((37, 45), "<f8"), out=FakeDeviceArray((37, 45)))
+    finally:
+        registry.cache_clear()
