@@ -17,6 +17,7 @@ Usage: scripts/bench_energy.py [--family sgemm] [--size 4096x4096x4096] [--repea
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import tempfile
 import time
@@ -30,7 +31,7 @@ from gen.store.tuning_db import TuningDB
 
 WATCH_S = 2.0  # seconds each meter is watched, idle and under load
 COUNTER_HEADERS = ["reading", "load", "changes", "interval ms (median)", "interval ms (min-max)", "step (median)",
-                   "step (min)", "W"]
+                   "step (min)", "resolution (gcd of steps)", "W"]
 FINALIST_HEADERS = ["finalist", "ms (median of repeats)", "mJ per launch, each repeat", "mJ spread", "W"]
 
 
@@ -64,12 +65,12 @@ def watch_meters(gpu: int) -> list[list[object]]:
     cuda.init()
     device = cuda.Device(gpu)
     context = device.make_context()
+    buffer = cuda.mem_alloc(2**32)
     try:
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByPciBusId(device.pci_bus_id().encode())
         meters = {"energy counter (mJ)": pynvml.nvmlDeviceGetTotalEnergyConsumption,
                   "power reading (mW)": pynvml.nvmlDeviceGetPowerUsage}
-        buffer = cuda.mem_alloc(2**32)
         rows = []
         for name, read in meters.items():
             for load in ("idle", "memset loop"):
@@ -77,12 +78,15 @@ def watch_meters(gpu: int) -> list[list[object]]:
                                                   counter=name.startswith("energy"))])
         return rows
     finally:
+        buffer.free()
         context.pop()
+        context.detach()  # the tunes' workers get the GPU to themselves
 
 
 def changes(read, buffer, counter: bool) -> list[object]:
     """Watch a meter for WATCH_S, the GPU kept busy with memsets of `buffer` (None: idle): how many
-    times it changed, the intervals between changes, the steps of its value, and the watts it says."""
+    times it changed, the intervals between changes, the steps of its value (and their greatest
+    common divisor: the finest step the meter takes), and the watts it says."""
     import pycuda.driver as cuda
 
     seen = [(time.monotonic(), read())]
@@ -99,11 +103,11 @@ def changes(read, buffer, counter: bool) -> list[object]:
     intervals = [(b[0] - a[0]) * 1e3 for a, b in zip(updates, updates[1:])]
     steps = [abs(b[1] - a[1]) for a, b in zip(updates, updates[1:])]
     if len(updates) < 2:
-        return [len(updates), "-", "-", "-", "-", "-"]
+        return [len(updates), "-", "-", "-", "-", "-", "-"]
     span = updates[-1][0] - updates[0][0]
     watts = (updates[-1][1] - updates[0][1]) / 1e3 / span if counter else statistics.mean(v for _, v in updates) / 1e3
     return [len(updates), round(statistics.median(intervals), 2), f"{min(intervals):.2f}-{max(intervals):.2f}",
-            statistics.median(steps), min(steps), round(watts, 1)]
+            statistics.median(steps), min(steps), math.gcd(*(int(step) for step in steps)), round(watts, 1)]
 
 
 # ---- the finalists --------------------------------------------------------------------------------
