@@ -6,7 +6,8 @@ every few milliseconds (scripts/bench_energy.py measures by how much and how oft
 variant is run back to back for ENERGY_WINDOW_S or more, and the GPU's average power is the
 counter's rise between two of its updates divided by the time between them. Where the counter is
 missing, the average of NVML's power readings over the window stands in. Energy per launch is
-that power times the time per launch of the same back-to-back loop.
+that power times the time per launch of the same back-to-back loop (for a kernel shorter than
+the host takes to launch it, the loop's time includes the GPU's waits for the host).
 """
 
 from __future__ import annotations
