@@ -33,7 +33,6 @@ import pycuda.gpuarray as gpuarray  # noqa: E402
 
 import gen  # noqa: E402
 from gen.families import get_family  # noqa: E402
-from gen.families.problem import numpy_dtype  # noqa: E402
 from gen.kernels import Kernel  # noqa: E402
 from gen.search.lookup import tuned_with_reason  # noqa: E402
 from gen.core.results import TimingOptions  # noqa: E402
@@ -170,8 +169,7 @@ def hgemm_row(size: str, dtype: str, db: Path | None, name: str | None, flush: A
         variant = family.runnable(variant, shape) or variant
     else:
         variant, reason = tuned_with_reason("hgemm", size, dtype=dtype, db=db)
-    run_ours = kernel(variant, size, {"A": _pycuda_view(a_whole), "B": _pycuda_view(b_whole),
-                                      "C": _pycuda_view(ours_whole)})
+    run_ours = kernel(variant, size, {"A": a_whole, "B": b_whole, "C": ours_whole})  # tensors as they are
     run_theirs = lambda: torch.matmul(a, b, out=theirs)  # noqa: E731
     run_ours()
     run_theirs()
@@ -186,18 +184,6 @@ def hgemm_row(size: str, dtype: str, db: Path | None, name: str | None, flush: A
     ours_ms, theirs_ms = paired_medians_ms(run_ours, run_theirs, flush)
     return [f"hgemm {dtype} {size}", f"{variant.name} ({reason})", round(ours_ms, 4), "cuBLAS (PyTorch)",
             round(theirs_ms, 4), f"{theirs_ms / ours_ms:.1%}", f"{errors[0]:.1e} / {errors[1]:.1e}"]
-
-
-def _pycuda_view(tensor: Any) -> Any:
-    """A PyTorch tensor as the kernels see a device array: its pointer, allocated dimensions and type."""
-    class View:
-        gpudata = tensor.data_ptr()
-        shape = tuple(tensor.shape)
-        dtype = numpy_dtype({"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}[str(tensor.dtype)])
-        strides = tuple(s * tensor.element_size() for s in tensor.stride())
-    View.gpudata = type("Pointer", (int,), {})(tensor.data_ptr())
-    View.tensor = tensor  # keeps the memory alive with the launch
-    return View()
 
 
 def transpose_row(size: str, db: Path | None, flush: Any) -> list[Any]:
@@ -220,7 +206,7 @@ def transpose_row(size: str, db: Path | None, flush: Any) -> list[Any]:
 def kernel(variant: Any, size: str, arrays: dict[str, Any]) -> Callable[[], None]:
     """A prepared launch of the variant on these arrays: little host work inside the timed region."""
     family = get_family(variant.family)
-    return Kernel(family, variant, family.parse_shape(size)).prepared(arrays)
+    return Kernel(family, variant, family.parse_shape(size)).prepared(**arrays)
 
 
 def vendor_sgemm() -> tuple[str, Callable]:

@@ -15,5 +15,5 @@ sweep matmul -p sync=both,after-load,after-compute,none,divergent -p bounds=guar
 sweep transpose -p method=shared -p sync=both,none -p tile=32 -p rows=8 -p padding=0,1 -p bounds=guard \
   --size 8192x8192 --sanitize --out "$out/racy-transpose"
 # seed 002: the cache configuration
-sweep matmul -p tile=16,32 -p padding=0 -p bounds=guard --cache none,shared,l1,equal --size 4096x4096x4096 \
+sweep matmul -p tile=16,32 -p padding=0 -p bounds=guard --cache-config none,shared,l1,equal --size 4096x4096x4096 \
   --out "$out/cache"

@@ -47,10 +47,10 @@ for part in $parts; do
       done ;;
     transpose)
       for size in 8192x8192 16384x16384; do
-        tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 --top 5
-        tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 --top 5 -p method=shared \
+        tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 --finalists 5
+        tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 --finalists 5 -p method=shared \
           -p tile=64 -p rows=4,8 -p padding=1 -p group=1,2,4 -p vec=1,4 -p hint=normal,stream -p bounds=none
-        tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 --top 3 -p method=shared \
+        tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 --finalists 3 -p method=shared \
           -p tile=128 -p rows=4,8 -p padding=1 -p group=1,2 -p vec=1,4 -p bounds=none -p smem=dynamic
       done ;;
     shapes)
@@ -82,7 +82,7 @@ for part in $parts; do
       done ;;
     suite-t)
       for size in 4096x4096 8192x8192 16384x16384 32768x32768 8192x16384 16384x8192; do
-        tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 --top 3 -p method=shared \
+        tune transpose --size "$size" --strategy brute --budget 1000 --timing-budget 0.2 --finalists 3 -p method=shared \
           -p tile=64 -p rows=4,8 -p padding=1 -p group=1,2,4 -p vec=1,4 -p bounds=none
       done ;;
     suite)

@@ -69,8 +69,9 @@ def main() -> None:
     brute_cost = sum((r.compile_seconds or 0) + (r.measure_seconds or 0) for r in rows.values())
     print(f"\nexhaustive search: {len(rows)} evaluations, {brute_cost:.0f} s of compile + GPU time recorded")
     if args.plot:
-        plot(list(rows.values()), traces, args.plot, f"{family.name} {problem.shape} on {problem.gpu_model}")
-        print(f"plot written to {args.plot}")
+        for written in plot(list(rows.values()), {(family.name, problem.shape, problem.gpu_model.name): traces},
+                            args.plot):
+            print(f"plot written to {written}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Shared fixtures. Every test run gets its own compile cache, never the user's."""
+"""Shared fixtures. Every test run gets its own compile cache, never the user's, and a progress
+line per item."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from gen.build.compiler import CompileOptions, nvcc_path
 from gen.build.compilers import COMPILER_ENV
+from gen.core.progress import EVERY_ENV
 
 from .fakes import ANSWER, COMPILE, FakeNvcc
 
@@ -20,6 +22,7 @@ def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = tmp_path_factory.mktemp("tilegen-cache")
     patcher = pytest.MonkeyPatch()
     patcher.setenv("TILEGEN_CACHE", str(cache))
+    patcher.setenv(EVERY_ENV, "0")  # a progress line per item: several tests wait for a given item's line
     yield cache
     patcher.undo()
 

@@ -90,7 +90,7 @@ def test_best_and_gen_tuned_take_the_objective(tmp_path: Path, compile_options, 
     result = energy_tune(tmp_path, "time", fakes.EnergyExecutor())
     db = str(tmp_path / "t.sqlite")
     for objective, winner in (("time", TIME_BEST), ("energy", ENERGY_BEST), ("edp", ENERGY_BEST)):
-        assert main(["best", "matmul", "--size", "64x64x64", "--gpu", "Fake", "--db", db,
+        assert main(["best", "matmul", "--size", "64x64x64", "--gpu-model", "Fake", "--db", db,
                      "--objective", objective]) == 0
         assert capsys.readouterr().out.strip() == winner
         assert tuned("matmul", 64, 64, 64, db=Path(db), device=fakes.FAKE_DEVICE, objective=objective).name == winner
@@ -105,7 +105,8 @@ def test_without_energy_a_tune_says_why_in_one_line_and_ranks_by_time(tmp_path: 
     lines = [line for line in describe(result).splitlines() if "energy" in line]
     assert lines == [f"energy not measured: {NO_NVML}: ranked by time"]
     db = str(tmp_path / "t.sqlite")
-    assert main(["best", "matmul", "--size", "64x64x64", "--gpu", "Fake", "--db", db, "--objective", "energy"]) == 0
+    assert main(["best", "matmul", "--size", "64x64x64", "--gpu-model", "Fake", "--db", db,
+                 "--objective", "energy"]) == 0
     captured = capsys.readouterr()
     assert "nothing tuned applies with its energy measured (--objective energy)" in captured.err
 

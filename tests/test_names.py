@@ -47,10 +47,10 @@ def test_every_stored_name_parses_back_to_itself(example_family_loaded: None) ->
 def test_best_answers_from_a_database_written_by_tilegen_0_1_0(tmp_path: Path, capsys) -> None:
     db = tmp_path / "old.sqlite"
     shutil.copy(RELEASE_DB, db)  # opening a database may write to it (WAL): never the committed copy
-    assert main(["best", "sgemm", "--size", "4096x4096x4096", "--gpu", "H200", "--db", str(db)]) == 0
+    assert main(["best", "sgemm", "--size", "4096x4096x4096", "--gpu-model", "H200", "--db", str(db)]) == 0
     captured = capsys.readouterr()
     assert captured.out.strip().startswith("sgemm_f32_") and "on NVIDIA H200" in captured.err
-    assert main(["best", "transpose", "--size", "16384x16384", "--gpu", "H100", "--db", str(db)]) == 0
+    assert main(["best", "transpose", "--size", "16384x16384", "--gpu-model", "H100", "--db", str(db)]) == 0
     assert capsys.readouterr().out.strip().startswith("transpose_f32_")
 
 

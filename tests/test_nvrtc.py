@@ -83,7 +83,7 @@ def test_a_compile_error_is_a_row_that_names_the_line(tmp_path: Path, compile_op
                  "nvrtc", "--out", str(tmp_path / "run")])
     capsys.readouterr()
     rows = {row.name: row for row in read_rows(tmp_path / "run" / "results.jsonl")}
-    assert code == 0 and rows[broken].status is Status.COMPILE_ERROR
+    assert code == 1 and rows[broken].status is Status.COMPILE_ERROR  # a compile error: exit code 1
     assert f"{broken}.cu(3): error" in rows[broken].message
     other = rows["matmul_f32_t8_p0_guard_both"]
     assert other.status is Status.COMPILED and other.provenance["compiler"] == "nvrtc"

@@ -74,7 +74,7 @@ def test_a_family_without_dtype_is_tuned_then_found_by_best_and_tuned(own_famili
     (result,) = tune(TuneOptions("stencil", "512x512", params={"bx": ["32", "64"], "rows": ["1"]}, strategy="brute",
                                  db=db, progress=False, top=2), FakeExecutor())
     assert result.problem.dtype == "f32"  # the element type the family declares, not ''
-    code, out, err = run_main(capsys, ["best", "stencil", "--size", "512x512", "--gpu", "Fake", "--db", str(db)])
+    code, out, err = run_main(capsys, ["best", "stencil", "--size", "512x512", "--gpu-model", "Fake", "--db", str(db)])
     assert code == 0 and out.strip() == result.winner.name and "the exact shape on this GPU" in err
     assert gen.tuned("stencil", 512, 512, db=db, device=FAKE_DEVICE).name == result.winner.name
 
@@ -85,10 +85,10 @@ def test_a_dtype_parameter_of_a_plugin_is_its_element_type_everywhere(own_famili
     (result,) = tune(TuneOptions("blur", "64x64", params={"dtype": ["f64"], "cache": ["plain"], "vec": ["1"]},
                                  strategy="brute", db=db, progress=False, top=1), FakeExecutor())
     assert result.problem.dtype == "f64"
-    code, out, err = run_main(capsys, ["best", "blur", "--size", "64x64", "--dtype", "f64", "--gpu", "Fake",
+    code, out, err = run_main(capsys, ["best", "blur", "--size", "64x64", "--dtype", "f64", "--gpu-model", "Fake",
                                        "--db", str(db)])
     assert code == 0 and out.strip() == result.winner.name and "exact shape" in err
-    code, out, err = run_main(capsys, ["best", "blur", "--size", "64x64", "--gpu", "Fake", "--db", str(db)])
+    code, out, err = run_main(capsys, ["best", "blur", "--size", "64x64", "--gpu-model", "Fake", "--db", str(db)])
     assert out.strip() == "blur_f32_s0_check_v1_plain" and "safe default" in err  # f32 was never tuned
 
 
@@ -121,17 +121,18 @@ def test_a_plot_splits_its_heatmaps_as_the_family_says_not_by_a_parameters_name(
     """blur has a parameter named bounds, with its own meaning: one heatmap; the built-ins split
     theirs by their bounds parameter; stencil has no heatmap axes: its plot is the convergence alone."""
     pytest.importorskip("matplotlib")
-    trace = {"brute": [[2.0, 1.0]]}
-    one_panel = _png_width(plot(_measured_rows("stencil", "64x64", {"bx": ["32", "64"], "by": ["4"]}), trace,
-                                tmp_path / "stencil.png", "stencil"))
+    trace = {("stencil", "64x64", ""): {"brute": [[2.0, 1.0]]}}
+    [stencil] = plot(_measured_rows("stencil", "64x64", {"bx": ["32", "64"], "by": ["4"]}), trace,
+                     tmp_path / "stencil.png")
+    one_panel = _png_width(stencil)
     with pytest.raises(UsageError, match="nothing to plot"):
-        plot(_measured_rows("stencil", "64x64", {"bx": ["32", "64"], "by": ["4"]}), {}, tmp_path / "no.png", "-")
+        plot(_measured_rows("stencil", "64x64", {"bx": ["32", "64"], "by": ["4"]}), {}, tmp_path / "no.png")
     blur = _measured_rows("blur", "64x64", {"dtype": ["f32"], "smem": ["0", "1"], "bounds": ["check", "trust"],
                                             "vec": ["1", "2"], "cache": ["plain"]})
-    assert _png_width(plot(blur, {}, tmp_path / "blur.png", "blur")) == one_panel
+    assert [_png_width(path) for path in plot(blur, {}, tmp_path / "blur.png")] == [one_panel]
     matmul = _measured_rows("matmul", "64x64x64", {"tile": ["8", "16"], "padding": ["0", "1"],
                                                    "bounds": ["none", "guard"], "sync": ["both"]})
-    assert _png_width(plot(matmul, {}, tmp_path / "matmul.png", "matmul")) == 2 * one_panel
+    assert [_png_width(path) for path in plot(matmul, {}, tmp_path / "matmul.png")] == [2 * one_panel]
 
 
 def test_a_variant_without_shared_bytes_sweeps_without_a_gpu(tmp_path: Path, compile_options) -> None:

@@ -248,7 +248,7 @@ def test_readers_never_change_the_database(tmp_path: Path, capsys: pytest.Captur
     connection.close()
     before, files = digest(db), sorted(os.listdir(tmp_path))
     assert main(["report", "--db", str(db)]) == 0
-    assert main(["best", "matmul", "--size", "1024x1024x1024", "--gpu", "H100", "--db", str(db)]) == 0
+    assert main(["best", "matmul", "--size", "1024x1024x1024", "--gpu-model", "H100", "--db", str(db)]) == 0
     assert main(["export", "--t4", str(tmp_path / "t4.json"), "--db", str(db)]) == 0
     assert gen.tuned("matmul", 1024, 1024, 1024, db=db, device=H100).name == measured(32).name
     capsys.readouterr()

@@ -141,12 +141,12 @@ def test_a_size_or_cache_given_twice_is_swept_once(tmp_path: Path, compile_optio
         "matmul_f32_t8_p0_guard_both@64x64x64@none", "matmul_f32_t8_p0_guard_both@64x64x64@shared"]
     assert len(executor.ran) == 2
     settings = json.loads((tmp_path / "run.json").read_text())
-    assert settings["--size"] == ["64x64x64"] and settings["--cache"] == ["none", "shared"]
+    assert settings["--size"] == ["64x64x64"] and settings["--cache-config"] == ["none", "shared"]
 
 
 def test_a_repeated_size_on_the_command_line_is_one_size(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["sweep", "matmul", "-p", "tile=8", "-p", "padding=0", "-p", "bounds=guard", "--size", "64x64x64",
-                 "--size", "64x64x64", "--cache", "none,none", "--out", str(tmp_path), "--dry-run"]) == 0
+                 "--size", "64x64x64", "--cache-config", "none,none", "--out", str(tmp_path), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("matmul: 1 points; 1 to run, 0 not run") and out.count("  run: ") == 1
 

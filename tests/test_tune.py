@@ -127,14 +127,18 @@ def test_export_and_report_from_a_database(tmp_path: Path, capsys) -> None:
     session = db.start_session(problem, "random")
     for step, row in enumerate(read_rows(RECORDED / "matmul.jsonl")[:20]):
         db.trace(session, step, row.name, row.median_ms)
-    assert main(["export", "--t4", str(tmp_path / "t4.json"), "--db", str(db.path), "--family", "matmul"]) == 0
+    assert main(["export", "matmul", "--t4", str(tmp_path / "t4.json"), "--db", str(db.path)]) == 0
     assert len(json.loads((tmp_path / "t4.json").read_text())["results"]) == db.count()
     pytest.importorskip("matplotlib")
     assert main(["report", "--db", str(db.path), "--plot", str(tmp_path / "r.png")]) == 0
     out = capsys.readouterr().out
     assert "Best per problem" in out and "matmul_f32_t32_p0_none_both" in out
-    png = (tmp_path / "r.png").read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+    plots = [Path(line.removeprefix("plot written to ")) for line in out.splitlines() if line.startswith("plot written")]
+    assert sorted(p.name for p in plots) == [f"r-matmul-{shape}-NVIDIA-H100-80GB-HBM3.png"
+                                             for shape in ("1000x999x1001", "4096x4096x4096")]  # one per problem
+    for plotted in plots:
+        png = plotted.read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
 
 
 def test_tune_without_a_gpu_is_one_clear_line(tmp_path: Path) -> None:
@@ -213,11 +217,11 @@ def test_revalidate_flags_stored_winners_that_moved(tmp_path: Path, compile_opti
 def test_best_prints_the_stored_winner_for_a_named_gpu(tmp_path: Path, capsys) -> None:
     db = TuningDB(tmp_path / "t.sqlite")
     db.record(read_rows(REPO / "docs" / "results" / "data" / "h200" / "tuned-shapes.jsonl"))
-    assert main(["best", "sgemm", "--size", "4096x4096x4096", "--gpu", "H200", "--db", str(db.path)]) == 0
+    assert main(["best", "sgemm", "--size", "4096x4096x4096", "--gpu-model", "H200", "--db", str(db.path)]) == 0
     captured = capsys.readouterr()
     assert captured.out.strip() == "sgemm_f32_bm128_bn128_bk8_wm64_wn64_tm8_tn4_p4_v4_s2_none_both"
     assert "the exact shape on this GPU" in captured.err
-    assert main(["best", "sgemm", "--size", "4096x4096x4096", "--gpu", "A100", "--db", str(db.path)]) == 2
+    assert main(["best", "sgemm", "--size", "4096x4096x4096", "--gpu-model", "A100", "--db", str(db.path)]) == 2
 
 
 class LastRoundMisleads(fakes.FakeExecutor):
@@ -282,7 +286,7 @@ def test_best_names_the_tuned_winner_not_a_variant_measured_once(tmp_path: Path,
     (result,) = tune(options, FinalistsSlowerOnSecondLook())
     assert result.winner.name == "matmul_f32_t8_p0_guard_both" and result.winner.median_ms == 2.0
     assert TuningDB(db).best(result.problem).name == result.winner.name
-    assert main(["best", "matmul", "--size", "64x64x64", "--gpu", "Fake", "--db", str(db)]) == 0
+    assert main(["best", "matmul", "--size", "64x64x64", "--gpu-model", "Fake", "--db", str(db)]) == 0
     assert capsys.readouterr().out.strip() == result.winner.name
 
 

@@ -69,9 +69,9 @@ def test_a_model_whose_newest_row_is_a_compile_error_is_still_known(tmp_path: Pa
     db.record([ran, failed], device.model)  # the model a tune compiled the failed variant for
     db.record([failed], OTHER.model)
     assert db.models() == [device.model]  # a model that never ran a kernel is not one to look up
-    assert main(["best", "matmul", "--size", "256x256x256", "--gpu", "H100", "--db", str(db.path)]) == 0
+    assert main(["best", "matmul", "--size", "256x256x256", "--gpu-model", "H100", "--db", str(db.path)]) == 0
     assert capsys.readouterr().out.strip() == ran.name
-    assert main(["export", "--t4", str(tmp_path / "t4.json"), "--db", str(db.path), "--gpu", "H100"]) == 0
+    assert main(["export", "--t4", str(tmp_path / "t4.json"), "--db", str(db.path), "--gpu-model", "H100"]) == 0
     assert gen.tuned("matmul", 256, 256, 256, db=db.path, device=device).name == ran.name
 
 WRITER = """

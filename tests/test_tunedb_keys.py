@@ -154,7 +154,7 @@ def test_a_reworded_gpu_model_finds_what_was_tuned_before(tmp_path: Path, capsys
     assert not [value for value in key_values(db) if str(FAKE_DEVICE.model) in value]
     reword(monkeypatch)
     assert gen.tuned("matmul", 64, 64, 64, db=db, device=FAKE_DEVICE).name == first.winner.name
-    code, out, err = run_main(capsys, ["best", "matmul", "--size", "64x64x64", "--gpu", "Fake", "--db", str(db)])
+    code, out, err = run_main(capsys, ["best", "matmul", "--size", "64x64x64", "--gpu-model", "Fake", "--db", str(db)])
     assert code == 0 and out.strip() == first.winner.name and "the exact shape on this GPU" in err, err
     executor = FakeExecutor()
     (again,) = tune(options, executor)
@@ -171,14 +171,14 @@ def test_readers_find_the_rows_of_a_0_1_database_after_a_rewording_and_change_no
     db = folder / "old.sqlite"
     shutil.copy(RELEASE_DB, db)
     before = snapshot(folder)
-    code, out, err = run_main(capsys, ["best", "sgemm", "--size", "4096x4096x4096", "--gpu", "H200", "--db", str(db)])
+    code, out, err = run_main(capsys, ["best", "sgemm", "--size", "4096x4096x4096", "--gpu-model", "H200", "--db", str(db)])
     assert code == 0 and out.startswith("sgemm_f32_") and "the exact shape on this GPU" in err, err
     assert "4096x4096x4096 on NVIDIA H200 [sm_90, 132 SMs, 139 GiB]" in err  # printed in today's words
     variant, reason = tuned_with_reason("transpose", 16384, 16384, db=db, device=H100)
     assert variant.name.startswith("transpose_f32_") and reason.startswith("the exact shape on this GPU"), reason
-    code, out, _ = run_main(capsys, ["report", "--db", str(db), "--family", "copy"])
+    code, out, _ = run_main(capsys, ["report", "copy", "--db", str(db)])
     assert code == 0 and "copy_f32_" in out
-    assert run_main(capsys, ["export", "--t4", str(tmp_path / "t4.json"), "--db", str(db), "--gpu", "H100"])[0] == 0
+    assert run_main(capsys, ["export", "--t4", str(tmp_path / "t4.json"), "--db", str(db), "--gpu-model", "H100"])[0] == 0
     assert len(json.loads((tmp_path / "t4.json").read_text())["results"]) > 0
     assert snapshot(folder) == before  # not a byte changed, no file left behind
 
@@ -200,7 +200,7 @@ def test_a_tune_migrates_a_0_1_database_once_keeping_every_row(tmp_path: Path, c
     connection.close()
     assert kept == old  # every row, as it was, under its id
     assert not [value for value in key_values(db) if "GiB)" in value]  # no display string is a key
-    code, out, err = run_main(capsys, ["best", "sgemm", "--size", "4096x4096x4096", "--gpu", "H200", "--db", str(db)])
+    code, out, err = run_main(capsys, ["best", "sgemm", "--size", "4096x4096x4096", "--gpu-model", "H200", "--db", str(db)])
     assert code == 0 and "the exact shape on this GPU" in err, err
     assert TuningDB(db).integrity() == "ok"
 
@@ -210,7 +210,7 @@ def test_a_tune_migrates_a_0_1_database_once_keeping_every_row(tmp_path: Path, c
 def test_readers_find_rows_stored_with_dtype_blank_as_the_familys_element_type(database_0_2: Path, capsys) -> None:
     before = snapshot(database_0_2.parent)
     fastest = stencil_rows()[-1].name
-    code, out, err = run_main(capsys, ["best", "stencil", "--size", "512x512", "--gpu", "Fake", "--db",
+    code, out, err = run_main(capsys, ["best", "stencil", "--size", "512x512", "--gpu-model", "Fake", "--db",
                                        str(database_0_2)])
     assert code == 0 and out.strip() == fastest and "the exact shape on this GPU" in err, (out, err)
     assert gen.tuned("stencil", 512, 512, db=database_0_2, device=FAKE_DEVICE).name == fastest

@@ -24,12 +24,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ..core.errors import TilegenError
 from ..core.processes import ProcessGroup
 from ..core.results import Row, Status
 from ..core.version import __version__
 from ..families import get_family
 from ..families.family import Family
 from ..families.variant import Variant
+from .compilers import COMPILERS, compiler_named
 from .cache import CACHE_FORMAT, CacheEntry, CompileCache, cache_summary, clear_cache, cubin_cache, purge_failed
 from .nvcc import nvcc_path, nvcc_version, require_nvcc
 from .options import DEFAULT_ARCH, CompileOptions, check_arch, usable_cores
@@ -185,3 +187,21 @@ def _compiled(variant: Variant, options: CompileOptions, cache: CompileCache, en
 def made_by(options: CompileOptions) -> str:
     """'nvrtc 13.0.88': the compiler and its version, as rows and summaries name them."""
     return f"{options.compiler.name} {options.compiler.version()}"
+
+
+def cached_by_another(variant: Variant, options: CompileOptions) -> str | None:
+    """'nvcc 13.0.88' when the cache holds `variant` made by a compiler other than the options' (its
+    cubin is not used: the compiler is part of the key), else None. For a compile that found
+    nothing in the cache to say why."""
+    source = render(variant)
+    for name in COMPILERS:
+        if name == options.compiler.name:
+            continue
+        try:
+            other = replace(options, compiler=compiler_named(name))
+            key = cache_key(source, other)
+        except (TilegenError, OSError):  # that compiler is not installed here
+            continue
+        if CompileCache(options.cache).load(key, variant.name) is not None:
+            return made_by(other)
+    return None

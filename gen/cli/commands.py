@@ -7,14 +7,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from pathlib import Path
 from typing import Any
 
-from ..build.compiler import CompileOptions, cache_summary, clear_cache, cubin_cache, made_by, purge_failed
+from ..build.compiler import (CompileOptions, cache_summary, cached_by_another, clear_cache, cubin_cache, made_by,
+                              purge_failed)
 from ..build.emit import emit
 from ..build.render import render, template_problems
 from ..core.errors import UsageError
 from ..core.nvidia_smi import parse_gpus
 from ..core.paths import as_path, writable_file
+from ..core.progress import log_every_s
 from ..core.results import GpuModel, Row, Status, TimingOptions
 from ..core.table import text_table
 from ..evaluate.loop import exit_code
@@ -31,9 +34,9 @@ from ..search.tune import TUNE_TIMING, TuneOptions, tune
 from ..search.tune import preview as tune_preview
 from ..search.tune_result import describe
 from ..store.export import checked_t4_path, write_t4
-from ..store.report import load_rows, report
+from ..store.report import compiled_by, load_rows, report
 from ..store.results_log import ResultLog
-from ..store.tuning_db import TuningDB
+from ..store.tuning_db import TuningDB, checked_db_path
 
 
 def cmd_list(args: argparse.Namespace) -> None:
@@ -86,24 +89,30 @@ def cmd_compile(args: argparse.Namespace) -> int:
     space = Space.from_options(family, args.params)
     space.check_size(args.max_points)
     compiling = CompileOptions.local(args.arch, args.jobs, args.compiler)
+    progress = _progress(args)
     with (ResultLog(args.out, advice="choose another --out, or remove its results.jsonl",
                     again="compile again into another --out") if args.out else contextlib.nullcontext()) as log:
-        result = compile_space(space, args.filter, args.keep_skipped, compiling, log)
+        result = compile_space(space, args.filter, args.keep_skipped, compiling, log, progress)
     print(resource_table(result.rows))
     counts = status_counts(result.rows)
+    filtered = f", {result.filtered} left out by --filter" if result.filtered else ""
     print(f"{counts[Status.COMPILED]} compiled ({result.stats.cached} from cache), {counts[Status.COMPILE_ERROR]} "
-          f"failed, {counts[Status.SKIPPED]} skipped as invalid; by {made_by(compiling)} for {compiling.arch}")
+          f"failed, {counts[Status.SKIPPED]} skipped as invalid{filtered}; by {made_by(compiling)} for "
+          f"{compiling.arch}")
     if log:
         print(f"rows written to {log.path} and {args.out / 'results.csv'}")
-    return exit_code(result.rows)
+    if not result.stats.cached:
+        _say_another_compiler(result.rows, compiling)
+    return 1 if counts[Status.COMPILE_ERROR] else 0  # every variant that was not skipped must compile
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     family = get_family(args.family)
     options = SweepOptions(
         family=args.family, out=args.out, params=parse_options(family, args.params), sizes=args.sizes,
-        filter=args.filter, resume=args.resume, cache_configs=_list(args.cache), keep_skipped=args.keep_skipped,
-        max_points=args.max_points, run=_run_options(args, sanitize=args.sanitize, seed=args.seed))
+        filter=args.filter, resume=args.resume, cache_configs=_list(args.cache_configs), keep_skipped=args.keep_skipped,
+        max_points=args.max_points, run=_run_options(args, sanitize=args.sanitize, seed=args.seed),
+        progress=_progress(args))
     if args.dry_run:
         print(preview(options).preview())
         return 0
@@ -111,8 +120,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"tilegen: note: {note}", file=sys.stderr)
     print(summary(result, args.top))
-    split = ", ".join(f"{stage} {value:.1f} s" for stage, value in result.seconds.items())
-    print(f"\n{result.new_rows} new rows in {args.out}/results.jsonl and results.csv ({split})")
+    print(f"\n{result.new_rows} new rows in {args.out}/results.jsonl and results.csv ({result.time_line()})")
+    if result.stats.compiled and not result.stats.cached:
+        _say_another_compiler(result.rows, options.run.compile_options())
     return exit_code(result.rows)
 
 
@@ -124,8 +134,9 @@ def cmd_tune(args: argparse.Namespace) -> None:
     family = get_family(args.family)
     options = TuneOptions(
         family=args.family, size=args.size, params=parse_options(family, args.params), filter=args.filter,
-        strategy=args.strategy, budget=args.budget, time_s=args.time, db=args.db, seed=args.seed, top=args.top,
-        max_points=args.max_points, early_stop=not args.full_timing, objective=args.objective,
+        strategy=args.strategy, budget=args.budget, time_s=args.time, db=args.db, seed=args.seed,
+        top=args.finalists, max_points=args.max_points, early_stop=not args.full_timing, progress=_progress(args),
+        objective=args.objective,
         run=RunOptions(timing=TUNE_TIMING) if args.dry_run else _run_options(args))
     if args.dry_run:
         space = Space.from_options(family, args.params)
@@ -140,6 +151,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
 
 
 def cmd_revalidate(args: argparse.Namespace) -> None:
+    checked_db_path(args.db, create=False)  # there must be winners to time again: a missing file is not made
     db = TuningDB(args.db)
     checked = revalidate(db, _run_options(args))
     body = [[c.problem.family, c.problem.shape, c.stored.name, round(c.stored.median_ms, 4),
@@ -147,13 +159,15 @@ def cmd_revalidate(args: argparse.Namespace) -> None:
              "MOVED" if c.moved else "", _versions(c.stored, c.new)] for c in checked]
     print(text_table(["family", "shape", "winner", "stored ms", "now ms", "change", "noise", "", "versions"], body))
     print(f"{sum(c.moved for c in checked)} of {len(checked)} stored winners moved more than the noise")
+    if checked:
+        print("timed again with cubins made by " + ", ".join(sorted({compiled_by(c.new) for c in checked})))
 
 
 def cmd_best(args: argparse.Namespace) -> None:
     family = get_family(args.family)
     shape = family.parse_shape(args.size)
     family.check_dtype(args.dtype)
-    model = _pick_model(TuningDB(args.db, create=False), args.gpu) if args.gpu else None
+    model = _pick_model(TuningDB(args.db, create=False), args.gpu_model) if args.gpu_model else None
     variant, reason = tuned_with_reason(family.name, str(shape), dtype=args.dtype, db=args.db, gpu_model=model,
                                         objective=args.objective)
     print(variant.name)
@@ -161,34 +175,36 @@ def cmd_best(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
+    family = _one_family(args.family, args.family_option)
     db = TuningDB(args.db, create=False)
     checked_t4_path(args.t4, args.force)
-    model = _pick_model(db, args.gpu) if args.gpu else None
-    rows = db.rows(args.family, model)
+    model = _pick_model(db, args.gpu_model) if args.gpu_model else None
+    rows = db.rows(family, model)
     if not rows:
-        raise UsageError(f"{db.path} holds no measurements for that family and GPU")
+        asked = " and ".join(part for part in (f"of family {family}" if family else "",
+                                                f"on {model}" if model else "") if part)
+        raise UsageError(f"{db.path} holds no measurements{' ' + asked if asked else ''}; "
+                         f"tilegen tune stores them there")
     print(f"wrote {write_t4(rows, args.t4, args.force)} results to {args.t4}")
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    if bool(args.dirs) == bool(args.db):
+    family, dirs = _report_subjects(args.words, args.family_option)
+    if bool(dirs) == bool(args.db):
         raise UsageError("report takes result folders or --db FILE (one of the two)")
     if args.plot:
         from ..store.plots import check_plot_path
 
         writable_file(args.plot, "--plot")
         check_plot_path(args.plot)
-    for directory in args.dirs:
-        as_path(directory, "report DIR")
     db = TuningDB(args.db, create=False) if args.db else None
-    rows = db.latest_rows(args.family) if db else [r for r in load_rows(args.dirs)
-                                                   if not args.family or r.family == args.family]
+    rows = db.latest_rows(family) if db else [r for r in load_rows(dirs) if not family or r.family == family]
     print(report(rows, args.top, args.markdown))
     if args.plot:
         from ..store.plots import plot
 
-        traces = _traces(db, args.family) if db else {}
-        print(f"plot written to {plot(rows, traces, args.plot, f'tilegen report: {args.db or args.dirs[0]}')}")
+        for written in plot(rows, _traces(db, family) if db else {}, args.plot):
+            print(f"plot written to {written}")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -227,17 +243,58 @@ def _run_options(args: argparse.Namespace, **extra: Any) -> RunOptions:
                       timing=timing, silence_s=args.timeout, cluster=args.cluster, **extra)
 
 
+def _say_another_compiler(rows: list[Row], compiling: CompileOptions) -> None:
+    """A run that found nothing in the compile cache says so when the cache holds its variants made
+    by another compiler (installing NVRTC changes the compiler, and so every cache key)."""
+    made = next((r for r in rows if r.status not in (Status.SKIPPED, Status.COMPILE_ERROR)), None)
+    other = made and cached_by_another(get_family(made.family).variant_type.from_name(made.name), compiling)
+    if other:
+        print(f"tilegen: note: nothing came from the compile cache, which holds these variants made by {other}: "
+              f"this run compiled with {made_by(compiling)} (NVRTC where installed, else nvcc); --compiler "
+              f"{other.split()[0]} would use them", file=sys.stderr)
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """Whether to show progress (not with --quiet); a bad $TILEGEN_PROGRESS_S is refused first, before
+    anything is written."""
+    log_every_s()
+    return not args.quiet
+
+
 def _pick_model(db: TuningDB, name: str) -> GpuModel:
-    return gpu_model_named(db, name, "--gpu")
+    return gpu_model_named(db, name, "--gpu-model")
 
 
-def _traces(db: TuningDB, family: str | None) -> dict[str, list[list[float | None]]]:
-    """Strategy -> traces of the problem (of `family`, or any) with the most tuning sessions."""
-    sessions = max((db.traces(p) for p in db.problems(family)), key=len, default={})
-    grouped: dict[str, list[list[float | None]]] = {}
-    for strategy, trace in sessions.values():
-        grouped.setdefault(strategy, []).append(trace)
-    return grouped
+def _report_subjects(words: list[str], family_option: str | None) -> tuple[str | None, list[Path]]:
+    """report's words: result folders, the first of them the family when it names one and no folder."""
+    family = family_option
+    if words and not _exists(words[0]) and words[0] in all_families():
+        family, words = _one_family(words[0], family_option), words[1:]
+    return family, [as_path(word, "report DIR") for word in words]
+
+
+def _exists(word: str) -> bool:
+    try:
+        return Path(word).exists()
+    except OSError:  # a name too long for a path, say: no folder has it
+        return False
+
+
+def _one_family(given: str | None, option: str | None) -> str | None:
+    """The family named first on the command line, or by the old --family; not two different ones."""
+    if given and option and given != option:
+        raise UsageError(f"two families named, {given} and --family {option}: give one, as FAMILY")
+    return given or option
+
+
+def _traces(db: TuningDB, family: str | None) -> dict[tuple[str, str, str], dict[str, list[list[float | None]]]]:
+    """(family, shape, GPU name) -> strategy -> one trace per tuning session, for every problem (of `family`)."""
+    traced: dict[tuple[str, str, str], dict[str, list[list[float | None]]]] = {}
+    for problem in db.problems(family):
+        grouped = traced.setdefault((problem.family, problem.shape, problem.gpu_model.name), {})
+        for strategy, trace in db.traces(problem).values():
+            grouped.setdefault(strategy, []).append(trace)
+    return {key: grouped for key, grouped in traced.items() if grouped}
 
 
 def _versions(stored: Row, new: Row) -> str:

@@ -24,11 +24,31 @@ from ..core.errors import EXIT_USAGE
 from . import commands as run
 
 
+RENAMED_UNTIL = "0.4"  # old flag spellings are still taken, with a note, until this release
+
+COMPILER_WORDS = "NVRTC where installed, else nvcc"  # what compiles, as help texts say it
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is reported in one line."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"tilegen: error: {message} (see '{self.prog} --help')\n")
+
+
+class _Renamed(argparse.Action):
+    """An old spelling of a flag, still taken until RENAMED_UNTIL: it sets what the new one sets
+    and says the new name in a one-line note on stderr."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: Any):
+        self.new = new
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"tilegen: note: {parser.prog} {option_string} is now {self.new}; the old name is taken until "
+              f"tilegen {RENAMED_UNTIL}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 # ---- argument types: numbers the command line refuses are refused here ------------------------------
@@ -68,7 +88,7 @@ def whole(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tilegen", description="Jinja templates -> CUDA kernel variants: render, "
-                     "compile, check, time and tune them.")
+                     f"compile ({COMPILER_WORDS}), check, time and tune them.")
     parser.add_argument("--version", action="version", version=f"tilegen {__version__}")
     _add_family_path(parser, "family_path")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -107,7 +127,8 @@ def _emit_command(commands: Any) -> None:
 
 
 def _compile_command(commands: Any) -> None:
-    parser = _command(commands, "compile", help="compile a space with nvcc and print its resources")
+    parser = _command(commands, "compile",
+                      help=f"compile a space to cubins ({COMPILER_WORDS}) and print their resources")
     _add_space_arguments(parser)
     _add_compile_arguments(parser)
     parser.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")
@@ -122,15 +143,17 @@ def _sweep_command(commands: Any) -> None:
     parser.add_argument("--out", type=Path, help="folder for results.jsonl and results.csv (needed unless --dry-run)")
     parser.add_argument("--resume", action="store_true", help="continue a killed or interrupted sweep in --out")
     parser.add_argument("--sanitize", action="store_true",
-                          help="also run compute-sanitizer (racecheck, synccheck, memcheck) at a small size")
+                          help="also run compute-sanitizer (racecheck, synccheck, memcheck) at a small size: "
+                               "three more processes per variant, a few seconds each")
     parser.add_argument("--warm", action="store_true", help="do not flush the L2 between timed launches")
     parser.add_argument("--energy", action="store_true",
                         help="also measure each variant's joules per launch and average power (NVML; about "
                              "0.6 s more per variant)")
-    parser.add_argument("--cache", default="none", metavar="LIST",
-                          help=f"cache preferences to run, from {','.join(CACHE_CONFIGS)} (default: none)")
-    parser.add_argument("--seed", type=whole, help="seed of the random inputs (default: a fresh one)")
-    parser.add_argument("--top", type=count, default=10, help="rows in the summary table (default: 10)")
+    parser.add_argument("--cache-config", dest="cache_configs", default="none", metavar="LIST",
+                        help=f"L1/shared-memory preferences to run, from {','.join(CACHE_CONFIGS)} (default: none)")
+    parser.add_argument("--cache", dest="cache_configs", action=_Renamed, new="--cache-config")
+    _add_seed(parser)
+    _add_top(parser, "rows per problem in the summary")
     parser.add_argument("--dry-run", action="store_true", help="print the points' count and a sample; run nothing")
     parser.add_argument("--budget", type=_moved_budget, help=argparse.SUPPRESS)
     _add_run_arguments(parser, TimingOptions().budget_s)
@@ -150,8 +173,10 @@ def _tune_command(commands: Any) -> None:
                        help="evaluations, at most (default: the whole space for brute, else 100)")
     limit.add_argument("--time", type=seconds, metavar="SECONDS", help="stop proposing after this long")
     parser.add_argument("--db", type=Path, help=f"tuning database (default: ${DB_ENV}, else tilegen's cache folder)")
-    parser.add_argument("--seed", type=whole, default=0, help="seed of the strategy (default: 0)")
-    parser.add_argument("--top", type=count, default=3, help="finalists measured again, interleaved (default: 3)")
+    _add_seed(parser)
+    parser.add_argument("--finalists", type=count, default=3, metavar="N",
+                        help="the best N of the search, timed again in interleaved rounds (default: 3)")
+    parser.add_argument("--top", dest="finalists", type=count, action=_Renamed, new="--finalists")
     _add_objective(parser, "what ranks the finalists (their energy is measured; the search itself goes by time)")
     parser.add_argument("--full-timing", action="store_true",
                         help="time every variant in full (by default, timing stops early once a variant's samples "
@@ -168,7 +193,7 @@ def _best_command(commands: Any) -> None:
     parser.add_argument("family")
     parser.add_argument("--size", required=True, help="problem size, e.g. 2048x2048x2048")
     parser.add_argument("--dtype", help="element type (default: the family's default variant's)")
-    parser.add_argument("--gpu", help="a GPU model, or part of its name (default: this machine's GPU)")
+    _add_gpu_model(parser, "a GPU model, or part of its name (default: this machine's GPU)")
     parser.add_argument("--db", type=Path, help="tuning database")
     _add_objective(parser, "what 'best' means (energy and edp: among variants measured with energy)")
     parser.set_defaults(handler=run.cmd_best)
@@ -176,11 +201,12 @@ def _best_command(commands: Any) -> None:
 
 def _export_command(commands: Any) -> None:
     parser = _command(commands, "export", help="the tuning database in another format")
+    parser.add_argument("family", nargs="?", help="only this family (default: every family)")
     parser.add_argument("--t4", type=Path, required=True, metavar="FILE",
                            help="write T4 JSON (the Open Autotuning Results Schema)")
     parser.add_argument("--db", type=Path, help="tuning database")
-    parser.add_argument("--family", help="only this family")
-    parser.add_argument("--gpu", help="only GPU models whose name contains this")
+    parser.add_argument("--family", dest="family_option", action=_Renamed, new="FAMILY (before the options)")
+    _add_gpu_model(parser, "only the GPU model whose name contains this")
     parser.add_argument("--force", action="store_true",
                            help="replace FILE even if it is not a T4 file tilegen wrote (never a database or a "
                                 "run's results)")
@@ -189,20 +215,23 @@ def _export_command(commands: Any) -> None:
 
 def _report_command(commands: Any) -> None:
     parser = _command(commands, "report", help="tables (and PNG plots) from sweep results or the tuning DB")
-    parser.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="folders holding results.jsonl")
+    parser.add_argument("words", nargs="*", metavar="[FAMILY] DIR",
+                        help="folders holding results.jsonl; a first word that names a family and no folder keeps "
+                             "only that family")
     parser.add_argument("--db", type=Path, help="report on a tuning database instead")
-    parser.add_argument("--family", help="only this family")
-    parser.add_argument("--top", type=count, default=10, help="rows in the top table (default: 10)")
+    parser.add_argument("--family", dest="family_option", action=_Renamed, new="FAMILY (the first word)")
+    _add_top(parser, "rows per problem in the top tables")
     parser.add_argument("--markdown", action="store_true", help="Markdown tables instead of plain text")
     parser.add_argument("--plot", type=Path, metavar="OUT.png",
-                           help="also draw throughput heatmaps and strategy convergence (needs matplotlib)")
+                           help="also draw throughput heatmaps, one file per family, shape and GPU, and strategy "
+                                "convergence (needs matplotlib)")
     parser.set_defaults(handler=run.cmd_report)
 
 
 def _worker_command(commands: Any) -> None:
     parser = _command(commands, "worker", help="serve this host's GPUs to a Dask scheduler (for --cluster)")
     parser.add_argument("address", help="the scheduler, e.g. tcp://HOST:8786")
-    parser.add_argument("--gpus", default="all", help="GPU indices, e.g. 0,1, or 'all' (default: all)")
+    parser.add_argument("--gpus", default="all", help="GPU numbers, e.g. 0,1, or 'all' (default: all)")
     parser.set_defaults(handler=run.cmd_worker)
 
 
@@ -218,7 +247,8 @@ def _cache_command(commands: Any) -> None:
 def _command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
     """A subcommand's parser. The global options are taken after the command too, into their own
     field: argparse would let the command's default replace what was given before it."""
-    return _add_family_path(commands.add_parser(name, help=help), "family_path_after")
+    return _add_family_path(commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + "."),
+                            "family_path_after")
 
 
 def _add_family_path(parser: argparse.ArgumentParser, dest: str) -> argparse.ArgumentParser:
@@ -254,17 +284,34 @@ def _add_max_points(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
-    """How variants compile: the same options on compile, sweep and tune."""
+    """How variants compile, and how much is said meanwhile: the same options on compile, sweep and tune."""
     parser.add_argument("--arch", help="GPU architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
     parser.add_argument("--jobs", type=jobs, help="parallel compiles, at most one per core (default: one per core)")
     parser.add_argument("--compiler", choices=COMPILERS,
                         help=f"nvrtc (in process) or nvcc (default: ${COMPILER_ENV}, else nvrtc where installed)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress on stderr (without a terminal, progress is a line every few seconds)")
+
+
+def _add_seed(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=whole, default=0,
+                        help="seed of the run's random choices: the inputs (and tune's search); the same seed "
+                             "gives the same inputs (default: 0)")
+
+
+def _add_top(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--top", type=count, default=10, metavar="N", help=f"{what} (default: 10)")
+
+
+def _add_gpu_model(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--gpu-model", metavar="NAME", help=help_text + " (--gpus takes GPU numbers)")
+    parser.add_argument("--gpu", dest="gpu_model", action=_Renamed, new="--gpu-model")
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser, timing_budget: float) -> None:
     """How evaluations run: the same options, with the same meaning, on sweep and tune."""
     _add_compile_arguments(parser)
-    parser.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1, or 'all' (default: 0)")
+    parser.add_argument("--gpus", default="0", help="GPU numbers, e.g. 0,1, or 'all' (default: 0)")
     parser.add_argument("--timing-budget", type=seconds, default=timing_budget, metavar="SECONDS",
                         help=f"time spent timing each variant at each size, at most (default: {timing_budget})")
     parser.add_argument("--timeout", type=seconds, default=30.0, metavar="SECONDS",

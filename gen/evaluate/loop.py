@@ -140,7 +140,7 @@ def _tell(proposer: Proposer, rows: list[Row], progress: Progress | None, outcom
         proposer.tell(row)
         outcome.rows.append(row)
         if progress is not None:
-            progress.advance(progress_text(row))
+            progress.advance(progress_text(row), str(row.status))
 
 
 def progress_text(row: Row) -> str:

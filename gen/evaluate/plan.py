@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from ..core.results import Row, row_key, skipped_row
 from ..families.family import Family, point_refusal, refused
-from ..families.space import Space
+from ..families.space import Space, name_matches
 from ..families.variant import Variant
 
 SAMPLE = 5  # points a dry run shows
@@ -55,6 +55,7 @@ class Plan:
     runnable: list[Point]
     skipped: dict[tuple[str, str, str], SkippedGroup]
     sizes: int
+    filtered: int = 0  # points whose names --filter left out
 
     @property
     def skipped_count(self) -> int:
@@ -63,8 +64,9 @@ class Plan:
     def describe(self) -> str:
         """Counts in one line: what is run, and what is not (for how many reasons)."""
         reasons = f" ({len(self.skipped)} reasons)" if len(self.skipped) > 1 else ""
+        filtered = f", {self.filtered:,} left out by --filter" if self.filtered else ""
         return (f"{space_line(self.space, self.sizes)}; {len(self.runnable):,} to run, {self.skipped_count:,} not "
-                f"run{reasons}")
+                f"run{reasons}{filtered}")
 
     def preview(self, sample: int = SAMPLE) -> str:
         """The counts, a sample of the points to run, and every reason a point is not run."""
@@ -91,7 +93,11 @@ def make_plan(family: Family, space: Space, shapes: Sequence[Any], cache_configs
     runnable: list[Point] = []
     skipped: dict[tuple[str, str, str], SkippedGroup] = {}
     matched = False
-    for variant in space.matching(pattern):
+    filtered = 0
+    for variant in space:
+        if pattern and not name_matches(variant.name, pattern):
+            filtered += len(shapes) * len(cache_configs)
+            continue
         matched = True
         invalid = point_refusal(family, variant)  # the same at every shape: checked once
         for shape in shapes:
@@ -107,7 +113,7 @@ def make_plan(family: Family, space: Space, shapes: Sequence[Any], cache_configs
                     group.points.append(point)
     if not matched:
         raise space.nothing_matches(pattern)
-    return Plan(family, space, runnable, skipped, len(shapes))
+    return Plan(family, space, runnable, skipped, len(shapes), filtered)
 
 
 def space_line(space: Space, sizes: int) -> str:

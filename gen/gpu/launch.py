@@ -4,13 +4,13 @@ copies to and from NumPy). Importing this module makes no context."""
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Mapping
 
 import numpy as np
 import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
 
+from ..core.cubin import kernel_symbol
 from ..core.errors import UsageError
 from ..core.limits import MAX_STATIC_SHARED_BYTES
 from ..families.family import Launch
@@ -57,16 +57,10 @@ def region_clearer(array: Any, region: tuple[slice, ...]) -> Callable[[], None]:
 
 
 def function_named(module: Any, cubin: bytes, name: str) -> Any:
-    """The kernel `name` of a loaded module: its own symbol (extern "C"), else the one C++-mangled
-    symbol of that name in the cubin (_Z<length><name>...), read from the ELF string table, where each
-    name ends with a NUL (the PTX a cubin may carry also names `..._param_0` and the like)."""
-    try:
-        return module.get_function(name)
-    except cuda.LogicError:
-        mangled = set(re.findall(rb"(_Z%d%s[A-Za-z0-9_]*)\x00" % (len(name), re.escape(name.encode())), cubin))
-        if len(mangled) != 1:
-            raise
-        return module.get_function(mangled.pop().decode())
+    """The kernel `name` of a loaded module: its own symbol (extern "C"), else its one C++-mangled
+    symbol in the cubin's symbol table."""
+    symbol = kernel_symbol(cubin, name)
+    return module.get_function(symbol or name)  # no symbol: the driver's own "not found"
 
 
 def fill_constants(module: Any, constants: Mapping[str, np.ndarray]) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 from cuda.bindings import driver
 
+from ..core.cubin import kernel_symbol
 from ..core.errors import RunFailed, UsageError
 from ..core.limits import MAX_STATIC_SHARED_BYTES
 from ..core.nvidia_smi import query
@@ -75,10 +76,12 @@ def pointer_device(pointer: int) -> int | None:
 
 
 def load(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
-    """The kernel `name` of a cubin, loaded into the current context (the module stays loaded)."""
+    """The kernel `name` of a cubin (its own symbol, or its C++-mangled one), loaded into the current
+    context (the module stays loaded)."""
     image = np.frombuffer(cubin, dtype=np.uint8)  # passed by address: kept alive through the call
     module = _checked(driver.cuModuleLoadData(image.ctypes.data), f"loading {name}")
-    function = _checked(driver.cuModuleGetFunction(module, name.encode()), f"finding {name}")
+    symbol = kernel_symbol(cubin, name) or name
+    function = _checked(driver.cuModuleGetFunction(module, symbol.encode()), f"finding {name}")
     if dynamic_shared_bytes > MAX_STATIC_SHARED_BYTES:  # past it, a kernel must opt in
         attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _checked(driver.cuFuncSetAttribute(function, attribute, dynamic_shared_bytes), f"configuring {name}")

@@ -25,6 +25,7 @@ ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: th
 class CompileReport:
     rows: list[Row]  # the plan's skipped rows, then each compile's row as it finished
     stats: EngineStats
+    filtered: int = 0  # points the name pattern left out
 
 
 class CompileSink:
@@ -49,23 +50,26 @@ class CompileSink:
 
 
 def compile_space(space: Space, pattern: str | None, keep_skipped: bool, compiling: CompileOptions,
-                  log: ResultLog | None) -> CompileReport:
-    """Compile every point of `space` whose name matches `pattern`; skipped points first."""
+                  log: ResultLog | None, progress: bool = True) -> CompileReport:
+    """Compile every point of `space` whose name matches `pattern`; skipped points first. Without
+    `progress`, nothing is said on stderr."""
     made_by = provenance(compiling, space.family)  # the compiler and the template are there
+    say = (lambda line: print(line, file=sys.stderr)) if progress else (lambda line: None)
     if len(space) >= ANNOUNCE_POINTS:
-        print(f"compile: {space_line(space, 1)}; checking them", file=sys.stderr)
+        say(f"compile: {space_line(space, 1)}; checking them")
     plan = make_plan(space.family, space, [None], [""], pattern, keep_skipped)
-    print(f"compile: {plan.describe()}", file=sys.stderr)
+    say(f"compile: {plan.describe()}")
     skipped = plan.skipped_rows(made_by, keep_skipped)
     sink = CompileSink(len(plan.runnable), log)
     engine = Engine(CompilePool(compiling), None, Checking(seed=1, timing=None))
     try:
         with engine:
-            evaluate(PointList(plan.runnable, skipped), engine, sink, Progress(len(plan.runnable), "compile"))
+            evaluate(PointList(plan.runnable, skipped), engine, sink,
+                     Progress(len(plan.runnable), "compile", enabled=progress))
     finally:
         if log:
             log.finish()
-    return CompileReport(sink.rows, engine.stats)
+    return CompileReport(sink.rows, engine.stats, plan.filtered)
 
 
 def resource_table(rows: list[Row]) -> str:

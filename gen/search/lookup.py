@@ -130,7 +130,7 @@ def current_device() -> DeviceInfo:
         return executor.devices()[0]
     except GpuUnavailable as reason:
         raise UsageError(f"which GPU? {reason}; name a GPU model to answer from the tuning database without one "
-                         f"(gen.tuned(..., gpu='H100'); tilegen best --gpu H100)") from None
+                         f"(gen.tuned(..., gpu='H100'); tilegen best --gpu-model H100)") from None
     finally:
         executor.close()
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..build.compiler import provenance
+from ..build.compiler import made_by as compiler_words, provenance
 from ..build.pool import CompilePool
 from ..core import checks
 from ..core.errors import UsageError
@@ -38,6 +38,9 @@ from ..store.results_log import ResultLog, latest
 from .proposers import PointList
 
 ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: their size is said first
+SANITIZE_NOTE = ("--sanitize runs each of the {count:,} variants three more times, under compute-sanitizer's "
+                 "racecheck, synccheck and memcheck, each in a process of its own that starts CUDA: expect a few "
+                 "seconds per variant")
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,8 @@ class SweepOptions:
         object.__setattr__(self, "out", None if self.out is None else as_path(self.out, "out"))
         object.__setattr__(self, "sizes", () if self.sizes is None else values_of(self.sizes, "sizes"))
         caches = values_of(self.cache_configs, "cache_configs")
-        if not caches:  # `--cache ''` would run no point at all
-            raise UsageError(f"--cache (cache_configs) needs at least one of: {', '.join(CACHE_CONFIGS)}")
+        if not caches:  # `--cache-config ''` would run no point at all
+            raise UsageError(f"--cache-config (cache_configs) needs at least one of: {', '.join(CACHE_CONFIGS)}")
         for cache in caches:
             if not isinstance(cache, str) or cache not in CACHE_CONFIGS:
                 raise UsageError(f"cache {cache!r} is not one of: {', '.join(CACHE_CONFIGS)}")
@@ -81,12 +84,20 @@ class SweepReport:
     stats: EngineStats
     out: Path
     notes: list[str] = field(default_factory=list)  # what the user should know (a dropped half-written line)
+    compiled_by: str = ""  # 'nvrtc 13.0.88 for sm_90': the compiler, its version and the architecture
+    compile_threads: int = 1
 
     @property
     def seconds(self) -> dict[str, float]:
         """Wall time, and the time the compiler and the GPUs were busy (they overlap)."""
         return {"total": self.stats.wall_seconds, "compile": self.stats.compile_seconds,
                 "gpu": self.stats.gpu_seconds}
+
+    def time_line(self) -> str:
+        """Where the time went, each sum over threads or GPUs said as such."""
+        threads = f"its {self.compile_threads} threads" if self.compile_threads > 1 else "its one thread"
+        return (f"{self.stats.wall_seconds:.1f} s in all; the compiler busy {self.stats.compile_seconds:.1f} s summed "
+                f"over {threads}, the GPUs busy {self.stats.gpu_seconds:.1f} s summed over GPUs")
 
 
 class LogSink:
@@ -121,10 +132,12 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
     executor = executor or make_executor(options.run)
     try:
         with ResultLog(options.out, options.resume, settings=settings) as log:
-            return _sweep(options, family, space, shapes, log, Engine(CompilePool(compiling), executor,
-                                                                      checking(options.run)), made_by)
+            report = _sweep(options, family, space, shapes, log, Engine(CompilePool(compiling), executor,
+                                                                        checking(options.run)), made_by)
     finally:
         executor.close()
+    report.compiled_by, report.compile_threads = f"{compiler_words(compiling)} for {compiling.arch}", compiling.jobs
+    return report
 
 
 def _sweep(options: SweepOptions, family: Family, space: Space, shapes: list[Any], log: ResultLog, engine: Engine,
@@ -141,6 +154,8 @@ def _sweep(options: SweepOptions, family: Family, space: Space, shapes: list[Any
     todo = [p for p in plan.runnable if p.key not in done]
     earlier = f" ({len(plan.runnable) - len(todo):,} done before)" if log.done_before else ""
     _say(options, f"sweep: {plan.describe()}{earlier}")
+    if options.run.sanitize:
+        _say(options, "sweep: " + SANITIZE_NOTE.format(count=len({point.variant for point in todo})))
     try:
         with engine:
             evaluate(PointList(todo, skipped), engine, LogSink(log, only_compiled),
@@ -172,7 +187,7 @@ def run_settings(options: SweepOptions, space: Space, shapes: Sequence[Any], arc
     must have the same (kept in DIR/run.json)."""
     return {"family": space.family.name, "--size": [str(s) for s in shapes],
             **{f"-p {name}": list(values) for name, values in space.values.items()},
-            "--filter": options.filter, "--cache": list(options.cache_configs), "--arch": arch,
+            "--filter": options.filter, "--cache-config": list(options.cache_configs), "--arch": arch,
             "--timing-budget": options.run.timing.budget_s, "--warm": options.run.timing.warm,
             "--sanitize": options.run.sanitize,
             **({"--energy": True} if options.run.timing.energy else {})}  # only when on: older run.json files match
@@ -182,6 +197,8 @@ def summary(report: SweepReport, top: int = 10) -> str:
     """Counts per status and the fastest correct variants per problem."""
     counts = status_counts(report.rows)
     lines = ["status: " + ", ".join(f"{status} {count}" for status, count in sorted(counts.items()))]
+    if report.compiled_by:
+        lines.append(f"compiler: {report.compiled_by}")
     measured = sorted((r for r in report.rows if r.throughput is not None and r.status == Status.OK),
                       key=lambda r: (r.shape, -r.throughput))
     for shape in dict.fromkeys(r.shape for r in measured):

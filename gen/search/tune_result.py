@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..core.objectives import DEFAULT_OBJECTIVE, needs_energy, pareto_front
 from ..core.results import Row, is_ok
+from ..store.report import compiled_by
 from ..store.tuning_db import Problem
 from .proposers import Standing
 
@@ -66,10 +67,10 @@ def describe(result: TuneResult) -> str:
     busy = result.gpu_seconds / result.seconds if result.seconds else 0.0
     lines = [f"{result.problem.gpu_model}, {result.problem.family} {result.problem.dtype} {result.problem.shape}: "
              f"{result.evaluations} evaluations ({result.gpu_evaluations} on the GPU) by {result.strategy} "
-             f"in {result.seconds:.1f} s (GPU busy {busy:.0%})",
+             f"in {result.seconds:.1f} s (GPUs busy {busy:.0%} of it, their time summed over GPUs)",
              f"winner{_by(result)}: {first.name}  {first.median_ms:.4g} ms, {winner.throughput:.2f} {winner.unit}"
              f"{_energy(first)}",
-             f"  {_coverage(result)}"]
+             f"  {_coverage(result)}", f"  compiled by {compiled_by(winner)}"]
     for standing in result.standings:
         lines.append(f"  {standing.name:<70} median {standing.median_ms:.4g} ms over {len(standing.medians_ms)} "
                      f"interleaved rounds, spread {standing.spread:.1%}{_energy(standing)}")

@@ -1,9 +1,11 @@
-"""PNG plots for `tilegen report --plot`: throughput heatmaps over the family's two heatmap axes (one
-per value of its heatmap_panels parameter, if it names one), and how fast each tuning strategy
-converged. Needs matplotlib (pip install 'tilegen[plot]')."""
+"""PNG plots for `tilegen report --plot`, one figure per (family, shape, GPU), named in its title:
+throughput heatmaps over the family's two heatmap axes (one per value of its heatmap_panels
+parameter, if it names one), and how fast each tuning strategy converged on that problem. Needs
+matplotlib (pip install 'tilegen[plot]')."""
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -28,14 +30,36 @@ def check_plot_path(path: Path) -> None:
                          f"like plot.png")
 
 
-def plot(rows: Sequence[Row], traces: dict[str, list[list[float | None]]], path: Path, title: str) -> Path:
-    """One figure: the heatmaps of the problem with the most rows (see the module doc), then the
-    convergence of every strategy in `traces` (strategy -> one median trace per session)."""
+Problem = tuple[str, str, str]  # family, shape, GPU name
+Traces = dict[str, list[list[float | None]]]  # strategy -> one median trace per tuning session
+TITLED = {".png", ".pdf", ".svg"}  # formats whose files keep the title as metadata too
+
+
+def plot(rows: Sequence[Row], traces: dict[Problem, Traces], path: Path) -> list[Path]:
+    """A figure per (family, shape, GPU) with heatmaps or traces: at `path` when there is one, else
+    beside it, named PATH-STEM-FAMILY-SHAPE-GPU.EXT. The paths written, in order."""
+    problems = {problem: panels for problem in sorted({_problem(r) for r in measured(rows)})
+                if (panels := _heatmap_panels(rows, problem))}
+    drawn = sorted(set(problems) | set(traces))
+    if not drawn:
+        raise UsageError("nothing to plot: no correct measured rows with heatmap axes and no tuning traces")
+    written = []
+    for problem in drawn:
+        target = path if len(drawn) == 1 else path.with_name(f"{path.stem}-{_slug(problem)}{path.suffix}")
+        _figure(problems.get(problem, []), traces.get(problem, {}), target, plot_title(problem))
+        written.append(target)
+    return written
+
+
+def plot_title(problem: Problem) -> str:
+    family, shape, gpu = problem
+    return f"tilegen: {family} {shape} on {gpu or 'a GPU not recorded'}"
+
+
+def _figure(panels: list[tuple], traces: Traces, path: Path, title: str) -> None:
+    """One figure: the heatmaps (see the module doc), then the convergence of every strategy in `traces`."""
     pyplot = _pyplot()
-    panels = _heatmap_panels(rows)
     count = len(panels) + (1 if traces else 0)
-    if count == 0:
-        raise UsageError("nothing to plot: no correct measured rows and no tuning traces")
     figure, axes = pyplot.subplots(1, count, figsize=(5.2 * count, 4.4), squeeze=False)
     for axis, (label, x_name, y_name, x_values, y_values, grid) in zip(axes[0], panels):
         image = axis.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
@@ -51,9 +75,16 @@ def plot(rows: Sequence[Row], traces: dict[str, list[list[float | None]]], path:
         _convergence(axes[0][-1], traces)
     figure.suptitle(title, fontsize=10)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=110, metadata={"Title": title} if path.suffix.lower() in TITLED else None)
     pyplot.close(figure)
-    return path
+
+
+def _problem(row: Row) -> Problem:
+    return (row.family, row.shape, str(row.provenance.get("gpu", "")))
+
+
+def _slug(problem: Problem) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", "-".join(problem)).strip("-")
 
 
 def _pyplot() -> Any:
@@ -68,19 +99,15 @@ def _pyplot() -> Any:
     return pyplot
 
 
-def _heatmap_panels(rows: Sequence[Row]) -> list[tuple]:
-    """(label, x name, y name, x values, y values, grid) per heatmap; none for a family that names
-    no heatmap axes."""
-    ok = measured(rows)
-    if not ok:
-        return []
-    problem = max({(r.family, r.shape) for r in ok}, key=lambda p: sum((r.family, r.shape) == p for r in ok))
+def _heatmap_panels(rows: Sequence[Row], problem: Problem) -> list[tuple]:
+    """(label, x name, y name, x values, y values, grid) per heatmap of one problem; none for a
+    family that names no heatmap axes."""
     family = get_family(problem[0])
     if family.heatmap_axes is None:
         return []
     x_name, y_name = family.heatmap_axes
     split = family.heatmap_panels
-    chosen = [r for r in ok if (r.family, r.shape) == problem]
+    chosen = [r for r in measured(rows) if _problem(r) == problem]
     panels = []
     for value in sorted({r.params.get(split) for r in chosen}) if split else [None]:
         subset = [r for r in chosen if split is None or r.params.get(split) == value]

@@ -33,6 +33,20 @@ def measured(rows: Iterable[Row]) -> list[Row]:
                   key=lambda r: -r.throughput)
 
 
+def by_problem(rows: Iterable[Row]) -> dict[tuple[str, str, str, str], list[Row]]:
+    """Correct measured rows per problem (family, element type, shape, GPU), in that order, each
+    problem's best first: by share of its ceiling where every row has one, else by throughput (a
+    problem has one unit; problems are never ranked against each other)."""
+    groups: dict[tuple[str, str, str, str], list[Row]] = {}
+    for row in measured(rows):
+        key = (row.family, element_type(row.name), row.shape, str(row.provenance.get("gpu", "")))
+        groups.setdefault(key, []).append(row)
+    for group in groups.values():
+        if all(row.ceiling_share is not None for row in group):
+            group.sort(key=lambda row: -row.ceiling_share)
+    return dict(sorted(groups.items()))
+
+
 def status_table(rows: Sequence[Row], table: Table = text_table) -> str:
     counts: Counter[tuple[str, str]] = Counter()
     for row in rows:
@@ -41,27 +55,43 @@ def status_table(rows: Sequence[Row], table: Table = text_table) -> str:
 
 
 def best_table(rows: Sequence[Row], table: Table = text_table) -> str:
-    """The fastest correct variant for each family, dtype, problem and GPU."""
-    best: dict[tuple, Row] = {}
-    for row in measured(rows):
-        best.setdefault((row.family, element_type(row.name), row.shape, row.provenance.get("gpu")), row)
-    return table(["gpu", "problem", "best variant", "median ms", "throughput", "of ceiling"],
-                 [[r.provenance.get("gpu", ""), r.shape, r.name, round(r.median_ms, 4), _rate(r), _share(r)]
-                  for r in best.values()])
+    """The best correct variant of each family, element type, shape and GPU."""
+    return table(["gpu", "family", "problem", "best variant", "median ms", "throughput", "of ceiling"],
+                 [[gpu, family, shape, r.name, round(r.median_ms, 4), _rate(r), _share(r)]
+                  for (family, _, shape, gpu), (r, *_) in by_problem(rows).items()])
 
 
-def top_table(rows: Sequence[Row], count: int = 10, table: Table = text_table) -> str:
-    return table(["variant", "problem", "cache", "median ms", "throughput", "of ceiling", "error", "regs"],
-                 [[r.name, r.shape, r.cache_config, round(r.median_ms, 4), _rate(r), _share(r),
-                   f"{r.error:.2g}", r.registers] for r in measured(rows)[:count]])
+def top_tables(rows: Sequence[Row], count: int = 10, table: Table = text_table, heading: str = "") -> list[str]:
+    """For each problem, its best `count` rows under a heading that names the problem."""
+    tables = []
+    for (family, dtype, shape, gpu), ranked in by_problem(rows).items():
+        where = f" on {gpu}" if gpu else ""
+        tables += [f"{heading}Top {count}: {family} {dtype} {shape}{where}".replace("  ", " "),
+                   table(["variant", "cache", "median ms", ranked[0].unit, "of ceiling", "error", "regs"],
+                         [[r.name, r.cache_config, round(r.median_ms, 4), round(r.throughput, 2), _share(r),
+                           f"{r.error:.2g}", r.registers] for r in ranked[:count]])]
+    return tables
+
+
+def compiled_by(row: Row) -> str:
+    """'nvrtc 13.0.88 for sm_90': the compiler of a row, its version and the architecture (rows of
+    tilegen 0.2 name no compiler: nvcc made them)."""
+    compiler, arch = row.provenance.get("compiler", "nvcc"), row.provenance.get("arch")
+    return f"{compiler} {row.provenance.get(compiler, '(version not recorded)')}" + (f" for {arch}" if arch else "")
+
+
+def compilers_line(rows: Iterable[Row]) -> str:
+    """'compiler: nvrtc 13.0.88 for sm_90 (40 rows)': what made the rows that compiled."""
+    made = Counter(compiled_by(row) for row in rows if row.status not in (Status.SKIPPED, Status.COMPILE_ERROR))
+    return "compiler: " + ("; ".join(f"{who} ({count} rows)" for who, count in sorted(made.items())) or "none")
 
 
 def report(rows: Sequence[Row], count: int = 10, markdown: bool = False) -> str:
     table = markdown_table if markdown else text_table
     heading = "### " if markdown else ""
-    return "\n\n".join([f"{heading}Rows per status", status_table(rows, table),
-                        f"{heading}Best per problem", best_table(rows, table),
-                        f"{heading}Top {count}", top_table(rows, count, table)])
+    return "\n\n".join([f"{heading}Rows per status", status_table(rows, table), compilers_line(rows),
+                         f"{heading}Best per problem (ranked by share of its ceiling)", best_table(rows, table),
+                         *top_tables(rows, count, table, heading)])
 
 
 def _rate(row: Row) -> str:

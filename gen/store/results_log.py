@@ -196,6 +196,8 @@ def stored_settings(directory: Path) -> dict[str, Any] | None:
         raise UsageError(f"{path} is not a run's settings ({error}); remove it, or choose another --out") from None
     if not isinstance(settings, dict):
         raise UsageError(f"{path} is not a run's settings (not a JSON object); remove it, or choose another --out")
+    if "--cache" in settings:  # tilegen 0.2 named --cache-config so
+        settings["--cache-config"] = settings.pop("--cache")
     return settings
 
 
