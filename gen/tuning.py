@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .core.objectives import DEFAULT_OBJECTIVE
 from .core.results import Row, TimingOptions, is_ok
 from .evaluate.options import RunOptions
 from .families.space import MAX_POINTS
@@ -31,16 +32,18 @@ def sweep(family: str, sizes: str | Sequence[str] = (), *, out: str | Path,
           max_points: int = MAX_POINTS, arch: str | None = None, compiler: str | None = None,
           compile_jobs: int | None = None, gpus: Sequence[int] = (0,), cluster: str | None = None,
           timing_budget: float = 1.0, warm: bool = False, seed: int | None = None, sanitize: bool = False,
-          silence_s: float = 30.0, progress: bool = True, executor: Executor | None = None) -> list[dict[str, Any]]:
+          silence_s: float = 30.0, progress: bool = True, executor: Executor | None = None,
+          energy: bool = False) -> list[dict[str, Any]]:
     """Check and time every variant of `family`'s space (its default space, with `params`
     replacing some parameters' values: {"tile": [16, 32]}; a value on its own is a list of one) at
     every size in `sizes` (the family's default sizes if empty), appending each row to
     `out`/results.jsonl as it finishes, as `tilegen sweep` does. Returns every row of the run
     folder (resumed ones included), each a dict of gen.core.results.Row's fields. Without a GPU the
     variants compile and their rows say `compiled`. `executor` replaces this host's GPU workers
-    (gen.gpu.executor.Executor: a test's fake, a cluster of your own)."""
-    run = _run_options(arch, compiler, compile_jobs, gpus, cluster, TimingOptions(budget_s=timing_budget, warm=warm),
-                       silence_s, seed=seed, sanitize=sanitize)
+    (gen.gpu.executor.Executor: a test's fake, a cluster of your own). `energy`: also measure each
+    variant's joules per launch and average power (`energy_j`, `power_w`; NVML), as `--energy` does."""
+    timing = TimingOptions(budget_s=timing_budget, warm=warm, energy=energy)
+    run = _run_options(arch, compiler, compile_jobs, gpus, cluster, timing, silence_s, seed=seed, sanitize=sanitize)
     options = SweepOptions(family=family, out=out, params=params or {}, sizes=sizes, filter=filter, resume=resume,
                            cache_configs=cache_configs, keep_skipped=keep_skipped, max_points=max_points, run=run,
                            progress=progress)
@@ -56,12 +59,14 @@ def tune(family: str, size: str, *, params: Mapping[str, Any] | None = None, str
          max_points: int = MAX_POINTS, arch: str | None = None, compiler: str | None = None,
          compile_jobs: int | None = None, gpus: Sequence[int] = (0,), cluster: str | None = None,
          timing_budget: float = TUNE_TIMING.budget_s, warm: bool = False, silence_s: float = 30.0,
-         progress: bool = True, executor: Executor | None = None) -> list[dict[str, Any]]:
+         progress: bool = True, executor: Executor | None = None,
+         objective: str = DEFAULT_OBJECTIVE) -> list[dict[str, Any]]:
     """Autotune `family` at one `size` on each GPU model among `gpus`, as `tilegen tune` does: the
     `strategy` (brute, random, anneal, genetic, bayes) evaluates up to `budget` variants (brute force
     without one: the whole space; the others: 100) or as many as fit in `time_s` seconds, the
     finalists are timed again, and everything goes into the tuning database `db` (default: $TILEGEN_DB,
     else tuning.sqlite in tilegen's cache folder), where gen.tuned and gen.kernel find the winner.
+    The finalists' energy is measured too; `objective` (time, energy or edp) ranks them.
 
     Returns the rows the database holds for this problem, one per variant measured (earlier tunes'
     included), as dicts of gen.core.results.Row's fields plus `winner` (True for the tune's winner on
@@ -71,7 +76,7 @@ def tune(family: str, size: str, *, params: Mapping[str, Any] | None = None, str
                        silence_s)
     options = TuneOptions(family=family, size=size, params=params or {}, filter=filter, strategy=strategy,
                           budget=budget, time_s=time_s, db=db, seed=seed, top=top, run=run, progress=progress,
-                          max_points=max_points, early_stop=early_stop)
+                          max_points=max_points, early_stop=early_stop, objective=objective)
     options.run.compile_options()  # the arch, compiler and compile cache, before the database is made
     rows = []
     for result in run_tune(options, executor):

@@ -18,6 +18,8 @@
 #   tests-k    the GPU tests whose names match $TESTS_K (pytest -k)
 #   launch     scripts/bench_launch.py: a kernel launch's host cost against CuPy's RawKernel and
 #              PyTorch's op (issue 31)
+#   energy     scripts/bench_energy.py: NVML's energy counter (update interval, resolution) and the
+#              sgemm finalists' joules per launch at 4096^3 over three tunes (issue 36; needs nvidia-ml-py)
 #   throughput scripts/bench_sweep.py: the sgemm space at 512^3, warm cache, budget 0.05 s (issue 22);
 #              the cache comes from .whl/sgemm-cache-sm90-nvcc.tar.xz when carried; $BENCH_FILTER
 #              narrows the space, $BENCH_FLAGS adds flags (--profile-jobs N, say); with $BENCH_GPUS
@@ -89,6 +91,7 @@ for name in "$@"; do
       # shellcheck disable=SC2086  # HGEMM_FLAGS is several flags
       part hgemm python3 scripts/bench_vs_vendor.py --only hgemm --markdown "$out/hgemm.md" ${HGEMM_FLAGS:-} ;;
     launch) part launch python3 scripts/bench_launch.py --markdown "$out/launch.md" ;;
+    energy) part energy python3 scripts/bench_energy.py --markdown "$out/energy.md" ;;
     tests-k) part tests-k python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k "$TESTS_K" tests/ ;;
     throughput|throughput-ab)
       if [ ! -d runs/sgemm-cache ] && [ -f .whl/sgemm-cache-sm90-nvcc.tar.xz ]; then

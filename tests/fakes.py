@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Iterator
 from gen.build.nvcc import Nvcc
 from gen.gpu.jobs import Job
 from gen.gpu.worker_process import HeldPhases
+from gen.core.objectives import NO_ENERGY
 from gen.core.results import DeviceInfo, Measurement, Status, Timing
 
 FAKE_DEVICE = DeviceInfo(name="Fake GPU", cc="9.0", sm_count=132, memory_bytes=80 * 2**30, l2_bytes=50 * 2**20,
@@ -276,6 +277,27 @@ class FakeExecutor:
 
     def by_model(self) -> dict:
         return {FAKE_DEVICE.model: self}
+
+
+class EnergyExecutor(FakeExecutor):
+    """A fake energy source: jobs that ask for energy get it, the GPU drawing 10 mW x tile^3, so
+    that larger tiles are faster but cost more joules per launch and energy x time (tile 32 is
+    the time-optimal matmul, tile 8 the energy- and edp-optimal one). With `missing`, the worker
+    says why it has none."""
+
+    def __init__(self, missing: str | None = None):
+        super().__init__()
+        self.missing = missing
+
+    def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
+        for job, measured in super().run(jobs):
+            if job.timing is not None and job.timing.energy:
+                if self.missing:
+                    measured.message = f"{NO_ENERGY}: {self.missing}"
+                else:
+                    measured.power_w = 0.01 * measured.throughput ** 3  # the fake's throughput is its tile
+                    measured.energy_j = measured.power_w * measured.timing.median_ms / 1e3
+            yield job, measured
 
 
 class NoGpuExecutor(FakeExecutor):

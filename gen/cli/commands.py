@@ -138,6 +138,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
         family=args.family, size=args.size, params=parse_options(family, args.params), filter=args.filter,
         strategy=args.strategy, budget=args.budget, time_s=args.time, db=args.db, seed=args.seed,
         top=args.finalists, max_points=args.max_points, early_stop=not args.full_timing, progress=_progress(args),
+        objective=args.objective,
         run=RunOptions(timing=TUNE_TIMING) if args.dry_run else _run_options(args))
     if args.dry_run:
         space = Space.from_options(family, args.params)
@@ -169,7 +170,8 @@ def cmd_best(args: argparse.Namespace) -> None:
     shape = family.parse_shape(args.size)
     family.check_dtype(args.dtype)
     model = _pick_model(TuningDB(args.db, create=False), args.gpu_model) if args.gpu_model else None
-    variant, reason = tuned_with_reason(family.name, str(shape), dtype=args.dtype, db=args.db, gpu_model=model)
+    variant, reason = tuned_with_reason(family.name, str(shape), dtype=args.dtype, db=args.db, gpu_model=model,
+                                        objective=args.objective)
     print(variant.name)
     print(f"from {reason}", file=sys.stderr)
 
@@ -237,7 +239,8 @@ def _run_options(args: argparse.Namespace, **extra: Any) -> RunOptions:
         from ..gpu.dask_cluster import check_reachable
 
         check_reachable(args.cluster)  # before anything is written
-    timing = TimingOptions(budget_s=args.timing_budget, warm=getattr(args, "warm", False))
+    timing = TimingOptions(budget_s=args.timing_budget, warm=getattr(args, "warm", False),
+                           energy=getattr(args, "energy", False))
     return RunOptions(arch=args.arch, compile_jobs=args.jobs, compiler=args.compiler, gpus=parse_gpus(args.gpus),
                       timing=timing, silence_s=args.timeout, cluster=args.cluster, **extra)
 

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 from ..build.compilers import COMPILER_ENV, COMPILERS
 from ..build.options import usable_cores
 from ..core import checks
+from ..core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from ..core.results import TimingOptions
 from ..core.version import __version__
 from ..families.registry import FAMILY_PATH_ENV
@@ -145,6 +146,9 @@ def _sweep_command(commands: Any) -> None:
                           help="also run compute-sanitizer (racecheck, synccheck, memcheck) at a small size: "
                                "three more processes per variant, a few seconds each")
     parser.add_argument("--warm", action="store_true", help="do not flush the L2 between timed launches")
+    parser.add_argument("--energy", action="store_true",
+                        help="also measure each variant's joules per launch and average power (NVML; about "
+                             "0.6 s more per variant)")
     parser.add_argument("--cache-config", dest="cache_configs", default="none", metavar="LIST",
                         help=f"L1/shared-memory preferences to run, from {','.join(CACHE_CONFIGS)} (default: none)")
     parser.add_argument("--cache", dest="cache_configs", action=_Renamed, new="--cache-config")
@@ -173,6 +177,7 @@ def _tune_command(commands: Any) -> None:
     parser.add_argument("--finalists", type=count, default=3, metavar="N",
                         help="the best N of the search, timed again in interleaved rounds (default: 3)")
     parser.add_argument("--top", dest="finalists", type=count, action=_Renamed, new="--finalists")
+    _add_objective(parser, "what ranks the finalists (their energy is measured; the search itself goes by time)")
     parser.add_argument("--full-timing", action="store_true",
                         help="time every variant in full (by default, timing stops early once a variant's samples "
                              "are all 10%% slower than the best so far; the finalists are always timed in full)")
@@ -190,6 +195,7 @@ def _best_command(commands: Any) -> None:
     parser.add_argument("--dtype", help="element type (default: the family's default variant's)")
     _add_gpu_model(parser, "a GPU model, or part of its name (default: this machine's GPU)")
     parser.add_argument("--db", type=Path, help="tuning database")
+    _add_objective(parser, "what 'best' means (energy and edp: among variants measured with energy)")
     parser.set_defaults(handler=run.cmd_best)
 
 
@@ -265,6 +271,11 @@ def _add_space_arguments(parser: argparse.ArgumentParser) -> None:
     _add_max_points(parser)
     parser.add_argument("--keep-skipped", action="store_true",
                         help="a row for every point not run (default: one per reason and size, with its count)")
+
+
+def _add_objective(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--objective", default=DEFAULT_OBJECTIVE, choices=OBJECTIVES,
+                        help=f"{help_text}: time, energy (joules per launch) or edp (energy x time); default: time")
 
 
 def _add_max_points(parser: argparse.ArgumentParser) -> None:

@@ -98,6 +98,7 @@ class TimingOptions:
     target_rsd: float = 0.005  # stop once the median's relative standard error is under this
     warmup: int = 3  # launches before timing; one is enough for a kernel that runs 1 ms or more (gen.gpu.timing)
     stop_above_ms: float | None = None  # stop once EARLY_STOP_SAMPLES samples are all slower than this
+    energy: bool = False  # also measure joules per launch from the GPU's energy counter (gen.gpu.energy)
 
 
 EARLY_STOP_SAMPLES = 5  # all of them slower than the cutoff: by the sign test, p = 0.5**5 ≈ 3% that the
@@ -174,6 +175,8 @@ class Row:
     unit: str = ""
     ceiling: float | None = None  # the measured ceiling throughput is compared with, same unit
     ceiling_share: float | None = None
+    energy_j: float | None = None  # joules per launch (None: not measured, or no energy counter)
+    power_w: float | None = None  # the GPU's average power while it ran the variant
     skipped_count: int | None = None  # a summary row of skipped points: how many it stands for
     # provenance
     provenance: dict[str, Any] = field(default_factory=dict)
@@ -368,6 +371,8 @@ class Measurement:
     context_lost: bool = False  # the CUDA context is unusable: the worker must be replaced
     hazards: dict[str, int] | None = None  # compute-sanitizer tool -> hazards, when it ran
     hazard_note: str = ""  # what went wrong running the sanitizer
+    energy_j: float | None = None  # joules per launch, when asked for and the GPU reports energy
+    power_w: float | None = None
 
     def apply_to(self, row: Row) -> None:
         """Copy the verdict, timing, hazards and device into a result row; a variant with hazards
@@ -380,6 +385,7 @@ class Measurement:
                 t.median_ms, t.min_ms, t.max_ms, t.stdev_ms, t.samples)
             row.l2_flushed = self.l2_flushed
         row.throughput, row.unit, row.ceiling = self.throughput, self.unit, self.ceiling
+        row.energy_j, row.power_w = self.energy_j, self.power_w
         row.measure_seconds = self.check_seconds + self.time_seconds
         if self.throughput is not None and self.ceiling:
             row.ceiling_share = self.throughput / self.ceiling

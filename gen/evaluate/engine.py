@@ -99,6 +99,7 @@ class Engine:
         self._provenance: dict[str, dict[str, str]] = {}
         self._failure: BaseException | None = None
         self._cutoff_ms: float | None = None  # timing stops early above this (see stop_timing_above)
+        self._energy = False  # jobs also measure energy (see measure_energy)
         self._stopping = threading.Event()
         self._feeder = threading.Thread(target=self._feed_gpus, name="tilegen-gpus", daemon=True)
         if executor is not None:
@@ -134,6 +135,10 @@ class Engine:
         """Jobs that start from now on stop timing once their samples are clearly slower than
         `cutoff_ms` (a search's best so far, with a margin); None: time them in full."""
         self._cutoff_ms = cutoff_ms
+
+    def measure_energy(self, on: bool) -> None:
+        """Jobs that start from now on also measure joules per launch (a tune's finalists), or not."""
+        self._energy = on
 
     def room(self) -> int:
         """How many more points keep every compile thread and GPU busy without queueing more: as
@@ -279,10 +284,12 @@ class Engine:
                              f"GPUs' --arch (a sweep compiles for one; tune compiles per GPU model)")
 
     def _with_cutoff(self, job: Job) -> Job:
-        """The job as it goes to a GPU, with the freshest timing cutoff."""
+        """The job as it goes to a GPU, with the freshest timing cutoff (and energy, when asked)."""
         cutoff = self._cutoff_ms
         if cutoff is not None and job.timing is not None:
-            return replace(job, timing=replace(job.timing, stop_above_ms=cutoff))
+            job = replace(job, timing=replace(job.timing, stop_above_ms=cutoff))
+        if self._energy and job.timing is not None:
+            job = replace(job, timing=replace(job.timing, energy=True))
         return job
 
     def _measured(self, job: Job, measurement: Measurement) -> None:

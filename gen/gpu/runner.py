@@ -19,6 +19,7 @@ from typing import Any, Callable
 import pycuda.driver as cuda
 
 from ..core.errors import UsageError
+from ..core.objectives import NO_ENERGY
 from ..core.results import Measurement, Status, Timing, slower_than_cutoff
 from ..families import get_family
 from ..families.family import Family, Launch
@@ -27,6 +28,7 @@ from ..families.variant import Variant
 from .ceilings import Ceilings
 from .checker import DeviceProblem, OutputChecker
 from .device import read_device_info
+from .energy import Meter, energy_per_launch, open_meter
 from .jobs import Job
 from .launch import configure, fill_constants, function_named, launcher
 from .timing import event_samples
@@ -47,6 +49,8 @@ class Runner:
         self._checker = OutputChecker()
         self._flush_buffer = cuda.mem_alloc(2 * self.device.l2_bytes)
         self._ceilings = Ceilings(self.device.model)
+        self._pci_bus_id = pycuda.autoprimaryctx.device.pci_bus_id()
+        self._meter: tuple[Meter | None, str] | None = None  # opened when a job first asks for energy
 
     def run(self, job: Job, report: Callable[[str], None] = lambda phase: None) -> Measurement:
         """Check the job's variant on fresh inputs for every seed, then time it if it is right."""
@@ -87,8 +91,22 @@ class Runner:
                                    f"far with a margin ({job.timing.stop_above_ms:.4g} ms)")
         measurement.l2_flushed = not job.timing.warm
         measurement.throughput = problem.throughput(shape, variant.dtype, measurement.timing.median_ms / 1e3)
+        if job.timing.energy:
+            report("energy")
+            self._measure_energy(measurement, call, measurement.timing.median_ms / 1e3)
         measurement.time_seconds = time.perf_counter() - started
         return measurement
+
+    def _measure_energy(self, measurement: Measurement, call: Callable[[], None], seconds_per_launch: float) -> None:
+        """Joules per launch and average watts into the measurement, or in its message why not."""
+        if self._meter is None:
+            self._meter = open_meter(self._pci_bus_id)
+        meter, reason = self._meter
+        found = energy_per_launch(call, meter, seconds_per_launch) if meter is not None else reason
+        if isinstance(found, str):
+            measurement.message = "; ".join(m for m in (measurement.message, f"{NO_ENERGY}: {found}") if m)
+        else:
+            measurement.energy_j, measurement.power_w = found
 
     def _check(self, job: Job, problem: Problem, variant: Variant, shape: Any, launch: Launch, function: Any,
                report: Callable[[str], None]) -> tuple[Measurement, Callable[[], None]]:

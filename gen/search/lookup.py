@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.checks import is_whole
+from ..core.objectives import DEFAULT_OBJECTIVE, check_objective, needs_energy
 from ..core.errors import UsageError
 from ..families import get_family
 from ..families.family import Family
@@ -28,13 +29,15 @@ RANKS_TRIED = 20  # how far down a stored ranking to look for a variant that can
 
 
 def tuned(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
-          device: DeviceInfo | None = None, gpu: str | None = None) -> Variant:
+          device: DeviceInfo | None = None, gpu: str | None = None, objective: str = DEFAULT_OBJECTIVE) -> Variant:
     """The best known variant of `family` for this shape on the current GPU (see the module doc).
     The shape is its dimensions (`tuned("sgemm", 4096, 4096, 4096)`) or its written form; `dtype`
     is an element type of the family (default: its default variant's). `gpu` names a GPU model of
-    the database by part of its name ("H100"): then no GPU is asked."""
+    the database by part of its name ("H100"): then no GPU is asked. `objective` is what "best"
+    means: time, energy or edp (gen.core.objectives; energy counts only variants measured with it)."""
     model = gpu_model_named(TuningDB(db, create=False), gpu, "gpu") if gpu is not None else None
-    return tuned_with_reason(family, *dims, dtype=dtype, db=db, device=device, gpu_model=model)[0]
+    return tuned_with_reason(family, *dims, dtype=dtype, db=db, device=device, gpu_model=model,
+                             objective=objective)[0]
 
 
 def gpu_model_named(db: TuningDB, name: str, argument: str) -> GpuModel:
@@ -50,7 +53,9 @@ def gpu_model_named(db: TuningDB, name: str, argument: str) -> GpuModel:
 
 
 def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
-                      device: DeviceInfo | None = None, gpu_model: GpuModel | None = None) -> tuple[Variant, str]:
+                      device: DeviceInfo | None = None, gpu_model: GpuModel | None = None,
+                      objective: str = DEFAULT_OBJECTIVE) -> tuple[Variant, str]:
+    check_objective(objective)
     chosen_family = get_family(family)
     shape = chosen_family.parse_shape(shape_text(dims))
     dtype = chosen_family.check_dtype(dtype)
@@ -76,7 +81,7 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
     ]
     for reason, problems in searches:
         for problem in sorted(problems, key=lambda p: _distance(_dims(chosen_family, p), shape.dims)):
-            found = _runnable_winner(database, chosen_family, problem, shape)
+            found = _runnable_winner(database, chosen_family, problem, shape, objective)
             if found is not None:
                 variant, stored = found
                 if problems is same_cc:
@@ -84,7 +89,8 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
                                   stacklevel=3)
                 adapted = f", adapted from {stored} to run {shape}" if stored != variant.name else ""
                 return variant, f"{reason} ({problem.shape} on {problem.gpu_model}){adapted}"
-    return chosen_family.safe_variant(shape, dtype), "the family's safe default (nothing tuned applies)"
+    measured = f" with its energy measured (--objective {objective})" if needs_energy(objective) else ""
+    return chosen_family.safe_variant(shape, dtype), f"the family's safe default (nothing tuned applies{measured})"
 
 
 def shape_text(dims: tuple[int | str, ...]) -> str:
@@ -129,10 +135,10 @@ def current_device() -> DeviceInfo:
         executor.close()
 
 
-def _runnable_winner(database: TuningDB, family: Family, problem: Problem, shape: Any
-                     ) -> tuple[Variant, str] | None:
+def _runnable_winner(database: TuningDB, family: Family, problem: Problem, shape: Any,
+                     objective: str) -> tuple[Variant, str] | None:
     """The best stored variant that runs the shape, as it is or adapted, and the stored name."""
-    for row in database.top(problem, RANKS_TRIED):
+    for row in database.top(problem, RANKS_TRIED, objective):
         variant = family.runnable(family.variant_type.from_name(row.name), shape)
         if variant is not None:
             return variant, row.name

@@ -5,7 +5,7 @@ what they propose:
   again, a family's default variant. Rows decided beforehand (skipped points) come first.
 - `Search`: a search strategy's proposals, a warm start first, within a budget and a time limit.
 - `Rounds`: the finalists measured again in interleaved rounds, A B C A B C ..., so that drift
-  hits them alike.
+  hits them alike; ranked by the tune's objective (time, energy or edp).
 
 A point whose variant a store already measured (`known`) is recalled, not evaluated again.
 """
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..core.objectives import DEFAULT_OBJECTIVE, score
 from ..core.results import Row, is_ok
 from ..evaluate.loop import Proposal
 from ..evaluate.plan import Point
@@ -115,10 +116,13 @@ class Search:
 
 @dataclass
 class Standing:
-    """A finalist after the interleaved rounds."""
+    """A finalist after the interleaved rounds: each round's median, and where measured its energy
+    and its value of the tune's objective (gen.core.objectives)."""
 
     name: str
     medians_ms: list[float]
+    energies_j: list[float] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
 
     @property
     def median_ms(self) -> float:
@@ -128,14 +132,37 @@ class Standing:
     @property
     def spread(self) -> float:
         """Relative spread of its round medians: (max - min) / median."""
-        return (max(self.medians_ms) - min(self.medians_ms)) / self.median_ms
+        return _spread(self.medians_ms)
+
+    @property
+    def energy_j(self) -> float | None:
+        """The median round's joules per launch; None where no round measured energy."""
+        return statistics.median_low(self.energies_j) if self.energies_j else None
+
+    @property
+    def energy_spread(self) -> float | None:
+        return _spread(self.energies_j) if self.energies_j else None
+
+    @property
+    def score(self) -> float | None:
+        """The median round's value of the objective; None where no round has one."""
+        return statistics.median_low(self.scores) if self.scores else None
+
+    @property
+    def score_spread(self) -> float | None:
+        return _spread(self.scores) if self.scores else None
+
+
+def _spread(values: list[float]) -> float:
+    """(max - min) / the median (the lower middle one)."""
+    return (max(values) - min(values)) / statistics.median_low(values)
 
 
 class Rounds:
     """The finalists measured again, `rounds` times, one round at a time."""
 
-    def __init__(self, finalists: Sequence[Variant], shape: Any, rounds: int):
-        self.finalists, self.shape, self.rounds = list(finalists), shape, rounds
+    def __init__(self, finalists: Sequence[Variant], shape: Any, rounds: int, objective: str = DEFAULT_OBJECTIVE):
+        self.finalists, self.shape, self.rounds, self.objective = list(finalists), shape, rounds, objective
         self.rows: dict[str, list[Row]] = {v.name: [] for v in finalists}  # each finalist's correct rows
         self._started = 0
         self._waiting = 0  # rows of the current round still to come
@@ -159,10 +186,16 @@ class Rounds:
         return None  # the finalists are timed in full
 
     def standings(self) -> list[Standing]:
-        """The finalists that were right in some round, the fastest median round first."""
-        standings = [Standing(name, [row.median_ms for row in rows]) for name, rows in self.rows.items() if rows]
-        return sorted(standings, key=lambda s: s.median_ms)
+        """The finalists that were right in some round, best first by the objective (those it cannot
+        score, measured without energy, after the others), then by the median round's time."""
+        standings = [Standing(name, [row.median_ms for row in rows],
+                              [row.energy_j for row in rows if row.energy_j is not None],
+                              [found for row in rows if (found := score(row, self.objective)) is not None])
+                     for name, rows in self.rows.items() if rows]
+        return sorted(standings, key=lambda s: (s.score is None, s.score or 0.0, s.median_ms))
 
     def median_round(self, standing: Standing) -> Row:
-        """The row of the round whose median is the standing's median."""
+        """The row of the round whose value of the objective is the standing's (by time where it has none)."""
+        if standing.score is not None:
+            return next(row for row in self.rows[standing.name] if score(row, self.objective) == standing.score)
         return next(row for row in self.rows[standing.name] if row.median_ms == standing.median_ms)

@@ -22,6 +22,7 @@ from ..core import checks
 from ..core.errors import UsageError
 from ..core.paths import as_path
 from ..core.progress import Progress
+from ..core.objectives import NO_ENERGY
 from ..core.results import Row, Status
 from ..core.table import text_table
 from ..evaluate.engine import Checking, Engine, EngineStats
@@ -188,7 +189,8 @@ def run_settings(options: SweepOptions, space: Space, shapes: Sequence[Any], arc
             **{f"-p {name}": list(values) for name, values in space.values.items()},
             "--filter": options.filter, "--cache-config": list(options.cache_configs), "--arch": arch,
             "--timing-budget": options.run.timing.budget_s, "--warm": options.run.timing.warm,
-            "--sanitize": options.run.sanitize}
+            "--sanitize": options.run.sanitize,
+            **({"--energy": True} if options.run.timing.energy else {})}  # only when on: older run.json files match
 
 
 def summary(report: SweepReport, top: int = 10) -> str:
@@ -201,11 +203,15 @@ def summary(report: SweepReport, top: int = 10) -> str:
                       key=lambda r: (r.shape, -r.throughput))
     for shape in dict.fromkeys(r.shape for r in measured):
         best = [r for r in measured if r.shape == shape][:top]
+        energy = any(r.energy_j is not None for r in best)
         body = [[r.name, r.cache_config, round(r.median_ms, 4), round(r.throughput, 2),
-                 f"{r.ceiling_share:.1%}" if r.ceiling_share else "", f"{r.error:.2g}"] for r in best]
+                 f"{r.ceiling_share:.1%}" if r.ceiling_share else "", f"{r.error:.2g}",
+                 *([f"{r.energy_j * 1e3:.4g}" if r.energy_j is not None else ""] if energy else [])] for r in best]
         unit = best[0].unit
-        lines += ["", f"fastest at {shape}:",
-                  text_table(["variant", "cache", "median ms", unit, "of ceiling", "error"], body)]
+        lines += ["", f"fastest at {shape}:", text_table(["variant", "cache", "median ms", unit, "of ceiling", "error",
+                                                          *(["mJ per launch"] if energy else [])], body)]
+    no_energy = sorted({part for r in report.rows for part in r.message.split("; ") if part.startswith(NO_ENERGY)})
+    lines += ["", no_energy[0]] if no_energy else []  # asked for, not measured: why, once
     if report.note:
         lines += ["", f"no kernel was run: {report.note}"]
         if counts.get(str(Status.COMPILED)):

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 from ..build.pool import CompilePool
 from ..core import checks
 from ..core.errors import RunInterrupted, UsageError
+from ..core.objectives import DEFAULT_OBJECTIVE, NO_ENERGY, check_objective
 from ..core.progress import Progress
 from ..core.results import GpuModel, Row, TimingOptions, is_ok
 from ..evaluate.engine import Checking, Engine
@@ -61,6 +62,7 @@ class TuneOptions:
     progress: bool = True
     max_points: int = MAX_POINTS  # refuse a larger space before expanding it
     early_stop: bool = True  # stop timing a variant clearly slower than the best so far (never a finalist's)
+    objective: str = DEFAULT_OBJECTIVE  # what ranks the finalists: time, energy or edp (gen.core.objectives)
 
     def __post_init__(self) -> None:
         """Options from Python are refused as the command line would refuse them (gen.core.checks)."""
@@ -83,6 +85,7 @@ def _check(tune: TuneOptions) -> None:
     checks.flag(tune.progress, "progress")
     checks.flag(tune.early_stop, "early_stop")
     checks.instance(tune.run, RunOptions, "run")
+    check_objective(tune.objective)
 
 
 @dataclass(frozen=True)
@@ -237,8 +240,10 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candid
     finalists = search.finalists(options.top)
     if not finalists:
         raise UsageError(_nothing_ran(options, family, problem, shape, search))
-    rounds = Rounds(finalists, shape, INTERLEAVED_ROUNDS)
+    rounds = Rounds(finalists, shape, INTERLEAVED_ROUNDS, options.objective)
+    engine.measure_energy(True)  # the finalists' energy, for the objective and the time-energy front
     finals = evaluate(rounds, engine, TuneSink(db, problem), resume_hint=RESUME_HINT)
+    engine.measure_energy(False)
     standings = rounds.standings()
     if not standings:
         raise UsageError("the finalists failed when measured again; the GPU or its driver may be unstable")
@@ -250,7 +255,7 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candid
     return TuneResult(problem, options.strategy, chosen_rows[standings[0].name], standings,
                       default.rows[0] if default else None, len(search.trace), on_gpu, time.monotonic() - started,
                       search.trace, [t - started for t in search.trace_times], engine.stats.gpu_seconds,
-                      len(chosen.variants))
+                      len(chosen.variants), options.objective, _energy_note(finals.rows))
 
 
 def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates, problem: Problem, db: TuningDB,
@@ -261,6 +266,15 @@ def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates
     deadline = started + options.time_s if options.time_s is not None else None
     return Search(strategy, shape, chosen.budget, warm, db.measured(problem), deadline,
                   all_at_once=options.strategy == "brute", early_stop=EARLY_STOP_MARGIN if options.early_stop else None)
+
+
+def _energy_note(rows: list[Row]) -> str:
+    """Why the finalists have no energy, from their rows (the worker says so in the message); '' when
+    one of them has it."""
+    if any(row.energy_j is not None for row in rows):
+        return ""
+    notes = [part for row in rows for part in row.message.split("; ") if part.startswith(NO_ENERGY)]
+    return notes[0] if notes else ""
 
 
 def _nothing_ran(options: TuneOptions, family: Family, problem: Problem, shape: Any, search: Search) -> str:

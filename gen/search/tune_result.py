@@ -1,9 +1,11 @@
-"""What a tune found on one GPU model, and the report it prints."""
+"""What a tune found on one GPU model, and the report it prints: the finalists ranked by the
+objective, with their energy where measured, and their time-energy front."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core.objectives import DEFAULT_OBJECTIVE, needs_energy, pareto_front
 from ..core.results import Row, is_ok
 from ..store.report import compiled_by
 from ..store.tuning_db import Problem
@@ -24,6 +26,13 @@ class TuneResult:
     trace_seconds: list[float]  # when each evaluation finished, from the start of the tune
     gpu_seconds: float  # the GPUs' busy time (checking and timing), summed
     space: int  # variants the strategy searched among
+    objective: str = DEFAULT_OBJECTIVE  # what ranked the finalists
+    energy_note: str = ""  # why the finalists have no energy, where they have none
+
+    @property
+    def front(self) -> list[Standing]:
+        """The finalists on the time-energy Pareto front, fastest first (none without energy)."""
+        return pareto_front(self.standings)
 
     @property
     def covered_space(self) -> bool:
@@ -32,14 +41,18 @@ class TuneResult:
 
     @property
     def lead(self) -> float | None:
-        """How much slower the runner-up is than the winner, relatively."""
+        """How much worse the runner-up is than the winner, relatively, by the objective (by time
+        where either has no value of it)."""
         if len(self.standings) < 2:
             return None
-        return self.standings[1].median_ms / self.standings[0].median_ms - 1
+        first, second = self.standings[:2]
+        if first.score is None or second.score is None:
+            return second.median_ms / first.median_ms - 1
+        return second.score / first.score - 1
 
     @property
     def noise(self) -> float:
-        return max(s.spread for s in self.standings[:2])
+        return max(s.spread if s.score_spread is None else s.score_spread for s in self.standings[:2])
 
     @property
     def speedup_over_default(self) -> float | None:
@@ -55,18 +68,42 @@ def describe(result: TuneResult) -> str:
     lines = [f"{result.problem.gpu_model}, {result.problem.family} {result.problem.dtype} {result.problem.shape}: "
              f"{result.evaluations} evaluations ({result.gpu_evaluations} on the GPU) by {result.strategy} "
              f"in {result.seconds:.1f} s (GPUs busy {busy:.0%} of it, their time summed over GPUs)",
-             f"winner: {first.name}  {first.median_ms:.4g} ms, {winner.throughput:.2f} {winner.unit}",
+             f"winner{_by(result)}: {first.name}  {first.median_ms:.4g} ms, {winner.throughput:.2f} {winner.unit}"
+             f"{_energy(first)}",
              f"  {_coverage(result)}", f"  compiled by {compiled_by(winner)}"]
     for standing in result.standings:
         lines.append(f"  {standing.name:<70} median {standing.median_ms:.4g} ms over {len(standing.medians_ms)} "
-                     f"interleaved rounds, spread {standing.spread:.1%}")
+                     f"interleaved rounds, spread {standing.spread:.1%}{_energy(standing)}")
     if result.lead is not None:
         verdict = "larger than the noise" if result.lead > result.noise else "within the noise: a tie"
-        lines.append(f"lead over the runner-up: {result.lead:.1%}; noise {result.noise:.1%}: {verdict}")
+        lines.append(f"lead over the runner-up{_by(result)}: {result.lead:.1%}; noise {result.noise:.1%}: {verdict}")
+    lines += _front(result)
     speedup = result.speedup_over_default
     if speedup is not None:
         lines.append(f"against the family's default variant {result.default.name}: {speedup:.2f}x faster")
     return "\n".join(lines)
+
+
+def _energy(standing: Standing) -> str:
+    if standing.energy_j is None:
+        return ""
+    return f"; {standing.energy_j * 1e3:.4g} mJ per launch, spread {standing.energy_spread:.1%}"
+
+
+def _by(result: TuneResult) -> str:
+    """What ranked the finalists, where not time (nor time for want of energy)."""
+    return "" if result.objective == DEFAULT_OBJECTIVE or result.energy_note else f" by {result.objective}"
+
+
+def _front(result: TuneResult) -> list[str]:
+    """The finalists' time-energy Pareto front, or why there is none."""
+    if result.energy_note:
+        return [f"{result.energy_note}: ranked by time"] if needs_energy(result.objective) else [result.energy_note]
+    front = result.front
+    if not front:
+        return []
+    points = ", ".join(f"{s.name} ({s.median_ms:.4g} ms, {s.energy_j * 1e3:.4g} mJ)" for s in front)
+    return [f"time-energy front of the finalists (fastest first, least energy last): {points}"]
 
 
 def _coverage(result: TuneResult) -> str:

@@ -1,5 +1,7 @@
 """Results in the auto-tuning community's T4 format (the Open Autotuning Results Schema used by
 Kernel Tuner: https://github.com/odgaard/TuningSchema, results-schema.json, version 1.0.0).
+The schema names no energy fields; a row's energy (joules per launch) and average power are
+measurements named as Kernel Tuner's NVML observer names them: nvml_energy (J), nvml_power (W).
 
 An export writes over a T4 file tilegen wrote; another existing file only with `force`, and
 never an SQLite database or a run's results, even then. The file is written whole or not at all.
@@ -59,6 +61,9 @@ def t4_result(row: Row, several: bool = False) -> dict[str, Any]:
         result["measurements"] = [{"name": "time", "value": row.median_ms, "unit": "ms"}]
         if row.throughput is not None:
             result["measurements"].append({"name": row.unit, "value": row.throughput, "unit": row.unit})
+    result["measurements"] += [{"name": name, "value": value, "unit": unit} for name, value, unit in
+                               (("nvml_energy", row.energy_j, "J"), ("nvml_power", row.power_w, "W"))
+                               if value is not None]
     return result
 
 

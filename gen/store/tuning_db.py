@@ -2,7 +2,8 @@
 queries over it.
 
 Winners and the top k per problem (GPU model, family, element type, shape) are queries over the
-measurements (the latest measurement of each variant, ranked by median time), so writers only
+measurements (the latest measurement of each variant, ranked by median time, or by energy or
+energy-delay product: gen.core.objectives), so writers only
 ever insert and two tuning runs writing one file at once cannot disagree about a derived table.
 Each write is one transaction; WAL journaling lets readers go on while a writer commits.
 
@@ -25,6 +26,8 @@ from typing import Any, Iterable, Iterator
 
 from ..core.errors import UsageError
 from ..core.paths import as_path, cache_dir, existing_file, writable_folder
+from ..core.objectives import DEFAULT_OBJECTIVE, check_objective
+from ..core.objectives import ranked as ranked_by
 from ..core.results import GpuModel, Row, row_from_json
 from ..families import element_type
 from .tuning_schema import (ELEMENT_TYPE, MODEL_COLUMNS, Layout, check_schema, connect, database_errors, layout, migrate,
@@ -120,8 +123,8 @@ class TuningDB:
         with self._transaction() as connection:
             connection.executemany(
                 f"INSERT INTO measurements ({', '.join(MODEL_COLUMNS)}, family, dtype, shape, variant, cache_config, "
-                "status, median_ms, throughput, cc, driver, nvcc, measured_at, row) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [_values(found, row) for found, row in keyed])
+                "status, median_ms, throughput, cc, driver, nvcc, measured_at, row, energy_j, power_w) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [_values(found, row) for found, row in keyed])
         return len(keyed)
 
     def start_session(self, problem: Problem, strategy: str) -> int:
@@ -148,9 +151,10 @@ class TuningDB:
             query = f"SELECT id, row FROM measurements WHERE id IN ({_latest(found, where)}) ORDER BY id"
             return {row.name: row for row in self._rows(connection, query, parameters)}
 
-    def top(self, problem: Problem, count: int = 5) -> list[Row]:
-        """The fastest correct variants, best first: those a tune confirmed in its interleaved rounds
-        (its finalists) before the others, each group by its latest median. A finalist's median
+    def top(self, problem: Problem, count: int = 5, objective: str = DEFAULT_OBJECTIVE) -> list[Row]:
+        """The best correct variants by `objective` (gen.core.objectives; by energy, only those
+        measured with it), best first: those a tune confirmed in its interleaved rounds (its
+        finalists) before the others, each group by its latest measurement. A finalist's median
         round is slower than the lucky single measurement that made it one; a variant measured once
         is no rival for it."""
         with self._reading() as (connection, found):
@@ -161,11 +165,11 @@ class TuningDB:
             confirmed = {name for (name,) in connection.execute(
                 f"SELECT DISTINCT variant FROM measurements WHERE {where} AND row LIKE '%\"{FINALIST_KEY}\"%'",
                 parameters)}
-        # by each row's own checked median, not the column beside it, which no reader checks
-        return sorted(ranked, key=lambda row: (row.name not in confirmed, row.median_ms))[:count]
+        # by each row's own checked figures (its median, its energy), not the columns beside them
+        return sorted(ranked_by(ranked, check_objective(objective)), key=lambda row: row.name not in confirmed)[:count]
 
-    def best(self, problem: Problem) -> Row | None:
-        top = self.top(problem, 1)
+    def best(self, problem: Problem, objective: str = DEFAULT_OBJECTIVE) -> Row | None:
+        top = self.top(problem, 1, objective)
         return top[0] if top else None
 
     def problems(self, family: str | None = None) -> list[Problem]:
@@ -273,7 +277,7 @@ def _values(model: GpuModel, row: Row) -> tuple:
     p = row.provenance
     return (*model_values(model), row.family, element_type(row.name), row.shape, row.name, row.cache_config or "none",
             str(row.status), row.median_ms, row.throughput, p.get("cc"), p.get("driver"), p.get("nvcc"), time.time(),
-            row.to_json())
+            row.to_json(), row.energy_j, row.power_w)
 
 
 def _of_problem(found: Layout, problem: Problem) -> tuple[str, tuple]:

@@ -5,9 +5,10 @@ A GPU model is stored as its fields (name, compute capability, SM count, memory)
 display string, which may be reworded. Tilegen 0.1 and 0.2 keyed rows by that string
 ("NVIDIA H100 80GB HBM3 (cc 9.0, 132 SMs, 79 GiB)") and stored the rows of a family without a
 `dtype` parameter with dtype ''. A Layout says how a connection's database names the model; the
-SQL expression ELEMENT_TYPE reads '' as the family's one element type. Readers never change a
-database (no migration, no journal switch); a writer migrates an old one in one transaction,
-keeping every row and its id.
+SQL expression ELEMENT_TYPE reads '' as the family's one element type. Columns added since
+(ADDED_COLUMNS: energy and power) are added by a writer to a file that lacks them. Readers never
+change a database (no migration, no journal switch); a writer migrates an old one in one
+transaction, keeping every row and its id.
 """
 
 from __future__ import annotations
@@ -50,8 +51,11 @@ _MEASUREMENTS = "CREATE TABLE IF NOT EXISTS {table} (" + _PROBLEM_COLUMNS + """\
     driver TEXT,
     nvcc TEXT,  -- nvcc's version where nvcc compiled it (the row's provenance names any compiler)
     measured_at REAL NOT NULL,
-    row TEXT NOT NULL
+    row TEXT NOT NULL{added}
 )"""
+# Columns added after tilegen 0.3's tables, each with its SQL type: a writer's migrate adds them to
+# an older file (ALTER TABLE); readers take a file without them as it is, and read them from the row.
+ADDED_COLUMNS = {"measurements": {"energy_j": "REAL", "power_w": "REAL"}}
 _SESSIONS = "CREATE TABLE IF NOT EXISTS {table} (" + _PROBLEM_COLUMNS + """\
     strategy TEXT NOT NULL,
     started_at REAL NOT NULL
@@ -66,7 +70,8 @@ _TRACE = """CREATE TABLE IF NOT EXISTS trace (
 _INDEX = ("CREATE INDEX IF NOT EXISTS by_problem ON measurements (gpu_name, gpu_cc, gpu_sm_count, gpu_memory_gib, "
           "family, dtype, shape, variant)")
 # One statement each: a migration runs them inside its transaction (executescript would commit first).
-SCHEMA = (_MEASUREMENTS.format(table="measurements"), _SESSIONS.format(table="sessions"), _TRACE, _INDEX)
+_ADDED = "".join(f",\n    {name} {kind}" for name, kind in ADDED_COLUMNS["measurements"].items())
+SCHEMA = (_MEASUREMENTS.format(table="measurements", added=_ADDED), _SESSIONS.format(table="sessions"), _TRACE, _INDEX)
 
 # What tilegen 0.1 and 0.2 made: their columns, to recognise their databases (their views and
 # index go in a migration).
@@ -137,6 +142,11 @@ def migrate(connection: sqlite3.Connection) -> None:
         _migrate_legacy(connection, found.legacy)
     for statement in SCHEMA:
         connection.execute(statement)
+    for table, columns in ADDED_COLUMNS.items():
+        present = _columns(connection, table)
+        for name, kind in columns.items():
+            if name not in present:
+                connection.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
 
 def connect(path: Path, writer: bool) -> sqlite3.Connection:
@@ -201,7 +211,7 @@ def _migrate_legacy(connection: sqlite3.Connection, models: Mapping[str, GpuMode
     for table, make, kept in (("measurements", _MEASUREMENTS, LEGACY_TABLES["measurements"]),
                               ("sessions", _SESSIONS, LEGACY_TABLES["sessions"])):
         columns = ", ".join(sorted(kept - {"gpu_model"}))
-        connection.execute(make.format(table=f"{table}_migrated"))
+        connection.execute(make.format(table=f"{table}_migrated", added=_ADDED))
         connection.execute(f"INSERT INTO {table}_migrated ({', '.join(MODEL_COLUMNS)}, {columns}) SELECT {fields}, "
                            f"{', '.join(f't.{c}' for c in sorted(kept - {'gpu_model'}))} FROM {table} AS t "
                            f"JOIN temp.legacy_models AS g ON g.text = t.gpu_model")
@@ -253,14 +263,16 @@ def _holds(found: tuple[str, set[str]] | None, kind: str, columns: set[str]) -> 
 
 @functools.cache
 def _schema() -> dict[str, tuple[str, set[str]]]:
-    """The tables SCHEMA makes, with their columns: what a tilegen database holds."""
+    """The tables SCHEMA makes, with their columns, less ADDED_COLUMNS: what a tilegen database
+    holds (one made before those columns too)."""
     connection = sqlite3.connect(":memory:")
     try:
         for statement in SCHEMA:
             connection.execute(statement)
-        return _objects(connection)
+        found = _objects(connection)
     finally:
         connection.close()
+    return {name: (kind, columns - set(ADDED_COLUMNS.get(name, ()))) for name, (kind, columns) in found.items()}
 
 
 def _objects(connection: sqlite3.Connection) -> dict[str, tuple[str, set[str]]]:
