@@ -5,6 +5,7 @@ line's argument types check text as typed (`*_problem`); the Python API's option
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import re
@@ -102,3 +103,17 @@ def instance(value: Any, kind: type, what: str) -> None:
 def keep(options: Any, name: str, value: Any) -> None:
     """Set a field of a frozen options dataclass, as its __post_init__ may."""
     object.__setattr__(options, name, value)
+
+
+def strict_json(text: str | bytes) -> Any:
+    """JSON whose objects name each key once; ValueError otherwise."""
+    return json.loads(text, object_pairs_hook=_distinct_keys)
+
+
+def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {key!r} is given twice")
+        found[key] = value
+    return found

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
+from .checks import strict_json
+
 
 class Status(StrEnum):
     OK = "ok"
@@ -259,20 +261,6 @@ def row_from_json(text: str | bytes) -> Row:
     """A row from one line of JSON, checked field by field (Row.from_dict); a key given twice is
     refused, not settled silently by the last one. ValueError naming what is wrong."""
     return Row.from_dict(strict_json(text))
-
-
-def strict_json(text: str | bytes) -> Any:
-    """JSON whose objects name each key once; ValueError otherwise."""
-    return json.loads(text, object_pairs_hook=_distinct_keys)
-
-
-def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise ValueError(f"the key {key!r} is given twice")
-        found[key] = value
-    return found
 
 
 @functools.cache

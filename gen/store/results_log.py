@@ -24,7 +24,8 @@ from typing import Any, Iterable, Mapping
 from ..core.errors import TilegenError, UsageError
 from ..core.own_files import open_own, refuse_other_kind
 from ..core.paths import writable_folder
-from ..core.results import Row, row_from_json, strict_json
+from ..core.checks import strict_json
+from ..core.results import Row, row_from_json
 from .files import append_whole, write_failure, write_whole_file
 from .run_folder import RESULTS_CSV, RESULTS_JSONL, RUN_JSON, RUN_LOCK, RUN_MARKER, FolderLock, check_ours, mark
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.errors import RunFailed, TilegenError, UsageError
-from ..core.results import GpuModel, strict_json
+from ..core.checks import strict_json
+from ..core.results import GpuModel
 from ..families import registry
 
 WRITE_WAIT_S = 60.0  # a writer waits this long for another's transaction (two tunes into one file)
