@@ -3,6 +3,8 @@ line per item."""
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -70,3 +72,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     reason = _gpu_missing() if gpu_items else None
     for item in gpu_items if reason else []:
         item.add_marker(pytest.mark.skip(reason=f"GPU test: {reason}"))
+
+
+@pytest.fixture
+def own_family_path(monkeypatch):
+    """The family folders a test adds (gen.tune_kernel's, say) stay out of the tests after it."""
+    from gen.families.registry import registry
+
+    monkeypatch.setenv("TILEGEN_FAMILY_PATH", os.environ.get("TILEGEN_FAMILY_PATH", ""))
+    yield
+    monkeypatch.undo()
+    registry.cache_clear()

@@ -5,7 +5,6 @@ top checks the constant-memory family loads, so the GPU tests fail only for what
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -45,14 +44,8 @@ __global__ void convolution(float *output, const float *input) {
 
 
 @pytest.fixture(autouse=True)
-def own_family_path(monkeypatch):
-    """The family folders a test adds stay out of the tests after it."""
-    from gen.families.registry import registry
-
-    monkeypatch.setenv("TILEGEN_FAMILY_PATH", os.environ.get("TILEGEN_FAMILY_PATH", ""))
-    yield
-    monkeypatch.undo()
-    registry.cache_clear()
+def _own_family_path(own_family_path):
+    """Every test here adds family folders: they stay out of the tests after it (conftest)."""
 
 
 def test_the_constant_memory_family_loads_with_its_constants() -> None:

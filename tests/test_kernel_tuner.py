@@ -5,7 +5,6 @@ registry and the renderer, as every other family is."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -38,14 +37,8 @@ N = 1000
 
 
 @pytest.fixture(autouse=True)
-def own_family_path(monkeypatch):
-    """The family folders a test adds stay out of the tests after it."""
-    from gen.families.registry import registry
-
-    monkeypatch.setenv("TILEGEN_FAMILY_PATH", os.environ.get("TILEGEN_FAMILY_PATH", ""))
-    yield
-    monkeypatch.undo()
-    registry.cache_clear()
+def _own_family_path(own_family_path):
+    """Every test here adds family folders: they stay out of the tests after it (conftest)."""
 
 
 def vector_add_call(tmp_path: Path, **options) -> tuple[list[dict], dict]:

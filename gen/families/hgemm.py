@@ -19,6 +19,7 @@ from ..core.limits import REGISTERS_PER_SM, WARP_SIZE
 from .family import Family, Launch, blocks, check_shared_bytes, check_threads
 from .gemm import GemmProblem, MatmulShape
 from .problem import GEMM_BF16, GEMM_F16, UNIT_ROUNDOFF, Ceiling, element_bytes, sum_tolerance
+from .tiles import WarpTiles
 from .variant import Variant, choice, integer
 
 LAYOUTS = ("swizzle", "pad", "none")
@@ -47,7 +48,7 @@ HALF_GEMM = HalfGemmProblem()
 
 
 @dataclass(frozen=True, order=True)
-class HgemmVariant(Variant):
+class HgemmVariant(WarpTiles, Variant):
     family: ClassVar[str] = "hgemm"
 
     dtype: str = choice("f16", ("f16", "bf16"), space=("f16",), emitted=("f16", "bf16"),
@@ -77,14 +78,6 @@ class HgemmVariant(Variant):
     @property
     def output_dtype(self) -> str:
         return "f32" if self.out == "f32" else self.dtype
-
-    @property
-    def warps(self) -> int:
-        return (self.bm // self.wm) * (self.bn // self.wn)
-
-    @property
-    def threads_per_block(self) -> int:
-        return self.warps * WARP_SIZE
 
     @property
     def a_tile_elements(self) -> int:

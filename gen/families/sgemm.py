@@ -20,7 +20,7 @@ from ..core.errors import InvalidVariant
 from .family import Family, Launch, blocks, check_shared_bytes, check_threads
 from .problem import element_bytes
 from ..core.limits import MAX_REGISTERS_PER_THREAD, WARP_SIZE
-from .tiles import SMEM, SharedTiles
+from .tiles import SMEM, SharedTiles, WarpTiles
 from .variant import Variant, choice, integer
 from .gemm import GEMM, MatmulShape
 
@@ -32,7 +32,7 @@ SYNCS = ("both", "none")
 
 
 @dataclass(frozen=True, order=True)
-class SgemmVariant(SharedTiles, Variant):
+class SgemmVariant(SharedTiles, WarpTiles, Variant):
     family: ClassVar[str] = "sgemm"
 
     dtype: str = choice("f32", ("f32",), help="element type (float32 only: the CUDA-core SGEMM)")
@@ -60,14 +60,6 @@ class SgemmVariant(SharedTiles, Variant):
     sync: str = choice("both", SYNCS, emitted=SYNCS, help="both: the barriers; none: races, for teaching")
     smem: str = choice("static", SMEM, omit="static",
                        help="shared tiles declared static, or extern and sized at launch (needed past 48 KiB)")
-
-    @property
-    def warps(self) -> int:
-        return (self.bm // self.wm) * (self.bn // self.wn)
-
-    @property
-    def threads_per_block(self) -> int:
-        return self.warps * WARP_SIZE
 
     @property
     def iter_m(self) -> int:
