@@ -25,7 +25,7 @@ import numpy as np
 from .core.errors import UsageError
 from .core.paths import cache_dir
 from .families.builtin import BUILTIN_FAMILIES
-from .families.sourced import FUNCTIONS, OUTPUT_DTYPES, RESERVED, SCALAR_CTYPES, SPEC, TEMPLATE
+from .families.sourced import FUNCTIONS, OUTPUT_DTYPES, RESERVED, SCALAR_CTYPES, SPEC, TEMPLATE, block_of
 from .families.variant import Variant
 
 FOLDER = "kernel_tuner"  # under tilegen's cache folder: one folder per family made
@@ -125,7 +125,7 @@ def first_valid(tune_params: Mapping[str, list[Any]], rules: Sequence[Callable[[
     """The first configuration, in Kernel Tuner's order, that passes the restrictions and fits a block."""
     for values in itertools.product(*tune_params.values()):
         params = dict(zip(tune_params, values))
-        threads = np.prod([params.get(n, 1) for n in block_size_names])
+        threads = np.prod(block_of(params, block_size_names))
         if threads <= MAX_THREADS and all(rule(params) for rule in rules):
             return params
     raise UsageError("no configuration of tune_params passes the restrictions with at most 1024 threads per block")

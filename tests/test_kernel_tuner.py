@@ -206,3 +206,15 @@ def test_bad_values_are_one_line_naming_the_option(tmp_path: Path, options: dict
     with pytest.raises(UsageError, match=says) as raised:
         vector_add_call(tmp_path, **options)
     assert "\n" not in str(raised.value)
+
+
+def test_block_sizes_not_tuned_take_kernel_tuners_defaults(tmp_path: Path) -> None:
+    width, height = 1000, 30
+    data = np.ones((height, width), np.float32)
+    source = SCALE_2D.replace("block_size_y", "1").replace("* tile", "").replace("t < tile", "t < 1")
+    _, env = gen.tune_kernel("scale", source, (width, height), [np.zeros_like(data), data, np.int32(width),
+                             np.int32(height)], {"unused": [1, 2]}, cmem_args={"weights": np.ones(4, np.float32)},
+                             db=tmp_path / "t.sqlite", executor=fakes.FakeExecutor(), quiet=True)
+    family = get_family(env["family"])  # neither block size tuned: 256 x 1, and the grid divides by them
+    launch = family.launch(family.variant({"unused": 2}), family.parse_shape("1000x30"))
+    assert (launch.grid, launch.block) == ((4, 30, 1), (256, 1, 1))

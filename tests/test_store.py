@@ -72,3 +72,13 @@ def test_csv_flattens_parameters_and_provenance(tmp_path: Path) -> None:
     header, line = csv_path.read_text().splitlines()
     assert "param_tile" in header.split(",") and "gpu" in header.split(",")
     assert "skipped" in line and "too many threads" in line and "H100" in line
+
+
+def test_a_file_written_whole_is_as_readable_as_one_written_plainly(tmp_path: Path) -> None:
+    from gen.core.own_files import UMASK, write_atomically
+
+    target = tmp_path / "run.json"
+    write_atomically(target, b"{}")
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"{}")
+    assert target.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777 == 0o666 & ~UMASK

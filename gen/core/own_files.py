@@ -54,11 +54,22 @@ def other_kind(mode: int) -> str | None:
     return next((kind for test, kind in _KINDS if test(mode)), None)
 
 
+def _umask() -> int:
+    """The process's umask, read once at import (reading it sets it, which threads must not race)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _umask()
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Write `path` whole or leave what was there: a temporary file beside it (created anew, so never
     through a link) moved into place; the temporary is removed when the write fails."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
     try:
+        os.fchmod(handle, 0o666 & ~UMASK)  # mkstemp's 0600 would hide results a plain open() shares
         with os.fdopen(handle, "wb") as out:
             out.write(data)
         os.replace(temporary, path)

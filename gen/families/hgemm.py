@@ -121,9 +121,9 @@ class HgemmVariant(WarpTiles, Variant):
             raise InvalidVariant(f"{self.threads_per_block} threads with warp tile {self.wm} x {self.wn} need about "
                                  f"{registers} registers each, {registers * self.threads_per_block} in all; an SM has "
                                  f"{REGISTERS_PER_SM} (use fewer warps or a smaller warp tile)")
-        if self.layout == "swizzle" and self.bn < 64:
-            raise InvalidVariant(f"layout=swizzle needs rows of B's tile of at least 64 elements (8 chunks), "
-                                 f"bn {self.bn} is less (use layout=pad)")
+        if self.layout == "swizzle" and self.bn % 64:
+            raise InvalidVariant(f"layout=swizzle permutes B's rows in groups of 64 elements (8 chunks): bn {self.bn} "
+                                 f"is not a multiple of 64 (use layout=pad)")
         check_shared_bytes("dynamic", self.shared_bytes, f"bm {self.bm}, bn {self.bn}, bk {self.bk} x {self.stages} stages")
 
 
@@ -159,8 +159,10 @@ class HgemmFamily(Family):
         return [replace(variant, bounds="guard"), replace(variant, bounds="guard", copy="scalar")]
 
     def unaligned(self, variant: HgemmVariant) -> HgemmVariant | None:
-        """Element-by-element copies and checked stores: 16-byte copies need 16-byte aligned rows."""
-        return replace(variant, bounds="guard", copy="scalar") if variant.copy == "async" else None
+        """Element-by-element copies and checked (single) stores: 16-byte copies need 16-byte aligned
+        rows, and unchecked stores write C two elements at a time."""
+        aligned_only = variant.copy == "async" or variant.bounds == "none"
+        return replace(variant, bounds="guard", copy="scalar") if aligned_only else None
 
     def sanitize_size(self, variant: HgemmVariant) -> str:
         if variant.bounds == "none":

@@ -19,7 +19,7 @@ import math
 import pickle
 from dataclasses import make_dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -85,9 +85,16 @@ def _rule_text(spec: Mapping[str, Any], number: int) -> str:
 
 
 def _threads(variant: Any) -> tuple[int, int, int]:
-    """The block, from the parameters named by block_size_names (1 where one is not a parameter)."""
-    params = variant.params()
-    return tuple(int(params.get(name, 1)) for name in variant.tk_spec["block_size_names"])  # type: ignore[return-value]
+    return block_of(variant.params(), variant.tk_spec["block_size_names"])
+
+
+DEFAULT_BLOCK = (256, 1, 1)  # Kernel Tuner's block where block_size_names' parameters are not tuned
+
+
+def block_of(params: Mapping[str, Any], names: Sequence[str]) -> tuple[int, int, int]:
+    """The block, from the parameters named by block_size_names (Kernel Tuner's default for any of
+    them that is not a parameter)."""
+    return tuple(int(params.get(name, default)) for name, default in zip(names, DEFAULT_BLOCK))  # type: ignore[return-value]
 
 
 def _grid(variant: Any) -> tuple[int, ...]:
@@ -96,9 +103,9 @@ def _grid(variant: Any) -> tuple[int, ...]:
     grid = []
     for axis, extent in enumerate(spec["problem_size"]):
         divisors = spec["grid_div"][axis]
-        if divisors is None:
-            divisors = [spec["block_size_names"][axis]]
-        grid.append(blocks(extent, math.prod(_value(d, params) for d in divisors)))
+        divisor = (_threads(variant)[axis] if divisors is None  # Kernel Tuner's default: that axis's block size
+                   else math.prod(_value(d, params) for d in divisors))
+        grid.append(blocks(extent, divisor))
     return tuple(grid)
 
 
