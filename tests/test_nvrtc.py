@@ -90,6 +90,17 @@ def test_a_compile_error_is_a_row_that_names_the_line(tmp_path: Path, compile_op
     assert other.provenance["nvrtc"] == nvrtc_library.library_version()
 
 
+def test_ptxas_refusing_a_kernel_in_nvrtc_is_a_compile_error_row_not_a_broken_installation(
+        nvrtc: CompileOptions, monkeypatch) -> None:
+    # NVRTC puts ptxas's error after its report, the two joined by a NUL: the error must still be read
+    big = ("extern \"C\" __global__ void {name}(float *out) {{\n    __shared__ float tile[20000];\n"
+           "    tile[threadIdx.x] = threadIdx.x;\n    __syncthreads();\n    out[threadIdx.x] = tile[19999 - threadIdx.x];\n}}\n")
+    monkeypatch.setattr(compiler, "render", lambda v: big.format(name=v.name))
+    result = compile_variant(VARIANT, nvrtc)
+    assert not result.ok and "uses too much shared data" in result.log
+    assert "\0" not in result.log
+
+
 @pytest.mark.parametrize("flags, expected", [
     (["-lineinfo", "-use_fast_math", "-maxrregcount=64", "-Xptxas", "-O2"],
      ["-lineinfo", "--use_fast_math", "--maxrregcount=64", "--ptxas-options=-O2"]),

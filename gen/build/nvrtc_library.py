@@ -95,7 +95,8 @@ def _log(nvrtc: Any, program: Any) -> str:
     size = _checked(nvrtc.nvrtcGetProgramLogSize(program))
     buffer = bytearray(size)  # NVRTC writes into it: never an immutable bytes object Python may share
     _checked(nvrtc.nvrtcGetProgramLog(program, buffer))
-    return bytes(buffer).rstrip(b"\0").decode(errors="replace")
+    # NVRTC's log may hold two C strings (ptxas's error after its report): NUL-separated, not line-separated
+    return bytes(buffer).rstrip(b"\0").replace(b"\0", b"\n").decode(errors="replace")
 
 
 def _cubin(nvrtc: Any, program: Any) -> bytes:
