@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -103,3 +104,25 @@ def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
     path.write_text("not sqlite " * 100)
     with pytest.raises(UsageError, match="is not a tilegen tuning database"):
         TuningDB(path)
+
+
+def test_processes_making_one_new_database_at_once_all_open_it(tmp_path: Path) -> None:
+    # A new file's switch to WAL mode can be refused at once, with no wait, to break a deadlock
+    # between two openers; threads stand in for processes (SQLite locks them the same way).
+    failures: list[str] = []
+    for trial in range(100):
+        path = tmp_path / f"{trial}.sqlite"
+        start = threading.Barrier(6)
+
+        def make() -> None:
+            start.wait()
+            try:
+                TuningDB(path).rows()
+            except Exception as error:  # noqa: BLE001 - any failure is the finding
+                failures.append(str(error))
+        threads = [threading.Thread(target=make) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert failures == []

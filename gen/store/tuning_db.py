@@ -30,7 +30,7 @@ from ..core.objectives import DEFAULT_OBJECTIVE, check_objective
 from ..core.objectives import ranked as ranked_by
 from ..core.results import GpuModel, Row, row_from_json
 from ..families import element_type
-from .tuning_schema import (ELEMENT_TYPE, MODEL_COLUMNS, Layout, check_schema, connect, database_errors, layout, migrate,
+from .tuning_schema import (ELEMENT_TYPE, MODEL_COLUMNS, WRITE_WAIT_S, Layout, check_schema, connect, database_errors, layout, migrate,
                             model_values)
 
 DB_ENV = "TILEGEN_DB"
@@ -103,11 +103,7 @@ class TuningDB:
         except OSError as error:
             raise UsageError(f"cannot write {self.path} ({error.strerror}); give another --db") from None
         with database_errors(self.path):
-            connection = connect(self.path, writer=True)
-            try:
-                connection.execute("PRAGMA journal_mode=WAL")
-            finally:
-                connection.close()
+            _switch_to_wal(self.path)
         with self._transaction() as connection:
             migrate(connection)
 
@@ -263,6 +259,24 @@ class TuningDB:
                 raise
             finally:
                 connection.close()
+
+
+def _switch_to_wal(path: Path) -> None:
+    """Put the file in WAL mode. Two processes making one new file at once (two tunes, or a tune and
+    a reader) can be refused at once, without SQLite's wait, to break a deadlock: try again until
+    the writer's wait is over."""
+    deadline = time.monotonic() + WRITE_WAIT_S
+    while True:
+        connection = connect(path, writer=True)
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+        finally:
+            connection.close()
+        time.sleep(0.01)
 
 
 def _check_model(model: Any, what: str) -> None:
