@@ -249,5 +249,5 @@ def environment(result: TuneResult, made: Any, options: TuneOptions, seconds: fl
             "problem_size": made.spec["problem_size"], "tune_params": made.spec["tune_params"],
             "strategy": options.strategy, "iterations": options.run.timing.min_samples, "family": made.family,
             "family_folder": str(made.folder), "best": result.winner.name, "best_time": result.standings[0].median_ms,
-            "evaluations": result.evaluations, "tune_seconds": seconds, "max_threads": MAX_THREADS,
+            "evaluations": result.evaluations, "tune_seconds": seconds, "gpu_seconds": result.gpu_seconds, "max_threads": MAX_THREADS,
             "db": str(TuningDB(options.db, create=False).path)}

@@ -4,8 +4,8 @@
 First the counter (read only: nothing of the GPU is set): how often nvmlDeviceGetTotalEnergyConsumption
 changes and by how little (its update interval and resolution), idle and under load (a memset loop),
 and the same for nvmlDeviceGetPowerUsage. Then `--repeats` tunes of FAMILY at SIZE into one fresh
-tuning database: the first searches, the others recall the search and measure the finalists again
-(each time in five interleaved rounds, each round with its energy). Prints, per finalist, the
+tuning database: the first searches, the others measure the first one's finalists again (each time
+in five interleaved rounds, each round with its energy). Prints, per finalist, the
 median round's time and joules per launch of every repeat, the spread of those over the repeats,
 and the time-optimal and energy-optimal finalists side by side; --markdown writes the same as
 Markdown. Asserts nothing.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import tempfile
 import time
@@ -141,10 +142,13 @@ def energy_of_finalists(args: argparse.Namespace) -> tuple[list[list[object]], l
     found: dict[str, Finalist] = {}
     with tempfile.TemporaryDirectory() as scratch:
         db = Path(scratch) / "tuning.sqlite"
+        first: list[str] = []  # the first tune's finalists: the later repeats measure these again
         for repeat in range(args.repeats):
-            options = TuneOptions(args.family, args.size, budget=args.budget, db=db, top=args.top, progress=False,
-                                  run=RunOptions(gpus=[args.gpu], timing=TUNE_TIMING))
+            again = dict(strategy="brute", filter="^(" + "|".join(map(re.escape, first)) + ")$") if first else {}
+            options = TuneOptions(args.family, args.size, budget=None if first else args.budget, db=db, top=args.top,
+                                  progress=False, run=RunOptions(gpus=[args.gpu], timing=TUNE_TIMING), **again)
             (result,) = tune(options)
+            first = first or [standing.name for standing in result.standings]
             stored = TuningDB(db, create=False).measured(result.problem)
             print(f"repeat {repeat + 1}: {result.evaluations} evaluations in {result.seconds:.1f} s; "
                   f"{result.energy_note or 'energy measured'}", flush=True)

@@ -4,19 +4,22 @@ on the same GPU: the same call (only the import differs), each run cold in a pro
 (tilegen: an empty compile cache and tuning database; Kernel Tuner: no cache file), the two tools
 alternating. Prints, per example: each tool's winner, its time, the cold tune's wall time, and
 tilegen's time of Kernel Tuner's winner (so a different winner can be judged against the noise).
-Asserts nothing.
+With --markdown, each tool's stderr (tilegen's progress and summary) is kept beside the table as
+TOOL-EXAMPLE.log. Asserts nothing.
 
 The example files are not in this repository: copy them from KernelTuner/kernel_tuner
 (examples/cuda/vector_add.py's kernel is inline; convolution.cu, matmul.cu and expdist.cu are
 files) into one folder and give it with --examples. The calls below follow the examples' own
 scripts (convolution.py, matmul.py, expdist.py), with these changes, the same for both tools:
-an `answer` where one can be computed with NumPy (vector_add, convolution, matmul), so both tools
-check every configuration; the convolution's filter fixed at its source's 17x17 and a space of
+an `answer` where one can be computed with NumPy (vector_add, convolution, matmul), in the output's
+type (float32: Kernel Tuner reads the output into an array like the answer), so both tools check
+every configuration; the matmul space without the configurations whose static shared memory passes
+48 KiB (Kernel Tuner stops at them); the convolution's filter fixed at its source's 17x17 and a space of
 96 points instead of its 3 million; expdist's first kernel only, without an answer (each block
 writes its partial sum; the sums' layout depends on the configuration), compiled by nvcc in
 tilegen (it includes cub/cub.cuh, whose host code NVRTC does not take).
 
-Usage: scripts/bench_vs_kernel_tuner_examples.py --examples DIR [--rounds 1] [--only NAME] [--markdown FILE]
+Usage: scripts/bench_vs_kernel_tuner_examples.py --examples DIR [--rounds 1] [--only NAME,...] [--markdown FILE]
 """
 
 from __future__ import annotations
@@ -59,10 +62,11 @@ def call(example: str, folder: Path) -> tuple[tuple, dict]:
         b = rng.standard_normal((4096, 4096), np.float32)
         params = {"block_size_x": [16 * 2**i for i in range(3)], "block_size_y": [2**i for i in range(6)],
                   "tile_size_x": [2**i for i in range(4)], "tile_size_y": [2**i for i in range(4)]}
+        fits = "block_size_y*tile_size_y*block_size_x*(1+tile_size_x)*4 <= 48*1024"  # static shared memory
         return (("matmul_kernel", str(folder / "matmul.cu"), (4096, 4096), [np.zeros_like(a), a, b], params),
                 {"grid_div_x": ["block_size_x", "tile_size_x"], "grid_div_y": ["block_size_y", "tile_size_y"],
-                 "restrictions": ["block_size_x==block_size_y*tile_size_y"], "iterations": 32,
-                 "answer": [a.astype(np.float64) @ b.astype(np.float64), None, None], "atol": 1e-2})
+                 "restrictions": ["block_size_x==block_size_y*tile_size_y", fits], "iterations": 32,
+                 "answer": [(a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), None, None], "atol": 1e-2})
     return _expdist(folder, rng)
 
 
@@ -80,7 +84,7 @@ def _convolution(folder: Path, rng: np.random.Generator) -> tuple[tuple, dict]:
              [np.zeros(size * size, np.float32), image.ravel(), weights], params),
             {"grid_div_x": ["block_size_x", "tile_size_x"], "grid_div_y": ["block_size_y", "tile_size_y"],
              "cmem_args": {"d_filter": weights}, "restrictions": ["use_padding==0 or (block_size_x % 32 != 0)"],
-             "answer": [expected.ravel(), None, None], "atol": 1e-2})  # 289 float32 products a sum
+             "answer": [expected.ravel().astype(np.float32), None, None], "atol": 1e-2})  # 289 float32 products a sum
 
 
 def _expdist(folder: Path, rng: np.random.Generator) -> tuple[tuple, dict]:
@@ -105,23 +109,30 @@ def child(tool: str, example: str, folder: Path) -> dict[str, Any]:
     positional, keywords = call(example, folder)
     started = time.perf_counter()
     results, env = tune_kernel(*positional, strategy="brute_force", **keywords, **(
-        {"quiet": True} if tool == "tilegen" else {"verbose": False}))
+        {} if tool == "tilegen" else {"verbose": False}))  # tilegen's progress and summary: on stderr, logged
     seconds = time.perf_counter() - started
     names = list(positional[4])
     timed = [r for r in results if isinstance(r.get("time"), (int, float))]
     best = min(timed, key=lambda r: r["time"])
+    statuses: dict[str, int] = {}
+    for r in results:
+        status = "ok" if isinstance(r.get("time"), (int, float)) else str(r.get("time"))[:80]
+        statuses[status] = statuses.get(status, 0) + 1
     return {"tool": tool, "example": example, "seconds": seconds, "configs": len(results), "ok": len(timed),
+            "statuses": statuses, "gpu_seconds": env.get("gpu_seconds"),
             "winner": {n: best[n] for n in names}, "time_ms": best["time"],
             "times": {json.dumps({n: r[n] for n in names}): r["time"] for r in timed}}
 
 
-def run_child(tool: str, example: str, folder: Path) -> dict[str, Any]:
+def run_child(tool: str, example: str, folder: Path, log_folder: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as scratch:
         env = dict(os.environ, TILEGEN_CACHE=f"{scratch}/cache", TILEGEN_DB=f"{scratch}/tuning.sqlite")
         if example == "expdist":
             env["TILEGEN_COMPILER"] = "nvcc"
         done = subprocess.run([sys.executable, __file__, "--child", tool, example, "--examples", str(folder)],
                               env=env, capture_output=True, text=True)
+    if log_folder is not None:
+        (log_folder / f"{tool}-{example}.log").write_text(done.stderr)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         return {"tool": tool, "example": example, "error": last}
@@ -154,19 +165,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=Path, required=True, help="folder holding Kernel Tuner's example files")
     parser.add_argument("--rounds", type=int, default=1, help="times each tool runs each example, alternating")
-    parser.add_argument("--only", choices=EXAMPLES)
+    parser.add_argument("--only", type=lambda text: text.split(","), help=f"examples, comma-separated: {', '.join(EXAMPLES)}")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "EXAMPLE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.examples.resolve())))
         return
+    unknown = sorted(set(args.only or ()) - set(EXAMPLES))
+    if unknown:
+        parser.error(f"--only: no example {unknown[0]!r}; choose from {', '.join(EXAMPLES)}")
     found = []
-    for example in [args.only] if args.only else EXAMPLES:
+    for example in args.only or EXAMPLES:
         for round_ in range(args.rounds):
             order = ("kernel_tuner", "tilegen") if round_ % 2 == 0 else ("tilegen", "kernel_tuner")
             for tool in order:
-                found.append(run_child(tool, example, args.examples.resolve()))
+                found.append(run_child(tool, example, args.examples.resolve(), args.markdown.parent if args.markdown else None))
                 print(json.dumps({k: v for k, v in found[-1].items() if k != "times"}), flush=True)
     text = table(found)
     print(text)

@@ -19,7 +19,8 @@
 #   launch     scripts/bench_launch.py: a kernel launch's host cost against CuPy's RawKernel and
 #              PyTorch's op (issue 31)
 #   energy     scripts/bench_energy.py: NVML's energy counter (update interval, resolution) and the
-#              sgemm finalists' joules per launch at 4096^3 over three tunes (issue 36; needs nvidia-ml-py)
+#              sgemm finalists' joules per launch at 4096^3 over three tunes (issue 36; needs nvidia-ml-py);
+#              $ENERGY_FLAGS adds flags (--budget 40, say)
 #   throughput scripts/bench_sweep.py: the sgemm space at 512^3, warm cache, budget 0.05 s (issue 22);
 #              the cache comes from .whl/sgemm-cache-sm90-nvcc.tar.xz when carried; $BENCH_FILTER
 #              narrows the space, $BENCH_FLAGS adds flags (--profile-jobs N, say); with $BENCH_GPUS
@@ -32,7 +33,8 @@
 #              $HGEMM_FLAGS adds flags (--tune N, --variants A,B, --sizes ...)
 #   layouts    the hgemm layout lesson: none, pad and swizzle at 4096^3, and report's heatmaps of them
 #   kt-examples  scripts/bench_vs_kernel_tuner_examples.py on Kernel Tuner's example files in
-#              $KT_EXAMPLES (default .whl/kt; Kernel Tuner's wheels in .whl/)
+#              $KT_EXAMPLES (default .whl/kt; Kernel Tuner's wheels in .whl/); $KT_FLAGS adds flags
+#              (--only vector_add,matmul, say)
 #   dask       the two-GPU test (two GPUs)
 #   dask-a     the Dask cluster benchmark's compile and one-GPU sweep; dask-b (a later call, with
 #              runs/cluster-bench carried): its cluster sweeps, whole and with a worker killed, and
@@ -86,12 +88,12 @@ for name in "$@"; do
         -p bn=64,128,256 -p stages=3 --timing-budget 0.2 --out "$out/layouts" --quiet
       part layouts-plot python3 -m gen report hgemm "$out/layouts" --plot "$out/layouts.png" ;;
     kt-examples) part kt-examples python3 scripts/bench_vs_kernel_tuner_examples.py --examples "${KT_EXAMPLES:-.whl/kt}" \
-                   --markdown "$out/kt-examples.md" ;;
+                   --markdown "$out/kt-examples.md" ${KT_FLAGS:-} ;;
     hgemm)
       # shellcheck disable=SC2086  # HGEMM_FLAGS is several flags
       part hgemm python3 scripts/bench_vs_vendor.py --only hgemm --markdown "$out/hgemm.md" ${HGEMM_FLAGS:-} ;;
     launch) part launch python3 scripts/bench_launch.py --markdown "$out/launch.md" ;;
-    energy) part energy python3 scripts/bench_energy.py --markdown "$out/energy.md" ;;
+    energy) part energy python3 scripts/bench_energy.py --markdown "$out/energy.md" ${ENERGY_FLAGS:-} ;;
     tests-k) part tests-k python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k "$TESTS_K" tests/ ;;
     throughput|throughput-ab)
       if [ ! -d runs/sgemm-cache ] && [ -f .whl/sgemm-cache-sm90-nvcc.tar.xz ]; then

@@ -99,7 +99,6 @@ class Engine:
         self._provenance: dict[str, dict[str, str]] = {}
         self._failure: BaseException | None = None
         self._cutoff_ms: float | None = None  # timing stops early above this (see stop_timing_above)
-        self._energy = False  # jobs also measure energy (see measure_energy)
         self._stopping = threading.Event()
         self._feeder = threading.Thread(target=self._feed_gpus, name="tilegen-gpus", daemon=True)
         if executor is not None:
@@ -135,10 +134,6 @@ class Engine:
         """Jobs that start from now on stop timing once their samples are clearly slower than
         `cutoff_ms` (a search's best so far, with a margin); None: time them in full."""
         self._cutoff_ms = cutoff_ms
-
-    def measure_energy(self, on: bool) -> None:
-        """Jobs that start from now on also measure joules per launch (a tune's finalists), or not."""
-        self._energy = on
 
     def room(self) -> int:
         """How many more points keep every compile thread and GPU busy without queueing more: as
@@ -222,7 +217,10 @@ class Engine:
         if not compiled.ok or point.shape is None or self._executor is None:
             self._events.put(row)
             return
-        job = job_for(compiled, point.shape, point.cache_config or "none", self.checking.seed, self.checking.timing,
+        timing = self.checking.timing
+        if point.energy and timing is not None:
+            timing = replace(timing, energy=True)
+        job = job_for(compiled, point.shape, point.cache_config or "none", self.checking.seed, timing,
                       self._sanitize_size(compiled.variant), next(self._tickets))
         with self._lock:
             self._waiting_rows[job.ticket] = row
@@ -284,12 +282,10 @@ class Engine:
                              f"GPUs' --arch (a sweep compiles for one; tune compiles per GPU model)")
 
     def _with_cutoff(self, job: Job) -> Job:
-        """The job as it goes to a GPU, with the freshest timing cutoff (and energy, when asked)."""
+        """The job as it goes to a GPU, with the freshest timing cutoff."""
         cutoff = self._cutoff_ms
         if cutoff is not None and job.timing is not None:
             job = replace(job, timing=replace(job.timing, stop_above_ms=cutoff))
-        if self._energy and job.timing is not None:
-            job = replace(job, timing=replace(job.timing, energy=True))
         return job
 
     def _measured(self, job: Job, measurement: Measurement) -> None:

@@ -21,11 +21,13 @@ SAMPLE = 5  # points a dry run shows
 
 @dataclass(frozen=True)
 class Point:
-    """One evaluation: a variant on a shape (None: compile only) with a run-time cache preference."""
+    """One evaluation: a variant on a shape (None: compile only) with a run-time cache preference,
+    and with its joules per launch where `energy` (a tune's finalists)."""
 
     variant: Variant
     shape: Any = None
     cache_config: str = ""
+    energy: bool = False
 
     @property
     def key(self) -> str:

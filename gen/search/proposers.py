@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..core.objectives import DEFAULT_OBJECTIVE, score
+from ..core.objectives import DEFAULT_OBJECTIVE, needs_energy, score
 from ..core.results import Row, is_ok
 from ..evaluate.loop import Proposal
 from ..evaluate.plan import Point
@@ -159,7 +159,9 @@ def _spread(values: list[float]) -> float:
 
 
 class Rounds:
-    """The finalists measured again, `rounds` times, one round at a time."""
+    """The finalists measured again, `rounds` times, one round at a time, with their energy: in
+    every round where the objective needs it, else in the last (for the time-energy front: each
+    energy measurement runs the variant for half a second or more)."""
 
     def __init__(self, finalists: Sequence[Variant], shape: Any, rounds: int, objective: str = DEFAULT_OBJECTIVE):
         self.finalists, self.shape, self.rounds, self.objective = list(finalists), shape, rounds, objective
@@ -172,7 +174,8 @@ class Rounds:
             return Proposal()
         self._started += 1
         self._waiting = len(self.finalists)
-        return Proposal([Point(v, self.shape, "none") for v in self.finalists])
+        energy = needs_energy(self.objective) or self._started == self.rounds
+        return Proposal([Point(v, self.shape, "none", energy) for v in self.finalists])
 
     def tell(self, row: Row) -> None:
         self._waiting -= 1
@@ -195,7 +198,12 @@ class Rounds:
         return sorted(standings, key=lambda s: (s.score is None, s.score or 0.0, s.median_ms))
 
     def median_round(self, standing: Standing) -> Row:
-        """The row of the round whose value of the objective is the standing's (by time where it has none)."""
+        """The row of the round whose value of the objective is the standing's (by time where it has
+        none), with the energy of a round that measured it where that round did not."""
+        rows = self.rows[standing.name]
         if standing.score is not None:
-            return next(row for row in self.rows[standing.name] if score(row, self.objective) == standing.score)
-        return next(row for row in self.rows[standing.name] if row.median_ms == standing.median_ms)
+            row = next(row for row in rows if score(row, self.objective) == standing.score)
+        else:
+            row = next(row for row in rows if row.median_ms == standing.median_ms)
+        measured = next((other for other in rows if other.energy_j is not None), row)
+        return replace(row, energy_j=measured.energy_j, power_w=measured.power_w) if row.energy_j is None else row

@@ -241,9 +241,7 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candid
     if not finalists:
         raise UsageError(_nothing_ran(options, family, problem, shape, search))
     rounds = Rounds(finalists, shape, INTERLEAVED_ROUNDS, options.objective)
-    engine.measure_energy(True)  # the finalists' energy, for the objective and the time-energy front
     finals = evaluate(rounds, engine, TuneSink(db, problem), resume_hint=RESUME_HINT)
-    engine.measure_energy(False)
     standings = rounds.standings()
     if not standings:
         raise UsageError("the finalists failed when measured again; the GPU or its driver may be unstable")

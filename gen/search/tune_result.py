@@ -87,7 +87,8 @@ def describe(result: TuneResult) -> str:
 def _energy(standing: Standing) -> str:
     if standing.energy_j is None:
         return ""
-    return f"; {standing.energy_j * 1e3:.4g} mJ per launch, spread {standing.energy_spread:.1%}"
+    spread = f", spread {standing.energy_spread:.1%}" if len(standing.energies_j) > 1 else " (one round)"
+    return f"; {standing.energy_j * 1e3:.4g} mJ per launch{spread}"
 
 
 def _by(result: TuneResult) -> str:
