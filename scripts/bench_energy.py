@@ -4,8 +4,9 @@
 First the counter (read only: nothing of the GPU is set): how often nvmlDeviceGetTotalEnergyConsumption
 changes and by how little (its update interval and resolution), idle and under load (a memset loop),
 and the same for nvmlDeviceGetPowerUsage. Then `--repeats` tunes of FAMILY at SIZE into one fresh
-tuning database: the first searches, the others measure the first one's finalists again (each time
-in five interleaved rounds, each round with its energy). Prints, per finalist, the
+tuning database, ranked by energy: the first searches; each of the others tunes each of the first
+one's finalists alone (five rounds, each with its energy), so every repeat measures the same
+finalists. Prints, per finalist, the
 median round's time and joules per launch of every repeat, the spread of those over the repeats,
 and the time-optimal and energy-optimal finalists side by side; --markdown writes the same as
 Markdown. Asserts nothing.
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import statistics
 import tempfile
 import time
@@ -136,28 +136,32 @@ class Finalist:
         return [self.name, round(self.median_ms, 4), " / ".join(f"{e:.4g}" for e in self.mj), f"{spread:.1%}", watts]
 
 
-def energy_of_finalists(args: argparse.Namespace) -> tuple[list[list[object]], list[str]]:
+def energy_of_finalists(args: argparse.Namespace, *executor) -> tuple[list[list[object]], list[str]]:
     """`repeats` tunes into one database: per finalist, its median time and its joules per launch in
     each repeat; and the time-optimal and energy-optimal finalists side by side."""
     found: dict[str, Finalist] = {}
     with tempfile.TemporaryDirectory() as scratch:
         db = Path(scratch) / "tuning.sqlite"
-        first: list[str] = []  # the first tune's finalists: the later repeats measure these again
+        searched: list[str] = []  # the first tune's finalists: each later repeat tunes each of these alone
         for repeat in range(args.repeats):
-            again = dict(strategy="brute", filter="^(" + "|".join(map(re.escape, first)) + ")$") if first else {}
-            options = TuneOptions(args.family, args.size, budget=None if first else args.budget, db=db, top=args.top,
-                                  progress=False, run=RunOptions(gpus=[args.gpu], timing=TUNE_TIMING), **again)
-            (result,) = tune(options)
-            first = first or [standing.name for standing in result.standings]
-            stored = TuningDB(db, create=False).measured(result.problem)
-            print(f"repeat {repeat + 1}: {result.evaluations} evaluations in {result.seconds:.1f} s; "
-                  f"{result.energy_note or 'energy measured'}", flush=True)
-            for standing in (s for s in result.standings if s.energy_j is not None):
-                finalist = found.setdefault(standing.name, Finalist(standing.name))
-                finalist.ms.append(standing.median_ms)
-                finalist.mj.append(standing.energy_j * 1e3)
-                if stored[standing.name].power_w is not None:
-                    finalist.watts.append(stored[standing.name].power_w)
+            results = []
+            for name in searched or [None]:
+                options = TuneOptions(args.family, args.size, budget=None if name else args.budget, db=db,
+                                      top=1 if name else args.top, filter=name, strategy="brute" if name else "bayes",
+                                      objective="energy", progress=False,
+                                      run=RunOptions(gpus=[args.gpu], timing=TUNE_TIMING))
+                results += tune(options, *executor)
+            searched = searched or [standing.name for standing in results[0].standings]
+            for result in results:
+                stored = TuningDB(db, create=False).measured(result.problem)
+                print(f"repeat {repeat + 1}: {result.evaluations} evaluations in {result.seconds:.1f} s; "
+                      f"{result.energy_note or 'energy measured'}", flush=True)
+                for standing in (s for s in result.standings if s.energy_j is not None):
+                    finalist = found.setdefault(standing.name, Finalist(standing.name))
+                    finalist.ms.append(standing.median_ms)
+                    finalist.mj.append(standing.energy_j * 1e3)
+                    if stored[standing.name].power_w is not None:
+                        finalist.watts.append(stored[standing.name].power_w)
     finalists = sorted(found.values(), key=lambda f: f.median_ms)
     if not finalists:
         return [], ["no finalist has its energy measured"]
