@@ -12,6 +12,7 @@ caller's stream, with no copy of device arrays and no synchronisation. The drive
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ from .families.variant import Variant
 from .search.lookup import shape_text, tuned_with_reason
 
 VECTOR_BYTES = 16  # vector loads (float4) need every array to start on a 16-byte boundary
-LAUNCHES_KEPT = 8  # prepared launches kept per kernel (each holds its arrays alive)
+LAUNCHES_KEPT = 8  # prepared launches kept per kernel (by the arrays' addresses: they keep no array alive)
 PROBE = (1009, 1013, 1019, 1021, 1031, 1033, 1039, 1049)  # distinct dimensions, to see where each one goes
 
 
@@ -37,10 +38,18 @@ class Prepared:
     def __init__(self, launch: Any, arrays: dict[str, DeviceArray], variant: Variant):
         self.launch, self.variant = launch, variant  # launch: a gen.gpu.native.Launch
         self.arrays = arrays  # they keep the caller's arrays alive while the launch may run
-        self.stream = stream_source(arrays)
+        self._stream: Any = None  # what gives the arrays' stream, found at the first call given none
 
     def __call__(self, stream: Any = None) -> None:
-        self.launch(self.stream() if stream is None else stream_handle(stream))
+        if stream is None and self._stream is None:
+            self._stream = stream_source(self.arrays)  # arrays that name different streams are refused here
+        self.launch(self._stream() if stream is None else stream_handle(stream))
+
+    def by_address(self) -> "Prepared":
+        """The same launch, keeping only the arrays' addresses (Kernel's cache: arrays at the same
+        addresses launch it again; the caller's memory must not be kept alive by it)."""
+        return Prepared(self.launch, {name: replace(array, owner=None) for name, array in self.arrays.items()},
+                        self.variant)
 
 
 class Kernel:
@@ -70,12 +79,12 @@ class Kernel:
         if prepared is None:
             described = self._described(given, stream)
             if any(array.on_host for array in described.values()):
-                return self._through_device(given, described)
+                return self._through_device(given, described, stream)
             prepared = self._prepare(described)
             if key is not None:
                 if len(self._launches) >= LAUNCHES_KEPT:
                     del self._launches[next(iter(self._launches))]
-                self._launches[key] = prepared
+                self._launches[key] = prepared.by_address()
         prepared(stream)
         return given[self.output]
 
@@ -161,13 +170,20 @@ class Kernel:
             described.update({name: from_dlpack(given[name], name, chosen) for name in rest})
         return {name: described[name] for name in given}
 
-    def _through_device(self, given: dict[str, Any], described: dict[str, DeviceArray]) -> Any:
-        """NumPy arrays copied to the device, the kernel run there, a NumPy output copied back."""
+    def _through_device(self, given: dict[str, Any], described: dict[str, DeviceArray], stream: Any) -> Any:
+        """NumPy arrays copied to the device, the kernel run there on the stream the device arrays
+        (or `stream`) choose, a NumPy output copied back. The GPU is waited for after the copies
+        (a copy from pageable memory may return before its data lands) and after the kernel
+        (which may run on a stream the copies do not wait for, and reads the copies)."""
         self._validated(described)
         gpu = _gpu()
         on_device = {name: gpu.to_device(given[name]) if array.on_host else given[name]
                      for name, array in described.items()}
-        self(**on_device)
+        device = {name: describe(on_device[name], name) if array.on_host else array
+                  for name, array in described.items()}
+        gpu.synchronize()
+        self._prepare(device)(caller_stream(device, stream))
+        gpu.synchronize()
         if not described[self.output].on_host:
             return on_device[self.output]
         return gpu.to_host(on_device[self.output], given[self.output])

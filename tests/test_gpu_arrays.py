@@ -119,6 +119,53 @@ def test_a_prepared_launch_runs_on_any_stream_handle() -> None:
     assert torch.equal(y, x.t())
 
 
+def test_a_numpy_output_beside_tensors_waits_for_the_callers_busy_stream() -> None:
+    """The kernel runs on the tensors' stream, a non-blocking one still busy: the NumPy output is
+    copied back only after the kernel ran there (not when the default stream is idle)."""
+    torch = _torch()
+    x = torch.rand(1024, 2048, device="cuda")
+    transpose = gen.kernel("transpose", 1024, 2048)
+    transpose(x, torch.empty(2048, 1024, device="cuda"))  # compiled and loaded before the race
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    _busy(torch, side, 30)
+    host = np.full((2048, 1024), np.nan, np.float32)
+    with torch.cuda.stream(side):
+        assert transpose(x, host) is host
+    assert np.array_equal(host, x.cpu().numpy().T)
+
+
+def test_a_kernels_cache_of_launches_keeps_no_array_alive() -> None:
+    import gc
+    import weakref
+
+    torch = _torch()
+    transpose = gen.kernel("transpose", 256, 512)
+    x, y = torch.rand(256, 512, device="cuda"), torch.empty(512, 256, device="cuda")
+    transpose(x, y)
+    transpose(x, y)  # from the cache of launches
+    torch.cuda.synchronize()
+    assert torch.equal(y, x.t())
+    gone = [weakref.ref(x), weakref.ref(y)]
+    del x, y
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None]
+
+
+def test_stream_settles_arrays_that_name_different_streams() -> None:
+    torch, cupy = _torch(), _cupy()
+    x = torch.rand(256, 512, device="cuda")
+    y = cupy.full((512, 256), cupy.nan, cupy.float32)
+    torch.cuda.synchronize()
+    transpose, side = gen.kernel("transpose", 256, 512), torch.cuda.Stream()
+    with torch.cuda.stream(side), cupy.cuda.Stream(non_blocking=True):
+        with pytest.raises(gen.UsageError, match="name different CUDA streams"):
+            transpose(x, y)
+        assert transpose(x, y, stream=side) is y
+    side.synchronize()
+    assert np.array_equal(cupy.asnumpy(y), x.cpu().numpy().T)
+
+
 def test_dlpack_arrays_are_read_through_their_capsule() -> None:
     torch = _torch()
 

@@ -112,6 +112,11 @@ def _require_context() -> None:
         raise UsageError("running a tilegen kernel needs a current CUDA context: import pycuda.autoprimaryctx first")
 
 
+def synchronize() -> None:
+    """Wait for all work of the current context, on every stream."""
+    cuda.Context.synchronize()
+
+
 def to_host(array: Any, into: np.ndarray) -> np.ndarray:
     """A device array copied into the NumPy array `into`, which is returned."""
     return array.get(ary=into)
