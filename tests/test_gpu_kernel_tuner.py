@@ -85,6 +85,17 @@ def test_vector_add_through_tune_kernel_is_right_and_gen_kernel_runs_the_winner(
 
 
 @pytest.mark.gpu
+def test_a_kernel_that_adds_into_its_output_starts_from_the_array_given(tmp_path: Path) -> None:
+    n = 100_003
+    a, start = np.random.randn(n).astype(np.float32), np.full(n, 2.0, np.float32)
+    source = ("__global__ void add_into(float *c, const float *a, int n) {\n"
+              "    int i = blockIdx.x * block_size_x + threadIdx.x;\n    if (i < n) c[i] += a[i];\n}\n")
+    results, _ = gen.tune_kernel("add_into", source, n, [start, a, np.int32(n)], {"block_size_x": [128, 256]},
+                                 answer=[start + a, None, None], quiet=True, db=tmp_path / "t.sqlite")
+    assert [r["status"] for r in results] == ["ok"] * 2
+
+
+@pytest.mark.gpu
 def test_a_convolution_with_cmem_args_is_checked_against_its_answer(tmp_path: Path) -> None:
     fh = fw = 5
     image = np.random.randn(300 + fh - 1, 500 + fw - 1).astype(np.float32)

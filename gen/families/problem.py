@@ -201,6 +201,11 @@ class Problem(ABC):
         return {a.name: rng.uniform(-1.0, 1.0, size=arrays[a.name]).astype(numpy_dtype(dtype))
                 for a in self.arguments if isinstance(a, Input)}
 
+    def initial_output(self, shape: Any) -> np.ndarray | None:
+        """What the output holds before each check's launch; None: NaN everywhere, so that an element
+        the kernel does not write is found. A family whose kernel adds into its output gives its own."""
+        return None
+
     checks_on_host: bool = False  # True: host_check() judges each check's output, copied to the host
 
     def host_check(self, output: np.ndarray, shape: Any) -> str:

@@ -26,16 +26,21 @@ class DeviceProblem:
     reference_norm: float
     region_size: int
     checked: bool = True  # False: the problem has no reference; the output is not compared
+    initial: Any = None  # what the output holds before each launch (None: NaN)
     _work: dict[str, Any] = field(default_factory=dict)
 
     def fresh_arrays(self, output: str, dtype: np.dtype) -> dict[str, Any]:
         """The arrays of one launch: copies of the pristine inputs (so that a kernel scribbling on its
-        inputs cannot spoil the next check) and the output poisoned with NaN, in reused buffers."""
+        inputs cannot spoil the next check) and the output poisoned with NaN (or the problem's
+        initial output), in reused buffers."""
         for name, pristine in self.inputs.items():
             work = self._buffer(name, pristine.shape, pristine.dtype)
             cuda.memcpy_dtod_async(work.gpudata, pristine.gpudata, pristine.nbytes)
         out = self._buffer(output, self.expected.shape, dtype)
-        poison(out)
+        if self.initial is not None and self.initial.dtype == dtype:
+            cuda.memcpy_dtod_async(out.gpudata, self.initial.gpudata, self.initial.nbytes)
+        else:
+            poison(out)
         return {name: self._work[name] for name in (*self.inputs, output)}
 
     def _buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Any:
@@ -58,8 +63,10 @@ class DeviceProblem:
             expected[problem.output_region(shape)] = reference = np.asarray(reference)
         norm = float(np.linalg.norm(reference)) if reference is not None else 0.0
         report("inputs and expected output to the device")
+        initial = problem.initial_output(shape)
         return cls({name: gpuarray.to_gpu(_bits(host)) for name, host in inputs.items()}, gpuarray.to_gpu(expected),
-                   norm, int(reference.size) if reference is not None else 0, checked=reference is not None)
+                   norm, int(reference.size) if reference is not None else 0, checked=reference is not None,
+                   initial=gpuarray.to_gpu(np.ascontiguousarray(initial)) if initial is not None else None)
 
 
 def poison(array: Any) -> None:
