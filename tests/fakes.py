@@ -103,6 +103,15 @@ def lookahead_worker(connection: Connection, index: int) -> None:
         connection.send(("done", replace(fake_measurement(job), message="next waiting" if there else "none")))
 
 
+def cubin_reading_worker(connection: Connection, index: int) -> None:
+    """Each row's message is the job's cubin file: its bytes (as text) and its folder's mode."""
+    connection.send(("ready", FAKE_DEVICE))
+    while (job := connection.recv()) is not None:
+        path = Path(job.cubin)
+        said = f"{path.read_bytes().decode()} {oct(path.parent.stat().st_mode & 0o777)}"
+        connection.send(("done", replace(fake_measurement(job), message=said)))
+
+
 def chatty_slow_worker(connection: Connection, index: int) -> None:
     """Slow, but reports progress: must not be mistaken for a hang."""
     def slow() -> None:

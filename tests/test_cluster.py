@@ -223,6 +223,27 @@ def test_a_later_runs_hang_timeout_reaches_a_dask_workers_gpu_process() -> None:
         dask_worker.stop_gpu_worker(target)
 
 
+def test_a_dask_worker_writes_cubins_into_a_private_folder_and_never_uses_a_planted_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this test's own /tmp
+    cubin, target = b"the coordinator's cubin", "tests.fakes:cubin_reading_worker"
+    planted = tmp_path / f"tilegen-cubins-{os.getuid()}" / f"{hashlib.sha256(cubin).hexdigest()[:32]}.cubin"
+    planted.parent.mkdir(mode=0o700)
+    planted.write_bytes(b"somebody else's bytes!")  # the same name and size, other contents
+    job = Job("matmul_f32_t8_p0_guard", "matmul", "t8.cubin", "64x64x64", timing=None)
+    try:
+        (measurement,) = dask_worker.jobs_task([job], {"t8.cubin": cubin}, 30.0, target)
+        assert measurement.message == f"{cubin.decode()} 0o700"
+        planted.parent.chmod(0o777)  # a folder open to others is refused in one line
+        with pytest.raises(TilegenError, match="is not a folder of this user's alone"):
+            dask_worker.jobs_task([job], {"t8.cubin": cubin}, 30.0, target)
+    finally:
+        dask_worker.stop_gpu_worker(target)
+
+
 @pytest.mark.parametrize("visible", ["GPU-5c3a1f2e-8d2e-4b1a-9f00-0123456789ab",
                                      "MIG-0f7c2d9e-41aa-5b3c-8e21-abcdefabcdef", "2,3", "1"])
 def test_a_dask_worker_pinned_by_uuid_mig_or_list_keeps_that_pin_for_its_gpu_process(

@@ -13,6 +13,7 @@ import atexit
 import hashlib
 import os
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
+from ..core.errors import RunFailed
 from ..core.nvidia_smi import visible_gpus
 from ..core.own_files import write_atomically
 from ..core.processes import ProcessGroup, visible_devices_for
@@ -47,11 +49,17 @@ def jobs_task(jobs: list[Job], cubins: dict[str, bytes], silence_s: float, targe
 
 
 def _local_cubin(cubin: bytes) -> str:
-    """A local file with these bytes, named by their hash (written once per worker host)."""
-    folder = Path(tempfile.gettempdir()) / "tilegen-cubins"
-    folder.mkdir(exist_ok=True)
+    """A local file with these bytes, named by their hash (written once per worker host), in a
+    folder of this user's alone: /tmp is everyone's, and a file found there is used only if it
+    holds exactly these bytes."""
+    folder = Path(tempfile.gettempdir()) / f"tilegen-cubins-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    found = folder.lstat()
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        raise RunFailed(f"{folder} is not a folder of this user's alone (a link, another user's, or open to others); "
+                        f"remove it, then run again")
     path = folder / f"{hashlib.sha256(cubin).hexdigest()[:32]}.cubin"
-    if path.is_symlink() or not path.is_file() or path.stat().st_size != len(cubin):  # /tmp is everyone's
+    if path.is_symlink() or not path.is_file() or path.read_bytes() != cubin:
         write_atomically(path, cubin)  # replaces a link there, never writes through it
     return str(path)
 
