@@ -58,7 +58,7 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     started = time.monotonic()
     made = make_family(kernel_name, kernel_source, problem_size, arguments, tune_params,
                        (grid_div_x, grid_div_y, grid_div_z), restrictions, (answer, atol, verify), cmem_args,
-                       compiler_options, defines, block_size_names)
+                       compiler_options, defines, block_size_names, resumable=cache is not None)
     options = tune_options(made.family, made.spec, strategy, strategy_options, iterations, device, quiet, seed, db)
     cached = _cache_file(cache, kernel_name, made.spec)
     result = run_tune(options, executor)
@@ -89,9 +89,10 @@ def refuse_unsupported(given: Mapping[str, Any]) -> None:
 
 def make_family(kernel_name: str, kernel_source: Any, problem_size: Any, arguments: list, tune_params: Mapping,
                 grid_div: tuple, restrictions: Any, checking: tuple, cmem_args: Any, compiler_options: Any,
-                defines: Any, block_size_names: Any):
+                defines: Any, block_size_names: Any, resumable: bool = False):
     """The family folder of this call, on the family path of this process and its workers.
-    `checking` is (answer, atol, verify)."""
+    `checking` is (answer, atol, verify); `resumable`: the family's name does not depend on the
+    arrays' values (Kernel Tuner's `cache=`)."""
     answer, atol, verify = checking
     if verify is not None and not callable(verify):
         raise UsageError(f"verify must be a function verify(answer, result, atol=None) -> bool; got {verify!r}")
@@ -115,7 +116,7 @@ def make_family(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
                 answer_size=int(answer_array.size) if answer_array is not None else 0,
                 constants=[name.removeprefix("cmem_") for name in cmem], defines=_defines(defines),
                 flags=[*_compiler_options(compiler_options), *include_flags(source)])
-    made = write_family(spec, source, {**arrays, **cmem}, {"restrictions": callables, "verify": verify})
+    made = write_family(spec, source, {**arrays, **cmem}, {"restrictions": callables, "verify": verify}, resumable)
     add_family_path(made.folder)
     get_family(made.family)  # loaded and checked here, where its problem is one line
     return made

@@ -207,13 +207,19 @@ def family_name(kernel_name: str, digest: str) -> str:
 
 
 def write_family(spec: dict[str, Any], source: Source, arrays: Mapping[str, np.ndarray],
-                 functions: Mapping[str, Any]) -> Made:
-    """The family folder under tilegen's cache (made again each call: the arrays are this call's)."""
+                 functions: Mapping[str, Any], resumable: bool) -> Made:
+    """The family folder under tilegen's cache (made again each call: the arrays are this call's).
+    Its folder is named by the call's description; the family, by that and the arrays' values too,
+    so that the tuning database recalls rows measured on other inputs or answers only when asked to
+    (`resumable`: Kernel Tuner's `cache=`, which resumes whatever the values)."""
     pickled = _pickled(functions)
-    described = {k: v for k, v in spec.items() if k != "answer_norm"}  # not the values: the same call, the same family
-    digest = hashlib.sha256(json.dumps([described, source.text, len(pickled)], sort_keys=True).encode()).hexdigest()
-    spec = dict(spec, family=family_name(spec["kernel_name"], digest), source=source.label)
-    folder = cache_dir() / FOLDER / spec["family"]
+    described = {k: v for k, v in spec.items() if k != "answer_norm"}
+    digest = hashlib.sha256(json.dumps([described, source.text, len(pickled)], sort_keys=True).encode())
+    folder = cache_dir() / FOLDER / family_name(spec["kernel_name"], digest.hexdigest())
+    if not resumable:
+        for name in sorted(arrays):
+            digest.update(name.encode() + np.ascontiguousarray(arrays[name]).tobytes())
+    spec = dict(spec, family=family_name(spec["kernel_name"], digest.hexdigest()), source=source.label)
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob("*.npy"):
         stale.unlink()
@@ -224,7 +230,10 @@ def write_family(spec: dict[str, Any], source: Source, arrays: Mapping[str, np.n
         (folder / FUNCTIONS).write_bytes(pickled)
     (folder / TEMPLATE).write_text(template(spec, source, folder))
     (folder / SPEC).write_text(json.dumps(spec, indent=1))
-    (folder / "family.py").write_text(FAMILY_MODULE.format(kernel=spec["kernel_name"], cls=f"Family{spec['family']}"))
+    for stale in folder.glob("family*.py"):  # the module of the last call's values: a module per family name,
+        stale.unlink()  # as a folder's modules are imported once per process
+    (folder / f"family_{spec['family']}.py").write_text(
+        FAMILY_MODULE.format(kernel=spec["kernel_name"], cls=f"Family{spec['family']}"))
     return Made(spec["family"], folder, spec)
 
 

@@ -49,6 +49,19 @@ def vector_add_call(tmp_path: Path, **options) -> tuple[list[dict], dict]:
                            executor=fakes.FakeExecutor(), quiet=True, **options)
 
 
+def test_other_values_are_another_family_unless_a_cache_file_resumes(tmp_path: Path) -> None:
+    """The tuning database recalls what a call measured only for the same inputs and answer (a fixed
+    answer is checked again), or where cache= asks to resume whatever the values, as Kernel Tuner's does."""
+    first, again = vector_add_call(tmp_path)[1], vector_add_call(tmp_path)[1]
+    assert first["family"] == again["family"]
+    a, b = np.arange(N, dtype=np.float32), np.full(N, 2.0, dtype=np.float32)
+    other = vector_add_call(tmp_path, answer=[a + b, None, None, None])[1]
+    assert other["family"] != first["family"]
+    resumed = [vector_add_call(tmp_path, answer=[a + b * k, None, None, None], cache=str(tmp_path / f"c{k}.json"))[1]
+               for k in (1, 2)]
+    assert resumed[0]["family"] == resumed[1]["family"] != first["family"]
+
+
 def source_of(env: dict, **params) -> str:
     family = get_family(env["family"])
     return render(family.variant({**family.default_variant().params(), **params}))
