@@ -11,7 +11,6 @@ import errno
 import functools
 import hashlib
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
