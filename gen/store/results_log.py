@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..core.errors import TilegenError, UsageError
-from ..core.own_files import open_own, refuse_other_kind
+from ..core.own_files import open_own, refuse_other_kind, write_atomically
 from ..core.paths import writable_folder
 from ..core.checks import strict_json
 from ..core.results import Row, row_from_json
-from .files import append_whole, write_failure, write_whole_file
+from .files import append_whole, write_failure
 from .run_folder import RESULTS_CSV, RESULTS_JSONL, RUN_JSON, RUN_LOCK, RUN_MARKER, FolderLock, check_ours, mark
 
 # The run folder's file names are importable from here too, as before the folder had its module.
@@ -134,7 +134,7 @@ class ResultLog:
         try:
             settings_path = self.directory / RUN_JSON
             if self.settings is not None and (not self.done_before or not settings_path.exists()):
-                write_whole_file(settings_path, json.dumps(self.settings, indent=1) + "\n")
+                write_atomically(settings_path, (json.dumps(self.settings, indent=1) + "\n").encode())
             if self._torn:
                 _mend(self.path, self._torn)
             self._fd = open_own(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "--out's")
@@ -271,7 +271,7 @@ def write_csv(rows: Iterable[Row], path: Path) -> None:
     writer = csv.DictWriter(text, fieldnames=columns)
     writer.writeheader()
     writer.writerows(flat)
-    write_whole_file(path, text.getvalue())
+    write_atomically(path, text.getvalue().encode())
 
 
 def _parses(line: bytes) -> bool:
