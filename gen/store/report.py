@@ -13,7 +13,7 @@ from .results_log import latest, read_rows
 from .run_folder import RESULTS_JSONL
 from ..core.table import markdown_table, text_table
 
-Table = Callable[[Sequence[str], Sequence[Sequence[object]]], str]
+TableFormat = Callable[[Sequence[str], Sequence[Sequence[object]]], str]  # text_table or markdown_table
 
 
 def load_rows(directories: Iterable[Path]) -> list[Row]:
@@ -55,20 +55,20 @@ def status_counts(rows: Iterable[Row]) -> Counter[str]:
     return counts
 
 
-def status_table(rows: Sequence[Row], table: Table = text_table) -> str:
+def status_table(rows: Sequence[Row], table: TableFormat = text_table) -> str:
     return table(["family", "status", "points"],
                  [[family, status, count] for family in sorted({row.family for row in rows})
                   for status, count in sorted(status_counts(r for r in rows if r.family == family).items())])
 
 
-def best_table(rows: Sequence[Row], table: Table = text_table) -> str:
+def best_table(rows: Sequence[Row], table: TableFormat = text_table) -> str:
     """The best correct variant of each family, element type, shape and GPU."""
     return table(["gpu", "family", "problem", "best variant", "median ms", "throughput", "of ceiling"],
                  [[gpu, family, shape, r.name, round(r.median_ms, 4), _rate(r), _share(r)]
                   for (family, _, shape, gpu), (r, *_) in by_problem(rows).items()])
 
 
-def top_tables(rows: Sequence[Row], count: int = 10, table: Table = text_table, heading: str = "") -> list[str]:
+def top_tables(rows: Sequence[Row], count: int = 10, table: TableFormat = text_table, heading: str = "") -> list[str]:
     """For each problem, its best `count` rows under a heading that names the problem."""
     tables = []
     for (family, dtype, shape, gpu), ranked in by_problem(rows).items():
@@ -78,7 +78,7 @@ def top_tables(rows: Sequence[Row], count: int = 10, table: Table = text_table, 
     return tables
 
 
-def fastest_table(ranked: Sequence[Row], table: Table = text_table, registers: bool = False,
+def fastest_table(ranked: Sequence[Row], table: TableFormat = text_table, registers: bool = False,
                   energy: bool = False) -> str:
     """Measured rows of one problem, as ranked: each variant's time, throughput, share of the
     ceiling and error (and its registers, its energy)."""
