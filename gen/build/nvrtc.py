@@ -138,8 +138,8 @@ class _Worker:
                 self.child.end()
                 return Attempt("nvrtc", "", round(time.perf_counter() - started, 3), deadline_s=deadline_s)
             return attempt_of(self.child.connection.recv())
-        except (EOFError, OSError):  # the worker ended: killed with its group, or crashed
-            code = self.child.end()
+        except (EOFError, OSError):  # the worker ended (killed with its group, or crashed): reap it
+            code = self.child.end(grace_s=10.0)
             if self.children.stopped:
                 raise Interrupted("stopped while compiling") from None
             return Attempt("nvrtc", self.child.stderr_text()[-2000:], round(time.perf_counter() - started, 3),
