@@ -25,6 +25,7 @@ class TimingOptions:
 
 
 TUNE_TIMING = TimingOptions(budget_s=0.5)  # a tune's: many variants, each timed for less
+CEILING_SAMPLES = TimingOptions(min_samples=10, max_samples=20, target_rsd=0.0, warmup=3, budget_s=30.0)  # a ceiling's
 WARMUP_MS = 1.0  # a first warm-up launch this long is warm-up enough (gen.gpu.timing)
 
 EARLY_STOP_MARGIN = 0.1  # a search stops timing a point whose samples are all 10% slower than its best so far

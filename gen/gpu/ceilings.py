@@ -29,10 +29,9 @@ from ..core.errors import UsageError
 from ..core.own_files import open_own, write_atomically
 from ..core.paths import cache_dir
 from ..core.results import GpuModel
-from ..core.timing import TimingOptions
+from ..core.timing import CEILING_SAMPLES
 from ..families.problem import COPY_BANDWIDTH, GEMM_BF16, GEMM_F16, GEMM_F32, GEMM_F64, Ceiling
 
-CEILING_SAMPLES = TimingOptions(min_samples=10, max_samples=20, target_rsd=0.0, warmup=3, budget_s=30.0)
 
 
 def ceilings_path() -> Path:
