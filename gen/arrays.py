@@ -17,7 +17,6 @@ import numpy as np
 from .core.errors import UsageError
 
 LEGACY_STREAM = 1  # CUDA's legacy default stream, as the array interface and DLPack write it
-PER_THREAD_STREAM = 2
 KINDS = "a PyTorch tensor, a CuPy, Numba or JAX array (__cuda_array_interface__ or __dlpack__), a pycuda " \
         "GPUArray or a NumPy array"
 

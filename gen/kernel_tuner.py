@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .core.errors import UsageError
-from .core.results import Status, TimingOptions
+from .core.results import Status
+from .core.timing import TUNE_TIMING, TimingOptions
 from .evaluate.options import RunOptions
 from .families.registry import add_family_path, get_family
 from .families.space import MAX_POINTS
@@ -22,7 +23,7 @@ from .families.sourced import OUTPUT_DTYPES, evaluate_expression
 from .gpu.executor import Executor
 from .kernel_tuner_family import (MAX_THREADS, clean_tune_params, constants, describe_arguments, first_valid,
                                   include_flags, read_source, tags, write_family)
-from .search.tune import TUNE_TIMING, TuneOptions, tune
+from .search.tune import TuneOptions, tune
 from .search.tune_result import TuneResult
 from .store.tuning_db import Problem, TuningDB
 

@@ -21,7 +21,7 @@ from .arrays import (LEGACY_STREAM, DeviceArray, allocate, caller_stream, descri
                      stream_source)
 from .build.compiler import CompileOptions, compile_variant
 from .core.errors import UsageError
-from .families import all_families, get_family
+from .families import MatmulShape, gemm_family, get_family
 from .families.family import Family
 from .families.problem import Scalar, element_type_of, numpy_dtype
 from .families.variant import Variant
@@ -255,24 +255,11 @@ def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
     if _matrix(arrays["out"], "out") != (m, n) or arrays["out"].dtype != out_dtype:
         raise UsageError(f"out must be a {out_dtype} {m} x {n} matrix, got {arrays['out'].dtype} {arrays['out'].shape}")
     lda, ldb, ldc = (_leading(x, label) for label, x in arrays.items())
-    size = f"{m}x{n}x{k}" + (f":{lda},{ldb},{ldc}" if (lda, ldb, ldc) != (k, n, n) else "")
-    chosen = _gemm_kernel(family.name, size, dtype)
+    chosen = _gemm_kernel(family.name, str(MatmulShape(m, n, k, lda, ldb, ldc)), dtype)
     views = [_allocated(arrays[label], rows, lead) for label, rows, lead in (("a", m, lda), ("b", k, ldb),
                                                                             ("out", m, ldc))]
     chosen(*views, stream=stream)
     return out
-
-
-def gemm_family(dtype: np.dtype) -> Family:
-    """The family gen.matmul multiplies `dtype` matrices with: the first registered one that
-    declares the element type in its `matmul_dtypes`."""
-    element = element_type_of(dtype)
-    families = all_families().values()
-    for family in families:
-        if element is not None and element in family.matmul_dtypes:
-            return family
-    known = ", ".join(f"{numpy_dtype(d)} ({f.name})" for f in families for d in f.matmul_dtypes)
-    raise UsageError(f"no registered family multiplies {dtype} matrices; gen.matmul multiplies {known}")
 
 
 @functools.lru_cache(maxsize=64)

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .core.objectives import DEFAULT_OBJECTIVE
-from .core.results import Row, TimingOptions, is_ok
+from .core.results import Row, is_ok
+from .core.timing import TUNE_TIMING, TimingOptions
 from .evaluate.options import RunOptions
 from .families.space import MAX_POINTS
 from .gpu.executor import Executor
 from .search.sweep import SweepOptions
 from .search.sweep import sweep as run_sweep
-from .search.tune import TUNE_TIMING, TuneOptions
+from .search.tune import TuneOptions
 from .search.tune import tune as run_tune
 from .store.tuning_db import TuningDB
 

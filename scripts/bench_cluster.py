@@ -118,7 +118,7 @@ def killed_sweep(args: argparse.Namespace) -> dict:
     """The cluster sweep through the API, one Dask worker process SIGKILLed a third of the way in."""
     from gen.gpu.dask import DaskExecutor
     from gen.evaluate.options import RunOptions
-    from gen.core.results import TimingOptions
+    from gen.core.timing import TimingOptions
     from gen.search.sweep import SweepOptions, sweep as run_sweep
     from gen.core.nvidia_smi import parse_gpus
 

@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.fakes, 
 
 from gen.build.compiler import CompileOptions  # noqa: E402
 from gen.build.pool import CompilePool, compile_variants  # noqa: E402
-from gen.core.results import Status, TimingOptions  # noqa: E402
+from gen.core.results import Status  # noqa: E402
+from gen.core.timing import TimingOptions
 from gen.core.table import markdown_table, text_table  # noqa: E402
 from gen.evaluate.engine import Checking, Engine  # noqa: E402
 from gen.evaluate.loop import ListSink, evaluate  # noqa: E402

@@ -35,7 +35,7 @@ import gen  # noqa: E402
 from gen.families import get_family  # noqa: E402
 from gen.kernels import Kernel  # noqa: E402
 from gen.search.lookup import tuned_with_reason  # noqa: E402
-from gen.core.results import TimingOptions  # noqa: E402
+from gen.core.timing import TimingOptions  # noqa: E402
 from gen.gpu.timing import event_samples  # noqa: E402
 from gen.core.table import markdown_table, text_table  # noqa: E402
 

@@ -24,7 +24,8 @@ from gen.build.nvcc import Nvcc
 from gen.gpu.jobs import Job
 from gen.gpu.worker_process import HeldPhases
 from gen.core.objectives import NO_ENERGY
-from gen.core.results import DeviceInfo, Measurement, Status, Timing
+from gen.core.results import DeviceInfo, Measurement, Status
+from gen.core.timing import Timing
 
 FAKE_DEVICE = DeviceInfo(name="Fake GPU", cc="9.0", sm_count=132, memory_bytes=80 * 2**30, l2_bytes=50 * 2**20,
                          driver="13.0", index=0)

@@ -12,7 +12,8 @@ import pytest
 import gen
 from gen.arrays import LEGACY_STREAM, caller_stream, describe, stream_handle, stream_source
 from gen.families import get_family
-from gen.kernels import gemm_family, shape_from_dims
+from gen.families import gemm_family
+from gen.kernels import shape_from_dims
 from gen.search.lookup import tuned_with_reason
 
 from . import fakes

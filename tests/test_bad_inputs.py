@@ -32,7 +32,8 @@ from gen.families import get_family, variant_from_name
 from gen.families.matmul import MatmulVariant
 from gen.build.emit import emit
 from gen.evaluate.options import RunOptions
-from gen.core.results import DeviceInfo, Row, Status, TimingOptions
+from gen.core.results import DeviceInfo, Row, Status
+from gen.core.timing import TimingOptions
 from gen.families.space import Space
 from gen.store.results_log import read_rows
 from gen.search.sweep import SweepOptions, preview, sweep
@@ -576,7 +577,7 @@ API_CASES = [
         "run: no compile jobs"),
     api(_run(arch="volta"), "--arch 'volta' is not a GPU architecture", "run: arch volta"),
     api(_run(gpus=[[0]]), "gpus must list distinct GPU indices like [0, 1], got [[0]]", "run: a GPU as a list"),
-    api(_run(timing=None), "timing must be a gen.core.results.TimingOptions, got None", "run: timing None"),
+    api(_run(timing=None), "timing must be a gen.core.timing.TimingOptions, got None", "run: timing None"),
     api(_run(sanitize="yes"), "sanitize must be True or False, got 'yes'", "run: sanitize as text"),
     api(_run(cluster=8786), "cluster must be 'local' or a scheduler's address", "run: cluster as a number"),
     api(_sweep(max_points=0), "max_points must be a whole number of at least 1", "max_points 0"),

@@ -14,7 +14,7 @@ from gen.core.results import GpuModel
 from gen.evaluate.options import RunOptions
 from gen.families.problem import Ceiling
 from gen.families.registry import registry
-from gen.gpu.ceilings import Ceilings, displayed_model
+from gen.gpu.ceilings import Ceilings
 from gen.gpu.local import LocalExecutor
 from gen.search.sweep import SweepOptions, sweep
 from gen.store.results_log import read_rows
@@ -69,9 +69,9 @@ def test_the_models_key_wins_over_its_old_display_string(tmp_path: Path) -> None
 
 
 def test_old_display_strings_are_read_back_as_models() -> None:
-    assert displayed_model(SHOWN_BY_0_2) == H100
-    assert displayed_model(str(FAKE_DEVICE.model)) == FAKE_DEVICE.model
-    assert displayed_model("NVIDIA H100 (a note)") is None and displayed_model(H100.key) is None
+    assert GpuModel.from_display(SHOWN_BY_0_2) == H100
+    assert GpuModel.from_display(str(FAKE_DEVICE.model)) == FAKE_DEVICE.model
+    assert GpuModel.from_display("NVIDIA H100 (a note)") is None and GpuModel.from_display(H100.key) is None
 
 
 def test_a_ceiling_that_cannot_be_measured_has_no_rate_and_writes_nothing(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ import pytest
 from gen.cli.main import main
 from gen.core.errors import UsageError
 from gen.core.objectives import pareto_front, ranked, score
-from gen.core.results import Row, Status, TimingOptions, row_from_json
+from gen.core.results import Row, Status, row_from_json
+from gen.core.timing import TimingOptions
 from gen.evaluate.options import RunOptions
 from gen.gpu.energy import NO_NVML, Reading, average_watts, energy_per_launch, open_meter
 from gen.search.lookup import tuned

@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 from gen.build.pool import CompilePool
-from gen.core.results import Row, Status, TimingOptions, slower_than_cutoff
+from gen.core.results import Row, Status
+from gen.core.timing import EARLY_STOP_MARGIN, TimingOptions, slower_than_cutoff
 from gen.evaluate.engine import Checking, Engine
 from gen.evaluate.loop import ListSink, Proposal, evaluate
 from gen.evaluate.options import RunOptions
 from gen.evaluate.plan import Point, make_plan
 from gen.families import MatmulVariant, get_family
 from gen.families.space import Space
-from gen.search.proposers import EARLY_STOP_MARGIN, PointList, Rounds, Search
+from gen.search.proposers import PointList, Rounds, Search
 from gen.search.replay import replay
 from gen.search.strategies import SearchSpace, make_strategy
 from gen.search.sweep import SweepOptions, sweep

@@ -11,7 +11,7 @@ import pytest
 from gen.build import compiler
 from gen.families import get_family
 from gen.families.space import Space
-from gen.core.results import TimingOptions
+from gen.core.timing import TimingOptions
 from gen.core.results import Row, Status
 from gen.evaluate.options import RunOptions
 from gen.search.sweep import SweepOptions, sweep

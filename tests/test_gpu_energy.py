@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gen.core.results import Status, TimingOptions
+from gen.core.results import Status
+
+from gen.core.timing import TimingOptions
 from gen.evaluate.options import RunOptions
 from gen.families import get_family
 from gen.search.sweep import SweepOptions, sweep

@@ -12,7 +12,8 @@ import pytest
 
 import gen
 from gen.core.errors import UsageError
-from gen.core.results import Status, TimingOptions
+from gen.core.results import Status
+from gen.core.timing import TimingOptions
 from gen.evaluate.options import RunOptions
 from gen.families import get_family
 from gen.search.sweep import SweepOptions, sweep

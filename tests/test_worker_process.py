@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from gen.core.results import TimingOptions
+from gen.core.timing import TimingOptions
 from gen.gpu.jobs import Job
 from gen.gpu.worker_process import job_from_json, once_command
 

@@ -11,7 +11,6 @@ import errno
 import functools
 import hashlib
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 from ..core.cubin import symbol_of, symbols
 from ..core.errors import RunFailed, UsageError, path_failure
-from ..core.own_files import write_atomically
+from ..core.own_files import size_of, write_atomically
 from ..core.paths import cache_dir
 from .ptxas import Resources
 from .verdict import has_diagnostic, note
@@ -108,7 +107,7 @@ class CompileCache:
 
     def summary(self) -> CacheSummary:
         proven, failed, damaged, own, _ = self._survey()
-        return CacheSummary(self.folder, len(proven), len(failed), len(damaged), sum(_size(p) for p in own))
+        return CacheSummary(self.folder, len(proven), len(failed), len(damaged), sum(size_of(p) for p in own))
 
     def purge_failed(self) -> tuple[int, int]:
         """Remove the compile errors and the damaged entries (and stray files); their counts."""
@@ -268,8 +267,3 @@ def _symbols_of(path: Path, size: int, mtime_ns: int, inode: int) -> frozenset[s
     return symbols(path.read_bytes())
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0

@@ -21,17 +21,14 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import ClassVar, Mapping, Sequence
 
 from ..core.errors import Interrupted, ToolMissing, UsageError
-from ..core.processes import ProcessGroup
+from ..core.processes import Child, ProcessGroup
 from .nvrtc_library import NO_DRIVER_CACHE, Program, compile_program, library_version, supported_archs
 from .programs import one_program
 from .verdict import Attempt
@@ -126,43 +123,24 @@ class _Worker:
 
     def __init__(self, children: ProcessGroup, module: str):
         self.children = children
-        ours, theirs = socket.socketpair()
         environment = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **NO_DRIVER_CACHE)
-        self.process = children.start([sys.executable, "-m", module, str(theirs.fileno())],
-                                      pass_fds=[theirs.fileno()], env=environment)
-        theirs.close()
-        self.connection = Connection(ours.detach())
+        self.child = Child(lambda fd: [sys.executable, "-m", module, str(fd)], environment, children)
 
     @property
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return self.child.alive
 
     def compile(self, name: str, source: str, options: list[str], deadline_s: float) -> Attempt:
         started = time.perf_counter()
         try:
-            self.connection.send((name, source, options))
-            if not self.connection.poll(deadline_s):
-                self._end()
+            self.child.connection.send((name, source, options))
+            if not self.child.connection.poll(deadline_s):
+                self.child.end()
                 return Attempt("nvrtc", "", round(time.perf_counter() - started, 3), deadline_s=deadline_s)
-            return attempt_of(self.connection.recv())
-        except (EOFError, OSError):  # the worker ended: killed with its group, or crashed
-            code = self._end()
+            return attempt_of(self.child.connection.recv())
+        except (EOFError, OSError):  # the worker ended (killed with its group, or crashed): reap it
+            code = self.child.end(grace_s=10.0)
             if self.children.stopped:
                 raise Interrupted("stopped while compiling") from None
-            return Attempt("nvrtc", self._last_words(), round(time.perf_counter() - started, 3),
+            return Attempt("nvrtc", self.child.stderr_text()[-2000:], round(time.perf_counter() - started, 3),
                            exit_code=code if code is not None else -9)
-
-    def _end(self) -> int | None:
-        """Kill the worker (if it still runs) and say how it ended."""
-        self.process.kill()
-        try:
-            code = self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            code = None
-        self.children.forget(self.process)
-        self.connection.close()
-        return code
-
-    def _last_words(self) -> str:
-        assert self.process.stderr is not None
-        return self.process.stderr.read().decode(errors="replace")[-2000:]

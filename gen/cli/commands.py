@@ -18,7 +18,8 @@ from ..core.errors import TemplateProblem, UsageError
 from ..core.nvidia_smi import parse_gpus
 from ..core.paths import as_path, writable_file
 from ..core.progress import log_every_s
-from ..core.results import GpuModel, Row, Status, TimingOptions
+from ..core.results import GpuModel, Row, Status
+from ..core.timing import TUNE_TIMING, TimingOptions
 from ..core.table import text_table
 from ..evaluate.loop import exit_code
 from ..evaluate.options import RunOptions
@@ -29,12 +30,12 @@ from ..families.space import Space, parse_options
 from ..search.compiling import compile_space, resource_table
 from ..search.lookup import gpu_model_named, tuned_with_reason
 from ..search.revalidate import revalidate
-from ..search.sweep import SweepOptions, preview, status_counts, summary, sweep
-from ..search.tune import TUNE_TIMING, TuneOptions, tune
+from ..search.sweep import SweepOptions, preview, summary, sweep
+from ..search.tune import TuneOptions, tune
 from ..search.tune import preview as tune_preview
 from ..search.tune_result import describe
 from ..store.export import checked_t4_path, write_t4
-from ..store.report import compiled_by, load_rows, report
+from ..store.report import compiled_by, load_rows, report, status_counts
 from ..store.results_log import ResultLog
 from ..store.tuning_db import TuningDB, checked_db_path
 

@@ -64,6 +64,14 @@ def _umask() -> int:
 UMASK = _umask()
 
 
+def size_of(path: Path) -> int:
+    """A file's size in bytes; 0 when it is not there (yet, or any more)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Write `path` whole or leave what was there: a temporary file beside it (created anew, so never
     through a link) moved into place; the temporary is removed when the write fails."""

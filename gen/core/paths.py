@@ -66,11 +66,7 @@ def writable_file(path: Path, what: str) -> Path:
     if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UsageError(f"{what} {path}: permission denied; give a file in a folder you can write")
     if not path.exists():
-        try:
-            _check_can_create(folder)
-        except OSError as error:
-            raise UsageError(f"{what} {path}: cannot write in {folder} ({error.strerror}); give a file in a folder "
-                             f"you can write") from None
+        _check_can_create(folder, f"{what} {path}", "give a file in a folder you can write")
     return path
 
 
@@ -114,15 +110,14 @@ def _check_writable_ancestor(path: Path, what: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{what} {path}: cannot write in {existing} (permission denied); choose a folder you can "
                          f"write")
+    _check_can_create(existing, f"{what} {path}", "choose a folder you can write")
+
+
+def _check_can_create(folder: Path, subject: str, hint: str) -> None:
+    """Make and remove a folder in `folder`, else UsageError saying `subject` cannot be written and
+    `hint`: os.access says yes to root for every folder on a writable mount, /proc included, where
+    nobody can make anything; only trying tells."""
     try:
-        _check_can_create(existing)
+        os.rmdir(tempfile.mkdtemp(prefix=".tilegen-probe-", dir=folder))
     except OSError as error:
-        raise UsageError(f"{what} {path}: cannot write in {existing} ({error.strerror}); choose a folder you can "
-                         f"write") from None
-
-
-def _check_can_create(folder: Path) -> None:
-    """Make and remove a folder in `folder`, or raise OSError: os.access says yes to root for
-    every folder on a writable mount, /proc included, where nobody can make anything; only trying
-    tells."""
-    os.rmdir(tempfile.mkdtemp(prefix=".tilegen-probe-", dir=folder))
+        raise UsageError(f"{subject}: cannot write in {folder} ({error.strerror}); {hint}") from None

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
-from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Iterator, Sequence
 
 from .errors import Interrupted
 
@@ -67,13 +70,6 @@ class ProcessGroup:
             raise Interrupted("stopped while running")
         return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
-    def start(self, command: Sequence[str], pass_fds: Sequence[int] = (), env: dict[str, str] | None = None
-              ) -> subprocess.Popen:
-        """A long-lived child (a compiler's worker process) in a session of its own, killed with the
-        group; Interrupted if the group was killed. `stopped` tells its user when it ends."""
-        return self._spawn(command, pass_fds=tuple(pass_fds), env=env, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
     def _spawn(self, command: Sequence[str], **popen: Any) -> subprocess.Popen:
         """A child in a session of its own, counted in the group; Interrupted once the group was killed.
         An interrupt held while it started is raised once it is known, and kills it: the caller never
@@ -94,7 +90,7 @@ class ProcessGroup:
         return process
 
     def forget(self, process: subprocess.Popen) -> None:
-        """A child started with `start` that has ended, or was killed by its user."""
+        """A `Child` in the group that has ended, or was killed by its user."""
         with self._lock:
             self._running.discard(process)
 
@@ -108,6 +104,51 @@ class ProcessGroup:
             self._stopped.set()
             for process in self._running:
                 kill_session(process.pid)
+
+
+class Child:
+    """A long-lived child process that talks over a socket: the command `command(FD)` names, FD its
+    end (the GPU worker, gen.gpu.isolated; the NVRTC compile worker, gen.build.nvrtc). It runs in a
+    session of its own (in `group` when given: killed with it, and Interrupted once it was killed),
+    its stderr kept for `stderr_text`; `end` reaps it, killing its session if it does not exit."""
+
+    def __init__(self, command: Callable[[int], Sequence[str]], env: dict[str, str],
+                 group: ProcessGroup | None = None):
+        ours, theirs = socket.socketpair()
+        self.group, self.stderr = group, tempfile.TemporaryFile()
+        popen: dict[str, Any] = dict(pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=self.stderr)
+        try:
+            arguments = list(command(theirs.fileno()))
+            self.process = group._spawn(arguments, **popen) if group is not None else \
+                subprocess.Popen(arguments, start_new_session=True, **popen)
+        finally:
+            theirs.close()
+        self.connection = Connection(ours.detach())
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def end(self, grace_s: float = 0.0) -> int | None:
+        """Reap the child, given `grace_s` to exit on its own (one that closed its socket is on its way
+        out), else killed with its session: its exit code, None when it had to be killed."""
+        try:
+            code: int | None = self.process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            code = None
+            kill_session(self.process.pid)
+            with suppress(subprocess.TimeoutExpired):
+                self.process.wait(5.0)
+        if self.group is not None:
+            self.group.forget(self.process)
+        self.connection.close()
+        return code
+
+    def stderr_text(self) -> str:
+        """All the child printed on stderr so far."""
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")
 
 
 def kill_session(pid: int) -> None:

@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import json
 import math
-import statistics
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -18,6 +18,7 @@ from enum import Enum, StrEnum
 from typing import Any
 
 from .checks import strict_json
+from .timing import Timing
 
 
 class Status(StrEnum):
@@ -29,6 +30,9 @@ class Status(StrEnum):
     TIMEOUT = "timeout"
     SKIPPED = "skipped"
     COMPILED = "compiled"
+
+
+_DISPLAYED = re.compile(r"(?P<name>.+) \(cc (?P<cc>[0-9.]+), (?P<sm_count>[0-9]+) SMs, (?P<memory_gib>[0-9]+) GiB\)")
 
 
 @dataclass(frozen=True, order=True)
@@ -53,6 +57,13 @@ class GpuModel:
     def arch(self) -> str:
         """The nvcc architecture of this model: cc 9.0 -> sm_90."""
         return "sm_" + self.cc.replace(".", "")
+
+    @classmethod
+    def from_display(cls, text: str) -> "GpuModel | None":
+        """The model that tilegen 0.1 and 0.2 wrote as its display string (`str`), like "NVIDIA H100
+        80GB HBM3 (cc 9.0, 132 SMs, 79 GiB)"; None for any other text."""
+        found = _DISPLAYED.fullmatch(text)
+        return found and cls(found["name"], found["cc"], int(found["sm_count"]), int(found["memory_gib"]))
 
     @classmethod
     def from_provenance(cls, provenance: dict[str, Any]) -> "GpuModel | None":
@@ -89,57 +100,6 @@ class DeviceInfo:
         if self.host:
             provenance["host"] = self.host
         return provenance
-
-
-@dataclass(frozen=True)
-class TimingOptions:
-    budget_s: float = 1.0  # stop sampling when this is spent, even if the median is still noisy
-    warm: bool = False  # True: keep the L2 warm between samples instead of flushing it
-    min_samples: int = 10
-    max_samples: int = 2000
-    target_rsd: float = 0.005  # stop once the median's relative standard error is under this
-    warmup: int = 3  # launches before timing; one is enough for a kernel that runs 1 ms or more (gen.gpu.timing)
-    stop_above_ms: float | None = None  # stop once EARLY_STOP_SAMPLES samples are all slower than this
-    energy: bool = False  # also measure joules per launch from the GPU's energy counter (gen.gpu.energy)
-
-
-EARLY_STOP_SAMPLES = 5  # all of them slower than the cutoff: by the sign test, p = 0.5**5 ≈ 3% that the
-# variant's median is not
-
-
-def slower_than_cutoff(samples_ms: list[float], options: TimingOptions) -> bool:
-    """Whether timing may stop early: EARLY_STOP_SAMPLES samples or more, every one slower than
-    `options.stop_above_ms` (a tune's best so far, with a margin)."""
-    return (options.stop_above_ms is not None and len(samples_ms) >= EARLY_STOP_SAMPLES
-            and min(samples_ms) > options.stop_above_ms)
-
-
-@dataclass
-class Timing:
-    median_ms: float
-    min_ms: float
-    max_ms: float
-    stdev_ms: float
-    samples: int
-
-    @classmethod
-    def of(cls, samples_ms: list[float]) -> "Timing":
-        stdev = sample_stdev(samples_ms) if len(samples_ms) > 1 else 0.0
-        return cls(statistics.median(samples_ms), min(samples_ms), max(samples_ms), stdev, len(samples_ms))
-
-
-def median_relative_error(samples_ms: list[float]) -> float:
-    """Relative standard error of the median: about 1.2533 · stdev / sqrt(n) for near-normal samples."""
-    if len(samples_ms) < 2:
-        return float("inf")
-    return 1.2533 * sample_stdev(samples_ms) / len(samples_ms) ** 0.5 / statistics.median(samples_ms)
-
-
-def sample_stdev(values: list[float]) -> float:
-    """The sample standard deviation in floating point (statistics.stdev works in exact fractions:
-    it cost a GPU worker 0.4 ms a job)."""
-    mean = math.fsum(values) / len(values)
-    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 @dataclass

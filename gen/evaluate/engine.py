@@ -29,7 +29,8 @@ from typing import Any, Iterable, Sequence
 from ..build.compiler import Compiled, compiled_row, provenance
 from ..build.pool import CompilePool
 from ..core.errors import Interrupted, UsageError
-from ..core.results import DeviceInfo, Measurement, Row, TimingOptions
+from ..core.results import DeviceInfo, Measurement, Row
+from ..core.timing import TimingOptions
 from ..families import get_family
 from ..families.variant import Variant
 from ..gpu.feed import JobFeed

@@ -3,16 +3,15 @@ they run on (this host's isolated workers, or a Dask cluster)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..build.compilers import compiler_named
 from ..build.options import CompileOptions
 from ..core import checks
 from ..core.errors import UsageError
-from ..core.results import TimingOptions
+from ..core.timing import TimingOptions, checked_timing
 from ..gpu.executor import Executor
 from ..gpu.local import LocalExecutor
 
@@ -28,7 +27,6 @@ class RunOptions:
     silence_s: float = 30.0  # a worker silent this long is hung: killed, and the row is a timeout
     seed: int | None = None  # of the random inputs; None: fresh ones every run
     sanitize: bool = False  # compute-sanitizer on each variant (at a small size) before it is timed
-    run_kernels: bool = True  # False: compile only (`tilegen compile`)
     cluster: str | None = None  # a Dask cluster: 'local' or a scheduler's address (gen.gpu.dask)
     compiler: str | None = None  # nvrtc or nvcc; None: $TILEGEN_COMPILER, else NVRTC where installed, else nvcc
 
@@ -38,11 +36,10 @@ class RunOptions:
         only Python's)."""
         checks.instance(self.timing, TimingOptions, "timing")
         checks.flag(self.sanitize, "sanitize")
-        checks.flag(self.run_kernels, "run_kernels")
         if self.cluster is not None and not isinstance(self.cluster, str):
             raise UsageError(f"cluster must be 'local' or a scheduler's address like 'tcp://HOST:8786', got "
                              f"{self.cluster!r}")
-        checks.keep(self, "timing", _checked_timing(self.timing))
+        checks.keep(self, "timing", checked_timing(self.timing))
         checks.keep(self, "silence_s", checks.seconds(self.silence_s, "the worker timeout (silence_s)"))
         if self.compile_jobs is not None:
             checks.keep(self, "compile_jobs", checks.whole(self.compile_jobs, "compile_jobs", 1))
@@ -55,24 +52,6 @@ class RunOptions:
     def compile_options(self) -> CompileOptions:
         """How the points' variants compile: for --arch, else the local GPU's."""
         return CompileOptions.local(self.arch, self.compile_jobs, self.compiler)
-
-
-def _checked_timing(timing: TimingOptions) -> TimingOptions:
-    """Every field of the timing options checked, as Python's own numbers (gen.core.checks)."""
-    checks.flag(timing.warm, "timing.warm")
-    fewest = checks.whole(timing.min_samples, "timing.min_samples", 1)
-    return replace(timing, budget_s=checks.seconds(timing.budget_s, "the timing budget (timing.budget_s)"),
-                   min_samples=fewest, max_samples=checks.whole(timing.max_samples, "timing.max_samples", fewest),
-                   target_rsd=_positive(timing.target_rsd, "timing.target_rsd"),
-                   warmup=checks.whole(timing.warmup, "timing.warmup"),
-                   stop_above_ms=None if timing.stop_above_ms is None else _positive(timing.stop_above_ms,
-                                                                                     "timing.stop_above_ms"))
-
-
-def _positive(value: object, what: str) -> float:
-    if not checks.is_real(value) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type]
-        raise UsageError(f"{what} must be a positive, finite number, got {value!r}")
-    return float(value)  # type: ignore[arg-type]
 
 
 def _gpu_indices(gpus: object) -> tuple[int, ...]:

@@ -14,11 +14,14 @@ import inspect
 import os
 from pathlib import Path
 
+import numpy as np
+
 from ..core.errors import UsageError
 from ..core.paths import as_path
 from .builtin import BUILTIN_FAMILIES
 from .family import Family
 from .loading import Registry, load_registry
+from .problem import element_type_of, numpy_dtype
 from .variant import Variant
 
 FAMILY_PATH_ENV = "TILEGEN_FAMILY_PATH"
@@ -116,3 +119,15 @@ def element_type(name: str) -> str:
         return variant_from_name(name).dtype
     except UsageError:
         return ""
+
+
+def gemm_family(dtype: np.dtype) -> Family:
+    """The family gen.matmul multiplies `dtype` matrices with: the first registered one that
+    declares the element type in its `matmul_dtypes`."""
+    element = element_type_of(dtype)
+    families = all_families().values()
+    for family in families:
+        if element is not None and element in family.matmul_dtypes:
+            return family
+    known = ", ".join(f"{numpy_dtype(d)} ({f.name})" for f in families for d in f.matmul_dtypes)
+    raise UsageError(f"no registered family multiplies {dtype} matrices; gen.matmul multiplies {known}")

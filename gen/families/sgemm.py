@@ -76,15 +76,6 @@ class SgemmVariant(SharedTiles, WarpTiles, Variant):
         return self.wm * self.wn // WARP_SIZE
 
     @property
-    def a_loads(self) -> int:
-        """Vector loads of A's tile per thread and step."""
-        return self.bm * self.bk // self.vec // self.threads_per_block
-
-    @property
-    def b_loads(self) -> int:
-        return self.bk * self.bn // self.vec // self.threads_per_block
-
-    @property
     def shared_bytes(self) -> int:
         """stages · (bk · (bm + padding) + bk · bn) floats: A's tile transposed and padded, and B's."""
         return self.stages * self.bk * (self.bm + self.padding + self.bn) * element_bytes(self.dtype)

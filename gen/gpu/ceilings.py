@@ -20,7 +20,6 @@ import json
 import math
 import numbers
 import os
-import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,12 +28,10 @@ import numpy as np
 from ..core.errors import UsageError
 from ..core.own_files import open_own, write_atomically
 from ..core.paths import cache_dir
-from ..core.results import GpuModel, TimingOptions
+from ..core.results import GpuModel
+from ..core.timing import CEILING_SAMPLES
 from ..families.problem import COPY_BANDWIDTH, GEMM_BF16, GEMM_F16, GEMM_F32, GEMM_F64, Ceiling
 
-CEILING_SAMPLES = TimingOptions(min_samples=10, max_samples=20, target_rsd=0.0, warmup=3, budget_s=30.0)
-# How tilegen 0.1 and 0.2 wrote a model (str(GpuModel) then): "NAME (cc 9.0, 132 SMs, 79 GiB)".
-_DISPLAYED_MODEL = re.compile(r"(?P<name>.+) \(cc (?P<cc>\d+\.\d+), (?P<sm_count>\d+) SMs, (?P<memory_gib>\d+) GiB\)")
 
 
 def ceilings_path() -> Path:
@@ -84,18 +81,10 @@ def model_entry(known: dict[str, Any], model: GpuModel) -> dict[str, float]:
     a file of tilegen 0.1 or 0.2 (the key's win where both have one)."""
     rates: dict[str, float] = {}
     for key, entry in known.items():
-        if isinstance(entry, dict) and displayed_model(key) == model:
+        if isinstance(entry, dict) and GpuModel.from_display(key) == model:
             rates.update(entry)
     rates.update(known.get(model.key, {}))
     return rates
-
-
-def displayed_model(text: str) -> GpuModel | None:
-    """The model a display string of tilegen 0.1 or 0.2 names, or None."""
-    found = _DISPLAYED_MODEL.fullmatch(text)
-    if found is None:
-        return None
-    return GpuModel(found["name"], found["cc"], int(found["sm_count"]), int(found["memory_gib"]))
 
 
 def _read(path: Path) -> dict[str, Any]:

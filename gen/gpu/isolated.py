@@ -20,18 +20,15 @@ from __future__ import annotations
 import os
 import pickle
 import select
-import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
 from ..core.errors import Interrupted
-from ..core.processes import kill_session, python_environment
+from ..core.processes import Child, python_environment
 from ..core.results import DeviceInfo, Measurement, Status
 from .executor import GpuUnavailable
 from .jobs import Job
@@ -49,15 +46,15 @@ class IsolatedWorker:
                  visible_devices: str | None = None):
         self.physical_index, self.silence_s, self.target = physical_index, silence_s, target
         self.visible_devices = visible_devices
-        self._process: subprocess.Popen | None = None
+        self._child: Child | None = None
         self._connection: Connection | None = None
         self._messages: Messages | None = None  # what the worker sends once it is ready
         self._pending: deque[tuple[str, Any]] = deque()  # messages read and not yet taken
         self._phase = "start"
         self.died_unstarted = False  # its process died before the job it ran told any phase
         self.deadline = 0.0  # time.monotonic() past which the job under way counts as hung
-        self._stderr = None
         self.device: DeviceInfo | None = None
+        self._last_child: Child | None = None  # the process started last (its stderr says why it died)
         self.starts = 0
 
     @property
@@ -76,15 +73,10 @@ class IsolatedWorker:
     def start(self) -> DeviceInfo:
         self.starts += 1
         self.died_unstarted = False
-        ours, theirs = socket.socketpair()
-        self._stderr = tempfile.TemporaryFile()
-        environment = self.environment()
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", MODULE, "--serve", str(theirs.fileno()), str(self.physical_index),
-             self.target], pass_fds=(theirs.fileno(),), env=environment, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=self._stderr, start_new_session=True)
-        theirs.close()
-        self._connection = Connection(ours.detach())
+        gpu, target = str(self.physical_index), self.target
+        self._child = self._last_child = Child(
+            lambda fd: [sys.executable, "-m", MODULE, "--serve", str(fd), gpu, target], self.environment())
+        self._connection = self._child.connection
         if not self._connection.poll(START_TIMEOUT_S):
             self.kill()
             raise GpuUnavailable(f"worker for GPU {self.gpu} did not start within {START_TIMEOUT_S:.0f} s")
@@ -174,50 +166,37 @@ class IsolatedWorker:
 
     @property
     def alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._child is not None and self._child.alive
 
     def stop(self) -> None:
         """Ask the worker to finish, then make sure it has."""
-        process, connection = self._process, self._connection  # a kill from another thread may clear them
-        if process is None:
-            return
-        if process.poll() is None and connection is not None:
+        child = self._child  # a kill from another thread may clear it
+        if child is not None and child.alive:
             try:
-                connection.send(None)
-                process.wait(1.0)
-            except (OSError, subprocess.TimeoutExpired):
+                child.connection.send(None)
+            except OSError:
                 pass
-        self.kill()
+        self._end(1.0)
 
     def kill(self) -> None:
         """Stop the process now; safe to call from two threads at once (an interrupt while the
         coordinator finds the worker dead): each takes what is left to stop."""
-        process, self._process = self._process, None
-        connection, self._connection, self._messages = self._connection, None, None
+        self._end()
+
+    def _end(self, grace_s: float = 0.0) -> int | None:
+        """Reap the worker (gen.core.processes.Child.end): its exit code, None if it was killed or is gone."""
+        child, self._child = self._child, None
+        self._connection, self._messages = None, None
         self._pending.clear()
-        if process is not None and process.poll() is None:
-            kill_session(process.pid)
-            process.wait(5.0)
-        if connection is not None:
-            connection.close()
+        return child.end(grace_s) if child is not None else None
 
     def _wait_for_exit(self) -> int | None:
-        process = self._process
-        if process is None:  # killed meanwhile
-            return None
-        try:
-            code = process.wait(10.0)
-        except subprocess.TimeoutExpired:
-            code = None
-        self.kill()
-        return code
+        return self._end(10.0)
 
     def _last_words(self) -> str:
         """The last line the worker printed (a Python error, say), to say why it died."""
-        if self._stderr is None:
-            return ""
-        self._stderr.seek(0)
-        lines = [line.strip() for line in self._stderr.read().decode(errors="replace").splitlines() if line.strip()]
+        child = self._last_child
+        lines = [line.strip() for line in child.stderr_text().splitlines() if line.strip()] if child else []
         return f": {lines[-1]}" if lines else ""
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.results import TimingOptions
+from ..core.timing import TimingOptions
 
-# Run-time cache preferences (cuFuncSetCacheConfig), with the shared-memory carveout in percent
-# that goes with each on GPUs that have one (-1 leaves the driver's default).
+# Run-time cache preferences (cuFuncSetCacheConfig's CU_FUNC_CACHE_PREFER_<NAME>), with the
+# shared-memory carveout in percent that goes with each on GPUs that have one (-1 leaves the driver's default).
 CACHE_CONFIGS = {"none": -1, "shared": 100, "l1": 0, "equal": 50}
 RACY_CHECKS = 3  # deliberately racy variants are checked this many times, on different inputs
 

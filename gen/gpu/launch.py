@@ -18,14 +18,6 @@ from ..families.problem import Problem
 from .jobs import CACHE_CONFIGS
 from .regions import spans
 
-_CACHE_PREFERENCE = {
-    "none": cuda.func_cache.PREFER_NONE,
-    "shared": cuda.func_cache.PREFER_SHARED,
-    "l1": cuda.func_cache.PREFER_L1,
-    "equal": cuda.func_cache.PREFER_EQUAL,
-}
-
-
 def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays: Mapping[str, Any]
              ) -> Callable[[], None]:
     """A prepared launch of `function` on these device arrays (GPUArrays, views included): little
@@ -81,21 +73,13 @@ def fill_constants(module: Any, constants: Mapping[str, np.ndarray]) -> None:
 def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> None:
     """Cache preference, the matching shared-memory carveout, and the opt-in for > 48 KiB dynamic shared."""
     if cache_config != "none":
-        function.set_cache_config(_CACHE_PREFERENCE[cache_config])
+        function.set_cache_config(getattr(cuda.func_cache, "PREFER_" + cache_config.upper()))
         function.set_attribute(cuda.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT, CACHE_CONFIGS[cache_config])
     if dynamic_shared_bytes > MAX_STATIC_SHARED_BYTES:  # past it, a kernel must opt in
         function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_shared_bytes)
 
 
 # ---- ready-to-call kernels in the caller's context (gen.kernels) -------------------------------------
-
-def load_function(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
-    """A kernel loaded into the current context, configured for its dynamic shared memory."""
-    _require_context()
-    function = function_named(cuda.module_from_buffer(cubin), cubin, name)
-    configure(function, "none", dynamic_shared_bytes)
-    return function
-
 
 def empty(dims: tuple[int, ...], dtype: Any) -> Any:
     return gpuarray.empty(dims, dtype=dtype)

@@ -20,7 +20,8 @@ import pycuda.driver as cuda
 
 from ..core.errors import UsageError
 from ..core.objectives import NO_ENERGY
-from ..core.results import Measurement, Status, Timing, slower_than_cutoff
+from ..core.results import Measurement, Status
+from ..core.timing import Timing, slower_than_cutoff
 from ..families import get_family
 from ..families.family import Family, Launch
 from ..families.problem import Problem, numpy_dtype

@@ -9,10 +9,10 @@ from typing import Any, Callable
 
 import pycuda.driver as cuda
 
-from ..core.results import EARLY_STOP_SAMPLES, TimingOptions, median_relative_error, slower_than_cutoff
+from ..core.timing import (EARLY_STOP_SAMPLES, WARMUP_MS, TimingOptions, median_relative_error,
+                           slower_than_cutoff)
 
 WARM_SAMPLE_MS = 1.0  # a warm sample times back-to-back launches for about this long
-WARMUP_MS = 1.0  # a first warm-up launch this long is warm-up enough
 ROUND_SAMPLES = EARLY_STOP_SAMPLES  # samples queued before the host waits and reads them
 
 

@@ -21,7 +21,9 @@ from dataclasses import asdict
 from multiprocessing.connection import Connection
 from typing import Callable
 
-from ..core.results import Measurement, Status, TimingOptions
+from ..core.results import Measurement, Status
+
+from ..core.timing import TimingOptions
 from .jobs import Job
 
 MODULE = "gen.gpu.worker_process"  # what `python -m` runs (this module's __name__ is "__main__" then)

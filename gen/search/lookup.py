@@ -80,7 +80,7 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
         ("the nearest tuned shape on a GPU of the same compute capability", same_cc),
     ]
     for reason, problems in searches:
-        for problem in sorted(problems, key=lambda p: _distance(_dims(chosen_family, p), shape.dims)):
+        for problem in sorted(problems, key=lambda p: shape_distance(_dims(chosen_family, p), shape.dims)):
             found = _runnable_winner(database, chosen_family, problem, shape, objective)
             if found is not None:
                 variant, stored = found
@@ -153,5 +153,6 @@ def _bucket(dims: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(math.ceil(math.log2(d)) for d in dims)
 
 
-def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
+def shape_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
+    """How far apart two shapes' dimensions are, in factors of two: nearest tuned shapes are nearest by it."""
     return sum(abs(math.log2(x / y)) for x, y in zip(a, b))

@@ -19,12 +19,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..core.objectives import DEFAULT_OBJECTIVE, needs_energy, score
 from ..core.results import Row, is_ok
+from ..core.timing import EARLY_STOP_MARGIN
 from ..evaluate.loop import Proposal
 from ..evaluate.plan import Point
 from ..families.variant import Variant
 from .strategies import Strategy
-
-EARLY_STOP_MARGIN = 0.1  # a search stops timing a point whose samples are all 10% slower than its best so far
 
 
 class PointList:

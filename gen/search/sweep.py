@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import sys
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -24,7 +23,6 @@ from ..core.paths import as_path
 from ..core.progress import Progress
 from ..core.objectives import NO_ENERGY
 from ..core.results import Row, Status
-from ..core.table import text_table
 from ..evaluate.engine import Checking, Engine, EngineStats
 from ..evaluate.loop import evaluate
 from ..evaluate.options import RunOptions, make_executor
@@ -34,6 +32,7 @@ from ..families.family import Family
 from ..families.space import MAX_POINTS, Space, values_of
 from ..gpu.jobs import CACHE_CONFIGS
 from ..gpu.executor import Executor
+from ..store.report import fastest_table, status_counts
 from ..store.results_log import ResultLog, latest
 from .proposers import PointList
 
@@ -203,13 +202,7 @@ def summary(report: SweepReport, top: int = 10) -> str:
                       key=lambda r: (r.shape, -r.throughput))
     for shape in dict.fromkeys(r.shape for r in measured):
         best = [r for r in measured if r.shape == shape][:top]
-        energy = any(r.energy_j is not None for r in best)
-        body = [[r.name, r.cache_config, round(r.median_ms, 4), round(r.throughput, 2),
-                 f"{r.ceiling_share:.1%}" if r.ceiling_share else "", f"{r.error:.2g}",
-                 *([f"{r.energy_j * 1e3:.4g}" if r.energy_j is not None else ""] if energy else [])] for r in best]
-        unit = best[0].unit
-        lines += ["", f"fastest at {shape}:", text_table(["variant", "cache", "median ms", unit, "of ceiling", "error",
-                                                          *(["mJ per launch"] if energy else [])], body)]
+        lines += ["", f"fastest at {shape}:", fastest_table(best, energy=any(r.energy_j is not None for r in best))]
     no_energy = sorted({part for r in report.rows for part in r.message.split("; ") if part.startswith(NO_ENERGY)})
     lines += ["", no_energy[0]] if no_energy else []  # asked for, not measured: why, once
     if report.note:
@@ -217,14 +210,6 @@ def summary(report: SweepReport, top: int = 10) -> str:
         if counts.get(str(Status.COMPILED)):
             lines.append("rows that compiled are marked 'compiled'")
     return "\n".join(lines)
-
-
-def status_counts(rows: Iterable[Row]) -> Counter[str]:
-    """Points per status (a summary row of skipped points counts each of them)."""
-    counts: Counter[str] = Counter()
-    for row in rows:
-        counts[str(row.status)] += row.points
-    return counts
 
 
 def _checked(options: SweepOptions) -> tuple[Family, Space, list[Any]]:

@@ -10,7 +10,6 @@ SPECULATE points are compiled speculatively, from the start, while the GPU worke
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -22,7 +21,8 @@ from ..core import checks
 from ..core.errors import RunInterrupted, UsageError
 from ..core.objectives import DEFAULT_OBJECTIVE, NO_ENERGY, check_objective
 from ..core.progress import Progress
-from ..core.results import GpuModel, Row, TimingOptions, is_ok
+from ..core.results import GpuModel, Row, is_ok
+from ..core.timing import EARLY_STOP_MARGIN, TUNE_TIMING
 from ..evaluate.engine import Checking, Engine
 from ..evaluate.loop import Outcome, evaluate
 from ..evaluate.options import RunOptions, make_executor
@@ -33,14 +33,14 @@ from ..families.space import MAX_POINTS, Space
 from ..families.variant import Variant
 from ..gpu.executor import Executor, GpuUnavailable
 from ..store.tuning_db import FINALIST_KEY, Problem, TuningDB, checked_db_path
-from .proposers import EARLY_STOP_MARGIN, PointList, Rounds, Search
+from .lookup import shape_distance
+from .proposers import PointList, Rounds, Search
 from .strategies import STRATEGIES, SearchSpace, make_strategy
 from .tune_result import TuneResult
 
 INTERLEAVED_ROUNDS = 5
 WARM_START = 10  # the nearest tuned shape's top variants, evaluated before the strategy's own picks
 SPECULATE = 4000  # spaces up to this many valid points are compiled ahead of the strategy
-TUNE_TIMING = TimingOptions(budget_s=0.5)
 DEFAULT_BUDGET = 100  # evaluations of a search strategy given neither a budget nor a time
 RESUME_HINT = "tune again to go on (what is measured is not measured again)"
 
@@ -303,9 +303,7 @@ def warm_start(db: TuningDB, problem: Problem, family: Family, shape: Any, valid
                   if (p.gpu_model, p.dtype) == (problem.gpu_model, problem.dtype) and p.shape != problem.shape]
     if not tuned_here:
         return []
-    dims = shape.dims
-    nearest = min(tuned_here, key=lambda p: sum(abs(math.log2(a / b)) for a, b in
-                                                 zip(family.parse_shape(p.shape).dims, dims)))
+    nearest = min(tuned_here, key=lambda p: shape_distance(family.parse_shape(p.shape).dims, shape.dims))
     allowed, chosen = set(valid), []
     for row in db.top(nearest, 3 * WARM_START):
         variant = family.runnable(family.variant_type.from_name(row.name), shape)

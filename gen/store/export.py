@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..core.own_files import write_atomically
 from ..core.version import __version__
 from ..core.errors import UsageError
 from ..core.paths import writable_file
 from ..core.results import Row, Status
-from .files import write_failure, write_whole_file
+from .files import write_failure
 from .run_folder import RUN_FILES, RUN_MARKER
 
 T4_VERSION = "1.0.0"
@@ -72,7 +73,7 @@ def write_t4(rows: Iterable[Row], path: Path, force: bool = False) -> int:
     path = checked_t4_path(path, force)
     document = t4_document(rows)
     try:
-        write_whole_file(path, json.dumps(document, indent=1))
+        write_atomically(path, json.dumps(document, indent=1).encode())
     except OSError as error:
         raise write_failure(path, error, f"{path} is as it was; make room, then export again",
                             "give another file") from None

@@ -1,6 +1,5 @@
-"""Files written whole or not at all: a file replaced through a temporary one, a line appended
-whole or taken back, and a failed write said in one line (a full disk is a failed run; anything
-else needs another place)."""
+"""Lines appended whole or taken back, and a failed write said in one line (a full disk is a failed
+run; anything else needs another place). A whole file is written by gen.core.own_files.write_atomically."""
 
 from __future__ import annotations
 
@@ -9,12 +8,6 @@ import os
 from pathlib import Path
 
 from ..core.errors import TilegenError, path_failure
-from ..core.own_files import write_atomically
-
-
-def write_whole_file(path: Path, text: str) -> None:
-    """Write a file whole or leave what was there (core.own_files.write_atomically)."""
-    write_atomically(path, text.encode("utf-8"))
 
 
 def append_whole(fd: int, data: bytes) -> None:

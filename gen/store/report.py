@@ -13,7 +13,7 @@ from .results_log import latest, read_rows
 from .run_folder import RESULTS_JSONL
 from ..core.table import markdown_table, text_table
 
-Table = Callable[[Sequence[str], Sequence[Sequence[object]]], str]
+TableFormat = Callable[[Sequence[str], Sequence[Sequence[object]]], str]  # text_table or markdown_table
 
 
 def load_rows(directories: Iterable[Path]) -> list[Row]:
@@ -47,30 +47,46 @@ def by_problem(rows: Iterable[Row]) -> dict[tuple[str, str, str, str], list[Row]
     return dict(sorted(groups.items()))
 
 
-def status_table(rows: Sequence[Row], table: Table = text_table) -> str:
-    counts: Counter[tuple[str, str]] = Counter()
+def status_counts(rows: Iterable[Row]) -> Counter[str]:
+    """Points per status (a summary row of skipped points counts each of them)."""
+    counts: Counter[str] = Counter()
     for row in rows:
-        counts[(row.family, str(row.status))] += row.points  # a summary of skipped points counts each
-    return table(["family", "status", "points"], [[f, s, n] for (f, s), n in sorted(counts.items())])
+        counts[str(row.status)] += row.points
+    return counts
 
 
-def best_table(rows: Sequence[Row], table: Table = text_table) -> str:
+def status_table(rows: Sequence[Row], table: TableFormat = text_table) -> str:
+    return table(["family", "status", "points"],
+                 [[family, status, count] for family in sorted({row.family for row in rows})
+                  for status, count in sorted(status_counts(r for r in rows if r.family == family).items())])
+
+
+def best_table(rows: Sequence[Row], table: TableFormat = text_table) -> str:
     """The best correct variant of each family, element type, shape and GPU."""
     return table(["gpu", "family", "problem", "best variant", "median ms", "throughput", "of ceiling"],
                  [[gpu, family, shape, r.name, round(r.median_ms, 4), _rate(r), _share(r)]
                   for (family, _, shape, gpu), (r, *_) in by_problem(rows).items()])
 
 
-def top_tables(rows: Sequence[Row], count: int = 10, table: Table = text_table, heading: str = "") -> list[str]:
+def top_tables(rows: Sequence[Row], count: int = 10, table: TableFormat = text_table, heading: str = "") -> list[str]:
     """For each problem, its best `count` rows under a heading that names the problem."""
     tables = []
     for (family, dtype, shape, gpu), ranked in by_problem(rows).items():
         where = f" on {gpu}" if gpu else ""
         tables += [f"{heading}Top {count}: {family} {dtype} {shape}{where}".replace("  ", " "),
-                   table(["variant", "cache", "median ms", ranked[0].unit, "of ceiling", "error", "regs"],
-                         [[r.name, r.cache_config, round(r.median_ms, 4), round(r.throughput, 2), _share(r),
-                           f"{r.error:.2g}", r.registers] for r in ranked[:count]])]
+                   fastest_table(ranked[:count], table, registers=True)]
     return tables
+
+
+def fastest_table(ranked: Sequence[Row], table: TableFormat = text_table, registers: bool = False,
+                  energy: bool = False) -> str:
+    """Measured rows of one problem, as ranked: each variant's time, throughput, share of the
+    ceiling and error (and its registers, its energy)."""
+    return table(["variant", "cache", "median ms", ranked[0].unit, "of ceiling", "error",
+                  *(["regs"] if registers else []), *(["mJ per launch"] if energy else [])],
+                 [[r.name, r.cache_config, round(r.median_ms, 4), round(r.throughput, 2), _share(r), f"{r.error:.2g}",
+                   *([r.registers] if registers else []),
+                   *([f"{r.energy_j * 1e3:.4g}" if r.energy_j is not None else ""] if energy else [])] for r in ranked])
 
 
 def compiled_by(row: Row) -> str:

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..core.errors import TilegenError, UsageError
-from ..core.own_files import open_own, refuse_other_kind
+from ..core.own_files import open_own, refuse_other_kind, size_of, write_atomically
 from ..core.paths import writable_folder
 from ..core.checks import strict_json
 from ..core.results import Row, row_from_json
-from .files import append_whole, write_failure, write_whole_file
+from .files import append_whole, write_failure
 from .run_folder import RESULTS_CSV, RESULTS_JSONL, RUN_JSON, RUN_LOCK, RUN_MARKER, FolderLock, check_ours, mark
 
 # The run folder's file names are importable from here too, as before the folder had its module.
@@ -119,7 +119,7 @@ class ResultLog:
         if held and not resume:
             raise UsageError(f"{self.path} already holds results: {advice}")
         self.rows, self._torn = _read(self.path) if held else ([], b"")
-        self._size_seen = _size(self.path)
+        self._size_seen = size_of(self.path)
         check_ours(self.directory, tilegen_rows=bool(self.rows))
         if held and self.settings is not None:
             _check_same_run(self.directory, self.rows, self.settings)
@@ -134,7 +134,7 @@ class ResultLog:
         try:
             settings_path = self.directory / RUN_JSON
             if self.settings is not None and (not self.done_before or not settings_path.exists()):
-                write_whole_file(settings_path, json.dumps(self.settings, indent=1) + "\n")
+                write_atomically(settings_path, (json.dumps(self.settings, indent=1) + "\n").encode())
             if self._torn:
                 _mend(self.path, self._torn)
             self._fd = open_own(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "--out's")
@@ -150,7 +150,7 @@ class ResultLog:
             self.directory.mkdir(parents=True, exist_ok=True)
             if self._lock is None:
                 lock = self._locked()
-                if _size(self.path) != self._size_seen:
+                if size_of(self.path) != self._size_seen:
                     lock.release()  # its rows are not this run's to rewrite: results.csv stays theirs
                     raise UsageError(f"another tilegen run wrote {self.path} since this one began; run again (with "
                                      f"--resume to continue that run), or choose another --out")
@@ -244,11 +244,6 @@ def _read(path: Path) -> tuple[list[Row], bytes]:
     return rows, torn
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 def _mend(path: Path, torn: bytes) -> None:
@@ -271,7 +266,7 @@ def write_csv(rows: Iterable[Row], path: Path) -> None:
     writer = csv.DictWriter(text, fieldnames=columns)
     writer.writeheader()
     writer.writerows(flat)
-    write_whole_file(path, text.getvalue())
+    write_atomically(path, text.getvalue().encode())
 
 
 def _parses(line: bytes) -> bool:

@@ -17,9 +17,8 @@ import socket
 from pathlib import Path
 
 from ..core.errors import UsageError
-from ..core.own_files import open_own
+from ..core.own_files import open_own, write_atomically
 from ..core.version import __version__
-from .files import write_whole_file
 
 RESULTS_JSONL = "results.jsonl"
 RESULTS_CSV = "results.csv"
@@ -69,8 +68,8 @@ def mark(directory: Path) -> None:
     """Mark the folder as tilegen's (OSError when the marker cannot be written)."""
     marker = directory / RUN_MARKER
     if not marker.exists():
-        write_whole_file(marker, f"This folder holds a run of tilegen {__version__}: tilegen writes only in "
-                                 f"folders marked so.\n")
+        write_atomically(marker, f"This folder holds a run of tilegen {__version__}: tilegen writes only in "
+                                 f"folders marked so.\n".encode())
 
 
 def _lock_file(path: Path, directory: Path) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -84,7 +83,6 @@ LEGACY_TABLES = {
 }
 LEGACY_VIEWS = ("ranked", "latest")
 # How 0.1 and 0.2 displayed a GPU model: a format of the past, kept to read their databases.
-_LEGACY_DISPLAY = re.compile(r"(?P<name>.+) \(cc (?P<cc>[0-9.]+), (?P<sms>[0-9]+) SMs, (?P<gib>[0-9]+) GiB\)")
 # A row's element type: its dtype, or for a row stored with '' (tilegen 0.2, a family without a
 # dtype parameter) that family's one element type ('' where the family is not loaded here).
 ELEMENT_TYPE = "CASE dtype WHEN '' THEN only_element_type(family) ELSE dtype END"
@@ -225,8 +223,8 @@ def _legacy_model(connection: sqlite3.Connection, text: str) -> GpuModel:
     """The model a display text of tilegen 0.1 or 0.2 stands for: the text read back, else the
     provenance of the newest of its rows that ran on a GPU, else the text as the model's name (so
     that no row is lost, though no GPU will ask for it)."""
-    if found := _LEGACY_DISPLAY.fullmatch(text):
-        return GpuModel(found["name"], found["cc"], int(found["sms"]), int(found["gib"]))
+    if found := GpuModel.from_display(text):
+        return found
     query = "SELECT row FROM measurements WHERE gpu_model = ? AND cc IS NOT NULL ORDER BY id DESC"
     for (stored,) in connection.execute(query, (text,)):
         try:

@@ -1,0 +1,134 @@
+"""The house rules of a package laid out like `gen/`, read from its source (nothing is imported):
+the layers' order, no import cycles, each checked third-party package in its one layer, and sizes.
+`check(root)` returns one line per finding; `python -m tests.house [ROOT]` prints them, exit 1 if any."""
+import ast
+import sys
+from pathlib import Path
+
+# The layer a module is in is its folder under the package root; modules at the root are the
+# Python API ("api"), which may import any layer. A layer may import itself and the layers named.
+# store/ sits beside build/, gpu/ and evaluate/: it needs only core/ and families/.
+MAY_IMPORT = {"core": set(), "families": {"core"}}
+MAY_IMPORT["build"] = MAY_IMPORT["gpu"] = MAY_IMPORT["store"] = {"core", "families"}
+MAY_IMPORT["evaluate"] = {"core", "families", "build", "gpu"}
+MAY_IMPORT["search"] = MAY_IMPORT["evaluate"] | {"evaluate", "store"}
+MAY_IMPORT["cli"] = MAY_IMPORT["search"] | {"search"}
+
+# Each third-party package (or part of one), by its dotted prefix, and the one layer that imports it.
+THIRD_PARTY = {
+    "pycuda": "gpu", "distributed": "gpu", "dask": "gpu", "pynvml": "gpu", "torch": "gpu", "cupy": "gpu",
+    "cuda.bindings.driver": "gpu",  # gen.kernel's launches through the driver API
+    "cuda.bindings.nvrtc": "build", "cuda.pathfinder": "build",  # NVRTC, the compiler
+    "jinja2": "build", "matplotlib": "store", "ml_dtypes": "families",
+}
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def modules(root):
+    """Dotted module name -> path, for every module under the package folder `root`."""
+    found = {}
+    for path in sorted(Path(root).rglob("*.py")):
+        parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def layer(name):
+    """The layer of a dotted module name: its first folder under the package, else "api"."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in MAY_IMPORT) else "api"
+
+
+def imported(name, path, node):
+    """The dotted names an import statement in module `name` names (relative ones resolved)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    target = node.module or ""
+    if node.level:
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        target = ".".join(package[: len(package) - node.level + 1] + ([target] if target else []))
+    return [f"{target}.{a.name}" for a in node.names]
+
+
+def _own(dotted, mods):
+    """The module of the package that `dotted` names (a name inside a module: that module)."""
+    while dotted not in mods and "." in dotted:
+        dotted = dotted.rsplit(".", 1)[0]
+    return dotted if dotted in mods else None
+
+
+def _third_party_layer(dotted):
+    prefixes = [p for p in THIRD_PARTY if dotted == p or dotted.startswith(p + ".")]
+    return THIRD_PARTY[max(prefixes, key=len)] if prefixes else None
+
+
+def _read(root):
+    """Each module's imports of the package's own modules (inside functions too), and findings."""
+    mods, edges, findings = modules(root), {}, []
+    for name, path in mods.items():
+        source = path.read_text()
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            findings.append(f"{path}: {len(source.splitlines())} lines (at most {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(source, str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    findings.append(f"{path}:{node.lineno}: {node.name} is {length} lines "
+                                    f"(at most {MAX_FUNCTION_LINES})")
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for dotted in imported(name, path, node):
+                own, outside = _own(dotted, mods), _third_party_layer(dotted)
+                if own and own != name:
+                    edges.setdefault(name, set()).add(own)
+                    if layer(name) != "api" and layer(own) not in MAY_IMPORT[layer(name)] | {layer(name)}:
+                        findings.append(f"{path}:{node.lineno}: {layer(name)} imports {own} "
+                                        f"from {layer(own)}, against the layer order")
+                if outside and layer(name) != outside:
+                    findings.append(f"{path}:{node.lineno}: {dotted} is imported in {layer(name)}; "
+                                    f"only {outside} may import it")
+    return edges, findings
+
+
+def cycles(edges):
+    """The groups of modules that import each other, directly or round a loop (Tarjan)."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def check(root):
+    """Every broken house rule in the package folder `root`, one line each; [] when it keeps them."""
+    edges, findings = _read(Path(root))
+    return findings + [f"import cycle: {' -> '.join(group)}" for group in cycles(edges)]
+
+
+if __name__ == "__main__":
+    sys.setrecursionlimit(10_000)
+    lines = check(Path(sys.argv[1] if len(sys.argv) > 1 else "gen"))
+    print("\n".join(lines) or "the house rules hold")
+    sys.exit(1 if lines else 0)
