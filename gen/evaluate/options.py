@@ -8,13 +8,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from ..build.compilers import compiler_named
-from ..build.options import CompileOptions
+from ..build.compilers import COMPILER_ENV, COMPILERS, compiler_named
+from ..build.options import CompileOptions, usable_cores
 from ..core import checks
 from ..core.errors import UsageError
 from ..core.results import TimingOptions
 from ..gpu.executor import Executor
+from ..gpu.jobs import CACHE_CONFIGS
 from ..gpu.local import LocalExecutor
+from ..gpu.sanitize import sanitizer_path
+
+# the choices the commands offer, from the layers below (search/ and cli/ reach them only here)
+__all__ = ["CACHE_CONFIGS", "COMPILERS", "COMPILER_ENV", "RunOptions", "make_executor", "runs_on", "sanitizer_path",
+           "usable_cores"]
 
 
 @dataclass(frozen=True)

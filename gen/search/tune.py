@@ -17,21 +17,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..build.pool import CompilePool
 from ..core import checks
 from ..core.errors import RunInterrupted, UsageError
 from ..core.objectives import DEFAULT_OBJECTIVE, NO_ENERGY, check_objective
 from ..core.progress import Progress
-from ..core.results import GpuModel, Row, TimingOptions, is_ok
-from ..evaluate.engine import Checking, Engine
+from ..core.results import Row, TimingOptions, is_ok
+from ..evaluate.engine import Engine
 from ..evaluate.loop import Outcome, evaluate
-from ..evaluate.options import RunOptions, make_executor
+from ..evaluate.options import RunOptions
 from ..evaluate.plan import Point
+from ..evaluate.session import Executor, Session
 from ..families import get_family
 from ..families.family import Family, refused
 from ..families.space import MAX_POINTS, Space
 from ..families.variant import Variant
-from ..gpu.executor import Executor, GpuUnavailable
 from ..store.tuning_db import FINALIST_KEY, Problem, TuningDB, checked_db_path
 from .proposers import EARLY_STOP_MARGIN, PointList, Rounds, Search
 from .strategies import STRATEGIES, SearchSpace, make_strategy
@@ -161,41 +160,23 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
     shape = family.parse_shape(options.size)
     chosen = candidates(family, shape, options)
     db_path = checked_db_path(options.db, create=True)  # a bad --db is refused now; made once a GPU answers
-    run = replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31))
     started = time.monotonic()
-    compiling = run.compile_options()
-    first = CompilePool(compiling)
-    if len(chosen.variants) <= SPECULATE:
-        first.prefetch(chosen.variants)
-    executor = executor or make_executor(run)
-    try:
-        groups = _gpu_models(executor)
-        db = TuningDB(db_path)  # only now: a tune that cannot run leaves no database behind
-        results = []
-        for model, group in groups.items():
-            arch = run.arch or model.arch  # each model its own cubins
-            pool = first if first.options.arch == arch and not results else CompilePool(replace(compiling, arch=arch))
-            with Engine(pool, group, Checking(run.seed, run.timing, run.sanitize)) as engine:
+    with Session(replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31)), executor) as session:
+        if len(chosen.variants) <= SPECULATE:
+            session.pool.prefetch(chosen.variants)
+        try:
+            results, db = [], None
+            for model, engine in session.per_model("tune"):
+                db = db if db is not None else TuningDB(db_path)  # made only once a GPU answers
                 problem = Problem(model, family.name, chosen.variants[0].dtype, str(shape))
                 results.append(_tune_model(options, family, shape, chosen, problem, engine, db, started))
-            started = time.monotonic()
-        return results
-    except RunInterrupted:
-        raise
-    except KeyboardInterrupt:  # while the workers start
-        raise RunInterrupted(f"evaluations so far are kept in the tuning database {db_path}; {RESUME_HINT}") \
-            from None
-    finally:
-        first.kill()
-        executor.close()
-
-
-def _gpu_models(executor: Executor) -> dict[GpuModel, Executor]:
-    """The executor's GPUs by model (their workers started); a tune needs one."""
-    try:
-        return executor.by_model()
-    except GpuUnavailable as reason:
-        raise UsageError(f"tune needs a GPU: {reason}") from None
+                started = time.monotonic()
+            return results
+        except RunInterrupted:
+            raise
+        except KeyboardInterrupt:  # while the workers start
+            raise RunInterrupted(f"evaluations so far are kept in the tuning database {db_path}; {RESUME_HINT}") \
+                from None
 
 
 def record_measured(db: TuningDB, rows: list[Row], problem: Problem) -> None:
