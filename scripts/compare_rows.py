@@ -51,7 +51,7 @@ from gen.search.tune import TuneOptions, candidates
 for name, size in (word.split(':') for word in sys.argv[1:]):
     family = get_family(name)
     found = candidates(family, family.parse_shape(size), TuneOptions(family=name, size=size, strategy='brute'))
-    print(name, size, len(found.variants), found.points, found.adapted, found.changes, found.budget)
+    print(name, size, len(found.variants), found.budget)
     print(*sorted(v.name for v in found.variants))
 """
 

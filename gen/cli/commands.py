@@ -18,7 +18,6 @@ from ..core.results import GpuModel, Row, Status, TimingOptions
 from ..core.table import text_table
 from ..evaluate.loop import exit_code
 from ..evaluate.options import RunOptions
-from ..evaluate.plan import make_plan
 from ..evaluate.services import (cache_summary, cached_by_another, check_reachable, clear_cache, cubin_cache, emit,
                                  made_by, purge_failed, render, serve_gpus, template_problems)
 from ..evaluate.session import Session
@@ -139,9 +138,6 @@ def cmd_tune(args: argparse.Namespace) -> None:
         objective=args.objective,
         run=RunOptions(timing=TUNE_TIMING) if args.dry_run else _run_options(args))
     if args.dry_run:
-        space = Space.from_options(family, args.params)
-        space.check_size(args.max_points)
-        print(make_plan(family, space, [family.parse_shape(args.size)], [""], args.filter).preview())
         print(tune_preview(options))
         return None
     options.run.compile_options()  # --arch, --jobs, --compiler and the compile cache, before the database is made

@@ -25,7 +25,7 @@ from ..core.results import Row, TimingOptions, is_ok
 from ..evaluate.engine import Engine
 from ..evaluate.loop import Outcome, evaluate
 from ..evaluate.options import RunOptions
-from ..evaluate.plan import Point
+from ..evaluate.plan import Plan, Point, make_plan
 from ..evaluate.session import Executor, Session
 from ..families import get_family
 from ..families.family import Family, refused
@@ -89,47 +89,34 @@ def _check(tune: TuneOptions) -> None:
 
 @dataclass(frozen=True)
 class Candidates:
-    """What a tune searches: the space's variants that can run the shape, those that cannot as they
-    are replaced by their family's adaptations (bounds checks on, say), each once."""
+    """What a tune searches: the plan of the space at the shape, where a variant that cannot run it
+    as it is runs as its family's adaptation (bounds checks on, say), and its variants, each once."""
 
+    plan: Plan
     variants: list[Variant]
-    points: int  # points of the space (valid ones, after the filter)
-    adapted: int  # variants replaced by an adaptation
-    changes: list[str]  # the parameter values the adaptations set, e.g. ['bounds=guard']
     budget: int  # evaluations the tune will make, at most
 
-    def describe(self, family: Family, shape: Any, strategy: str) -> str:
-        """What the tune will evaluate, in one or two lines."""
-        lines = [f"{family.name} at {shape}: {len(self.variants):,} variants to search by {strategy}; the budget "
-                 f"evaluates {min(self.budget, len(self.variants)):,} of them"]
-        if self.adapted:
-            lines.append(f"{self.adapted:,} of the space's {self.points:,} points cannot run {shape} as they are: "
-                         f"their family's adaptations ({', '.join(self.changes)}) are tuned in their place")
-        return "\n".join(lines)
+    def describe(self, shape: Any, strategy: str) -> str:
+        """The plan's account, then what the tune will evaluate."""
+        return (f"{self.plan.preview()}\n{self.plan.family.name} at {shape}: {len(self.variants):,} variants to "
+                f"search by {strategy}; the budget evaluates {min(self.budget, len(self.variants)):,} of them")
 
 
 def candidates(family: Family, shape: Any, options: TuneOptions) -> Candidates:
     """The variants a tune of `shape` searches (see Candidates); UsageError when none can run it."""
-    valid = Space.default(family, options.params).select(options.filter, options.max_points).valid
-    chosen: dict[Variant, None] = {}
-    adapted, changes = 0, {}
-    for variant in valid:
-        runnable = family.runnable(variant, shape)
-        if runnable is None:
-            continue
-        if runnable != variant:
-            adapted += 1
-            changes.update(dict.fromkeys(_changed(variant, runnable)))
-        chosen[runnable] = None
-    if not chosen:
+    space = Space.default(family, options.params)
+    space.check_size(options.max_points)
+    plan = make_plan(family, space, [shape], [""], options.filter, adapt=True)
+    variants = [point.variant for point in plan.runnable]
+    if not variants:
+        valid = space.expand(options.filter).valid
         reason = refused(family, valid[0], shape) if valid else "no valid variant matches"
         raise UsageError(f"no {family.name} variant in this space can run {shape}, adapted or not: {reason}")
-    element_types = sorted({v.dtype for v in chosen})
+    element_types = sorted({v.dtype for v in variants})
     if len(element_types) > 1:
         raise UsageError(f"a tune is for one element type; this space has {', '.join(element_types)}: choose one "
                          f"with -p dtype=...")
-    variants = list(chosen)
-    return Candidates(variants, len(valid), adapted, list(changes), _budget(options, len(variants)))
+    return Candidates(plan, variants, _budget(options, len(variants)))
 
 
 def _budget(options: TuneOptions, size: int) -> int:
@@ -142,15 +129,11 @@ def _budget(options: TuneOptions, size: int) -> int:
     return min(DEFAULT_BUDGET, size)
 
 
-def _changed(variant: Variant, adapted: Variant) -> list[str]:
-    return [f"{name}={value}" for name, value in adapted.params().items() if variant.params()[name] != value]
-
-
 def preview(options: TuneOptions) -> str:
     """What `tune(options)` would evaluate, without compiling or writing anything."""
     family = get_family(options.family)
     shape = family.parse_shape(options.size)
-    return candidates(family, shape, options).describe(family, shape, options.strategy)
+    return candidates(family, shape, options).describe(shape, options.strategy)
 
 
 def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneResult]:
