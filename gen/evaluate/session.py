@@ -14,12 +14,9 @@ from ..build.compiler import made_by
 from ..build.pool import CompilePool
 from ..core.errors import UsageError
 from ..core.results import DeviceInfo, GpuModel
-from ..gpu.executor import Executor, GpuUnavailable
+from ..gpu.executor import Executor, GpuUnavailable  # for search/: the drivers' executor= and a GPU missing
 from .engine import Checking, Engine
 from .options import RunOptions, make_executor
-
-__all__ = ["Executor", "GpuUnavailable", "Session", "current_device"]
-
 
 class Session:
     """`run`: how points are evaluated; `executor`: the GPUs (None: made from `run`, unless `gpus`

@@ -18,7 +18,6 @@ from typing import Any
 from ..core.checks import is_whole
 from ..core.objectives import DEFAULT_OBJECTIVE, check_objective, needs_energy
 from ..core.errors import UsageError
-from ..evaluate.session import current_device
 from ..families import get_family
 from ..families.family import Family
 from ..core.results import DeviceInfo, GpuModel
@@ -65,7 +64,11 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
         raise UsageError(f"gpu_model must be a gen.core.results.GpuModel (or None: the device's), got {gpu_model!r}")
     if db is None and not default_db_path().exists():  # nothing tuned on this machine yet
         return chosen_family.safe_variant(shape, dtype), "the family's safe default (no tuning database yet)"
-    model = gpu_model or (device or current_device()).model
+    if gpu_model is None and device is None:
+        from ..evaluate.session import current_device  # imported only when a GPU is asked: gen.kernels stays light
+
+        device = current_device()
+    model = gpu_model or device.model  # type: ignore[union-attr]
     database = TuningDB(db, create=False)
     tuned_here = [p for p in database.problems(family) if p.dtype == dtype]
     models = set(database.models())

@@ -33,7 +33,7 @@ from ..families.space import MAX_POINTS, Space
 from ..families.variant import Variant
 from ..store.tuning_db import FINALIST_KEY, Problem, TuningDB, checked_db_path
 from .proposers import EARLY_STOP_MARGIN, PointList, Rounds, Search
-from .strategies import STRATEGIES, SearchSpace, make_strategy
+from .strategies import STRATEGIES, STRATEGY_TYPES, SearchSpace, make_strategy
 from .tune_result import TuneResult
 
 INTERLEAVED_ROUNDS = 5
@@ -124,7 +124,7 @@ def _budget(options: TuneOptions, size: int) -> int:
     that fit; else DEFAULT_BUDGET."""
     if options.budget is not None:
         return min(options.budget, size)
-    if options.strategy == "brute" or options.time_s is not None:
+    if STRATEGY_TYPES[options.strategy].covers_space or options.time_s is not None:
         return size
     return min(DEFAULT_BUDGET, size)
 
@@ -229,7 +229,7 @@ def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates
     warm = warm_start(db, problem, family, shape, chosen.variants)[:chosen.budget] if warmed else []
     deadline = started + options.time_s if options.time_s is not None else None
     return Search(strategy, shape, chosen.budget, warm, db.measured(problem), deadline,
-                  all_at_once=options.strategy == "brute", early_stop=EARLY_STOP_MARGIN if options.early_stop else None)
+                  all_at_once=STRATEGY_TYPES[options.strategy].covers_space, early_stop=EARLY_STOP_MARGIN if options.early_stop else None)
 
 
 def _energy_note(rows: list[Row]) -> str:
