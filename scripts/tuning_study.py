@@ -17,7 +17,7 @@ from pathlib import Path
 from gen.families import get_family
 from gen.store.plots import plot
 from gen.families.space import Space
-from gen.search.strategies import STRATEGIES, SearchSpace
+from gen.search.strategies import STRATEGIES, STRATEGY_TYPES, SearchSpace
 from gen.core.table import markdown_table
 from gen.search.replay import replay
 from gen.store.plots import best_so_far
@@ -49,7 +49,7 @@ def main() -> None:
     for strategy in STRATEGIES:
         fractions = {c: [] for c in CHECKPOINTS}
         costs, overheads = [], []
-        for seed in range(1 if strategy == "brute" else args.seeds):
+        for seed in range(args.seeds if STRATEGY_TYPES[strategy].uses_seed else 1):
             started = time.perf_counter()
             asked = replay(strategy, recorded, space, max(CHECKPOINTS), seed)
             overheads.append(time.perf_counter() - started)

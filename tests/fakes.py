@@ -286,7 +286,7 @@ class FakeExecutor:
         self.killed = True
 
     def by_model(self) -> dict:
-        return {FAKE_DEVICE.model: self}
+        return {device.model: self for device in self.devices()}  # GpuUnavailable without a GPU, as every executor
 
 
 class EnergyExecutor(FakeExecutor):

@@ -33,9 +33,8 @@ from .conftest import REPO
 from .test_state_faults import WITHOUT_ROOT_POWERS, after, measured
 
 # tilegen's command line with the fake GPU of tests.fakes (every variant ok): what sweep and tune run on.
-DRIVER = ("import sys, gen.search.sweep as s, gen.search.tune as t; from tests.fakes import FakeExecutor; "
-          "s.make_executor = t.make_executor = lambda run: FakeExecutor(); from gen.cli.main import main; "
-          "sys.exit(main(sys.argv[1:]))")
+DRIVER = ("import sys; from gen.evaluate.options import EXECUTORS; from tests.fakes import FakeExecutor; "
+          "EXECUTORS['local'] = lambda run: FakeExecutor(); from gen.cli.main import main; sys.exit(main(sys.argv[1:]))")
 POINTS = ["-p", "padding=0", "-p", "bounds=guard", "--arch", "sm_90", "--jobs", "1"]
 TWO = ["matmul", "-p", "tile=8,16", *POINTS, "--size", "64x64x64"]  # a sweep of two points
 LONG = "n" * 256  # one byte over the longest name a file system takes

@@ -259,10 +259,11 @@ def test_a_shape_the_default_space_cannot_run_is_tuned_through_the_familys_adapt
     from gen.search.tune import candidates
 
     code, out, err = run_main(capsys, ["tune", "sgemm", "--size", "2000x7000x3000", "--dry-run"])
-    assert code == 0 and "their family's adaptations (bounds=guard) are tuned in their place" in out
+    assert code == 0 and "; 3,168 to run (3,168 of them adapted: bounds=guard), 12,384 not run (51 reasons)" in out
+    assert "3,168 variants to search by bayes" in out and out.count("to run") == 1  # one account
     family = get_family("sgemm")
     chosen = candidates(family, family.parse_shape("2000x7000x3000"), TuneOptions("sgemm", "2000x7000x3000"))
-    assert chosen.adapted == 3168 and {v.bounds for v in chosen.variants} == {"guard"}
+    assert chosen.plan.adapted == 3168 and {v.bounds for v in chosen.variants} == {"guard"}
     (result,) = tune(TuneOptions("matmul", "100x100x100", params={"bounds": ["none"], "tile": ["8", "16"],
                                                                   "padding": ["0"], "sync": ["both"]},
                                  strategy="brute", db=tmp_path / "t.sqlite", progress=False, top=1), FakeExecutor())

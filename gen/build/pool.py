@@ -24,8 +24,9 @@ from typing import Callable, Iterable
 
 from ..core.errors import Interrupted
 from ..core.processes import ProcessGroup
+from ..families.family import Family
 from ..families.variant import Variant
-from .compiler import CompileOptions, Compiled, batch_size, compile_batch
+from .compiler import CompileOptions, Compiled, batch_size, compile_batch, provenance
 from .options import check_arch
 
 
@@ -38,6 +39,7 @@ class CompilePool:
         self._later: dict[Variant, None] = {}  # in order: a dict, so that one can leave it at once
         self._futures: dict[Variant, Future[Compiled]] = {}
         self._runs = 0  # compiler runs started: the first wave compiles one variant each
+        self._provenance: dict[str, dict[str, str]] = {}
         self._stopped = False
         self._threads = [threading.Thread(target=self._work, name=f"tilegen-compile-{n}", daemon=True)
                          for n in range(options.jobs)]
@@ -47,6 +49,12 @@ class CompilePool:
     @property
     def workers(self) -> int:
         return len(self._threads)
+
+    def provenance(self, family: Family) -> dict[str, str]:
+        """What makes this pool's rows of `family` (gen.build.compiler.provenance), computed once."""
+        if family.name not in self._provenance:
+            self._provenance[family.name] = provenance(self.options, family)
+        return self._provenance[family.name]
 
     def submit(self, variant: Variant) -> Future[Compiled]:
         """The compile of `variant`, ahead of every speculative one; one future per variant."""

@@ -10,10 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..build.compiler import (CompileOptions, cache_summary, cached_by_another, clear_cache, cubin_cache, made_by,
-                              purge_failed)
-from ..build.emit import emit
-from ..build.render import render, template_problems
 from ..core.errors import TemplateProblem, UsageError
 from ..core.nvidia_smi import parse_gpus
 from ..core.paths import as_path, writable_file
@@ -23,7 +19,9 @@ from ..core.timing import TUNE_TIMING, TimingOptions
 from ..core.table import text_table
 from ..evaluate.loop import exit_code
 from ..evaluate.options import RunOptions
-from ..evaluate.plan import make_plan
+from ..evaluate.services import (cache_summary, cached_by_another, check_reachable, clear_cache, cubin_cache, emit,
+                                 made_by, purge_failed, render, serve_gpus, template_problems)
+from ..evaluate.session import Session
 from ..families import all_families, get_family
 from ..families.registry import registry
 from ..families.space import Space, parse_options
@@ -91,21 +89,20 @@ def cmd_compile(args: argparse.Namespace) -> int:
     family = get_family(args.family)
     space = Space.from_options(family, args.params)
     space.check_size(args.max_points)
-    compiling = CompileOptions.local(args.arch, args.jobs, args.compiler)
-    progress = _progress(args)
-    with (ResultLog(args.out, advice="choose another --out, or remove its results.jsonl",
-                    again="compile again into another --out") if args.out else contextlib.nullcontext()) as log:
-        result = compile_space(space, args.filter, args.keep_skipped, compiling, log, progress)
+    with Session(RunOptions(arch=args.arch, compile_jobs=args.jobs, compiler=args.compiler), gpus=False) as session:
+        progress = _progress(args)
+        with (ResultLog(args.out, advice="choose another --out, or remove its results.jsonl",
+                        again="compile again into another --out") if args.out else contextlib.nullcontext()) as log:
+            result = compile_space(space, args.filter, args.keep_skipped, session, log, progress)
     print(resource_table(result.rows))
     counts = status_counts(result.rows)
     filtered = f", {result.filtered} left out by --filter" if result.filtered else ""
     print(f"{counts[Status.COMPILED]} compiled ({result.stats.cached} from cache), {counts[Status.COMPILE_ERROR]} "
-          f"failed, {counts[Status.SKIPPED]} skipped as invalid{filtered}; by {made_by(compiling)} for "
-          f"{compiling.arch}")
+          f"failed, {counts[Status.SKIPPED]} skipped as invalid{filtered}; by {session.compiled_by}")
     if log:
         print(f"rows written to {log.path} and {args.out / 'results.csv'}")
     if not result.stats.cached:
-        _say_another_compiler(result.rows, compiling)
+        _say_another_compiler(result.rows, session.compiling)
     return 1 if counts[Status.COMPILE_ERROR] else 0  # every variant that was not skipped must compile
 
 
@@ -142,9 +139,6 @@ def cmd_tune(args: argparse.Namespace) -> None:
         objective=args.objective,
         run=RunOptions(timing=TUNE_TIMING) if args.dry_run else _run_options(args))
     if args.dry_run:
-        space = Space.from_options(family, args.params)
-        space.check_size(args.max_points)
-        print(make_plan(family, space, [family.parse_shape(args.size)], [""], args.filter).preview())
         print(tune_preview(options))
         return None
     options.run.compile_options()  # --arch, --jobs, --compiler and the compile cache, before the database is made
@@ -211,8 +205,6 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from ..gpu.dask_worker import serve_gpus
-
     return serve_gpus(args.address, parse_gpus(args.gpus))
 
 
@@ -237,8 +229,6 @@ def cmd_cache(args: argparse.Namespace) -> None:
 
 def _run_options(args: argparse.Namespace, **extra: Any) -> RunOptions:
     if args.cluster and args.cluster != "local":
-        from ..gpu.dask_cluster import check_reachable
-
         check_reachable(args.cluster)  # before anything is written
     timing = TimingOptions(budget_s=args.timing_budget, warm=getattr(args, "warm", False),
                            energy=getattr(args, "energy", False))
@@ -246,7 +236,7 @@ def _run_options(args: argparse.Namespace, **extra: Any) -> RunOptions:
                       timing=timing, silence_s=args.timeout, cluster=args.cluster, **extra)
 
 
-def _say_another_compiler(rows: list[Row], compiling: CompileOptions) -> None:
+def _say_another_compiler(rows: list[Row], compiling: Any) -> None:
     """A run that found nothing in the compile cache says so when the cache holds its variants made
     by another compiler (installing NVRTC changes the compiler, and so every cache key)."""
     made = next((r for r in rows if r.status not in (Status.SKIPPED, Status.COMPILE_ERROR)), None)

@@ -8,15 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..build.compilers import COMPILER_ENV, COMPILERS
-from ..build.options import usable_cores
 from ..core import checks
 from ..core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from ..core.timing import TUNE_TIMING, TimingOptions
+from ..evaluate.options import CACHE_CONFIGS, COMPILER_ENV, COMPILERS, usable_cores
 from ..core.version import __version__
 from ..families.registry import FAMILY_PATH_ENV
 from ..families.space import MAX_POINTS
-from ..gpu.jobs import CACHE_CONFIGS
 from ..search.strategies import STRATEGIES
 from ..store.tuning_db import DB_ENV
 from ..core.errors import EXIT_USAGE

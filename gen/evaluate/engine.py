@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Iterable, Sequence
 
-from ..build.compiler import Compiled, compiled_row, provenance
+from ..build.compiler import Compiled, compiled_row
 from ..build.pool import CompilePool
 from ..core.errors import Interrupted, UsageError
 from ..core.results import DeviceInfo, Measurement, Row
@@ -97,7 +97,6 @@ class Engine:
         self._in_flight = 0  # submitted points whose row has not been taken yet
         self._counted: set[Variant] = set()
         self._sanitized: set[Variant] = set()
-        self._provenance: dict[str, dict[str, str]] = {}
         self._failure: BaseException | None = None
         self._cutoff_ms: float | None = None  # timing stops early above this (see stop_timing_above)
         self._stopping = threading.Event()
@@ -214,7 +213,7 @@ class Engine:
                 self._counted.add(compiled.variant)
                 self.stats.count_compile(compiled)
         row = compiled_row(compiled, shape_text(point.shape), cache_config=point.cache_config,
-                           provenance=dict(self._made_by(compiled.variant.family)))
+                           provenance=dict(self.compiler.provenance(get_family(compiled.variant.family))))
         if not compiled.ok or point.shape is None or self._executor is None:
             self._events.put(row)
             return
@@ -226,11 +225,6 @@ class Engine:
         with self._lock:
             self._waiting_rows[job.ticket] = row
         self._jobs.put(job)
-
-    def _made_by(self, family: str) -> dict[str, str]:
-        if family not in self._provenance:
-            self._provenance[family] = provenance(self.compiler.options, get_family(family))
-        return self._provenance[family]
 
     def _sanitize_size(self, variant: Variant) -> str | None:
         """compute-sanitizer's small shape for the first job of a variant, when asked for."""

@@ -3,17 +3,20 @@ they run on (this host's isolated workers, or a Dask cluster)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..build.compilers import compiler_named
-from ..build.options import CompileOptions
+# COMPILERS, COMPILER_ENV, usable_cores, CACHE_CONFIGS and sanitizer_path: for search/ and cli/, which reach them here
+from ..build.compilers import COMPILER_ENV, COMPILERS, compiler_named
+from ..build.options import CompileOptions, usable_cores
 from ..core import checks
 from ..core.errors import UsageError
 from ..core.timing import TimingOptions, checked_timing
 from ..gpu.executor import Executor
+from ..gpu.jobs import CACHE_CONFIGS
 from ..gpu.local import LocalExecutor
+from ..gpu.sanitize import sanitizer_path
 
 
 @dataclass(frozen=True)
@@ -72,10 +75,16 @@ def runs_on(arch: str, cc: str) -> bool:
     return digits[:-1] == major and int(digits[-1]) <= int(minor)
 
 
+def _dask(options: RunOptions) -> Executor:
+    from ..gpu.dask import DaskExecutor  # distributed is imported only for a cluster
+
+    return DaskExecutor(options.cluster, options.gpus, options.silence_s)  # type: ignore[arg-type]
+
+
+EXECUTORS: dict[str, Callable[[RunOptions], Executor]] = {  # "cluster" where RunOptions.cluster names one
+    "local": lambda options: LocalExecutor(options.gpus, options.silence_s), "cluster": _dask}
+
+
 def make_executor(options: RunOptions) -> Executor:
     """The GPUs that run the jobs: isolated workers on this host, or the Dask cluster named."""
-    if options.cluster:
-        from ..gpu.dask import DaskExecutor
-
-        return DaskExecutor(options.cluster, options.gpus, options.silence_s)
-    return LocalExecutor(options.gpus, options.silence_s)
+    return EXECUTORS["cluster" if options.cluster else "local"](options)

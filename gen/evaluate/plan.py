@@ -58,6 +58,9 @@ class Plan:
     skipped: dict[tuple[str, str, str], SkippedGroup]
     sizes: int
     filtered: int = 0  # points whose names --filter left out
+    adapted: int = 0  # runnable points that are their family's adaptation of a point that cannot run (`adapt`)
+    merged: int = 0  # points that are (once adapted) another runnable point
+    changes: list[str] = field(default_factory=list)  # the values the adaptations set, e.g. ['bounds=guard']
 
     @property
     def skipped_count(self) -> int:
@@ -67,8 +70,11 @@ class Plan:
         """Counts in one line: what is run, and what is not (for how many reasons)."""
         reasons = f" ({len(self.skipped)} reasons)" if len(self.skipped) > 1 else ""
         filtered = f", {self.filtered:,} left out by --filter" if self.filtered else ""
-        return (f"{space_line(self.space, self.sizes)}; {len(self.runnable):,} to run, {self.skipped_count:,} not "
-                f"run{reasons}{filtered}")
+        changes = ", ".join(self.changes)
+        adapted = f" ({self.adapted:,} of them adapted: {changes})" if self.adapted else ""
+        adapted += f", {self.merged:,} more the same as one of those" if self.merged else ""
+        return (f"{space_line(self.space, self.sizes)}; {len(self.runnable):,} to run{adapted}, {self.skipped_count:,} "
+                f"not run{reasons}{filtered}")
 
     def preview(self, sample: int = SAMPLE) -> str:
         """The counts, a sample of the points to run, and every reason a point is not run."""
@@ -89,13 +95,17 @@ class Plan:
 
 
 def make_plan(family: Family, space: Space, shapes: Sequence[Any], cache_configs: Sequence[str],
-              pattern: str | None = None, keep: bool = False) -> Plan:
+              pattern: str | None = None, keep: bool = False, adapt: bool = False) -> Plan:
     """Every point of the space at every shape (None: compile only) and cache preference, each
-    checked once: the runnable ones listed, the others counted per reason (and kept, with `keep`)."""
+    checked once: the runnable ones listed, the others counted per reason (and kept, with `keep`).
+    With `adapt` (a tune), a valid variant that cannot run a shape runs as the family's nearest
+    adaptation that can (Family.runnable), each runnable point listed once."""
     runnable: list[Point] = []
     skipped: dict[tuple[str, str, str], SkippedGroup] = {}
     matched = False
     filtered = 0
+    seen: set[Point] = set()
+    adapted, merged, changes = 0, 0, dict[str, None]()
     for variant in space:
         if pattern and not name_matches(variant.name, pattern):
             filtered += len(shapes) * len(cache_configs)
@@ -104,10 +114,18 @@ def make_plan(family: Family, space: Space, shapes: Sequence[Any], cache_configs
         invalid = point_refusal(family, variant)  # the same at every shape: checked once
         for shape in shapes:
             reason = invalid or (None if shape is None else refused(family, variant, shape))
+            runs = family.runnable(variant, shape) if adapt and reason and not invalid else None
+            if runs is not None:
+                reason = None
+                changes.update((f"{k}={v}", None) for k, v in runs.params().items() if variant.params()[k] != v)
             for cache in cache_configs:
-                point = Point(variant, shape, cache)
+                point = Point(runs or variant, shape, cache)
                 if reason is None:
-                    runnable.append(point)
+                    merged += point in seen  # only with adaptations can a point repeat
+                    if point not in seen:
+                        adapted += runs is not None
+                        runnable.append(point)
+                        seen.add(point)
                     continue
                 group = skipped.setdefault((reason, shape_text(shape), cache), SkippedGroup(reason, point))
                 group.count += 1
@@ -115,7 +133,7 @@ def make_plan(family: Family, space: Space, shapes: Sequence[Any], cache_configs
                     group.points.append(point)
     if not matched:
         raise space.nothing_matches(pattern)
-    return Plan(family, space, runnable, skipped, len(shapes), filtered)
+    return Plan(family, space, runnable, skipped, len(shapes), filtered, adapted, merged, list(changes))
 
 
 def space_line(space: Space, sizes: int) -> str:

@@ -6,14 +6,13 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from ..build.compiler import CompileOptions, provenance
-from ..build.pool import CompilePool
 from ..core.progress import Progress
 from ..core.results import Row, Status
 from ..core.table import text_table
-from ..evaluate.engine import Checking, Engine, EngineStats
+from ..evaluate.engine import EngineStats
 from ..evaluate.loop import evaluate
 from ..evaluate.plan import make_plan, space_line
+from ..evaluate.session import Session
 from ..families.space import Space
 from ..store.results_log import ResultLog
 from .proposers import PointList
@@ -49,11 +48,11 @@ class CompileSink:
         return f"{compiled} of {self.total} variants compiled{kept}"
 
 
-def compile_space(space: Space, pattern: str | None, keep_skipped: bool, compiling: CompileOptions,
+def compile_space(space: Space, pattern: str | None, keep_skipped: bool, session: Session,
                   log: ResultLog | None, progress: bool = True) -> CompileReport:
-    """Compile every point of `space` whose name matches `pattern`; skipped points first. Without
-    `progress`, nothing is said on stderr."""
-    made_by = provenance(compiling, space.family)  # the compiler and the template are there
+    """Compile every point of `space` whose name matches `pattern` in a compile-only `session`;
+    skipped points first. Without `progress`, nothing is said on stderr."""
+    made_by = session.pool.provenance(space.family)  # the compiler and the template are there
     say = (lambda line: print(line, file=sys.stderr)) if progress else (lambda line: None)
     if len(space) >= ANNOUNCE_POINTS:
         say(f"compile: {space_line(space, 1)}; checking them")
@@ -61,7 +60,7 @@ def compile_space(space: Space, pattern: str | None, keep_skipped: bool, compili
     say(f"compile: {plan.describe()}")
     skipped = plan.skipped_rows(made_by, keep_skipped)
     sink = CompileSink(len(plan.runnable), log)
-    engine = Engine(CompilePool(compiling), None, Checking(seed=1, timing=None))
+    engine = session.engine()
     try:
         with engine:
             evaluate(PointList(plan.runnable, skipped), engine, sink,

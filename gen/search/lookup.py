@@ -10,7 +10,6 @@ if no adaptation runs either, the next in its ranking is tried.
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from pathlib import Path
@@ -65,7 +64,11 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
         raise UsageError(f"gpu_model must be a gen.core.results.GpuModel (or None: the device's), got {gpu_model!r}")
     if db is None and not default_db_path().exists():  # nothing tuned on this machine yet
         return chosen_family.safe_variant(shape, dtype), "the family's safe default (no tuning database yet)"
-    model = gpu_model or (device or current_device()).model
+    if gpu_model is None and device is None:
+        from ..evaluate.session import current_device  # imported only when a GPU is asked: gen.kernels stays light
+
+        device = current_device()
+    model = gpu_model or device.model  # type: ignore[union-attr]
     database = TuningDB(db, create=False)
     tuned_here = [p for p in database.problems(family) if p.dtype == dtype]
     models = set(database.models())
@@ -100,39 +103,6 @@ def shape_text(dims: tuple[int | str, ...]) -> str:
     if not dims or not all(is_whole(d) for d in dims):
         raise UsageError(f"a shape is its dimensions as integers, or its written form like '4096x4096'; got {dims!r}")
     return "x".join(str(int(d)) for d in dims)
-
-
-@functools.cache
-def current_device() -> DeviceInfo:
-    """The GPU of the caller's current context (pycuda's, or any other library's), else the first GPU
-    (asked in a worker process)."""
-    import sys
-
-    from ..gpu.executor import GpuUnavailable
-    from ..gpu.local import LocalExecutor
-
-    if "pycuda.driver" in sys.modules:
-        from ..gpu.device import current_device_info
-
-        found = current_device_info()
-        if found is not None:
-            return found
-    try:  # a context PyTorch, CuPy or another library made current
-        from ..gpu.native import current_device_info as current_context_device
-    except ImportError:
-        pass
-    else:
-        found = current_context_device()
-        if found is not None:
-            return found
-    executor = LocalExecutor([0])
-    try:
-        return executor.devices()[0]
-    except GpuUnavailable as reason:
-        raise UsageError(f"which GPU? {reason}; name a GPU model to answer from the tuning database without one "
-                         f"(gen.tuned(..., gpu='H100'); tilegen best --gpu-model H100)") from None
-    finally:
-        executor.close()
 
 
 def _runnable_winner(database: TuningDB, family: Family, problem: Problem, shape: Any,

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..build.pool import CompilePool
-from ..core.errors import UsageError
 from ..core.results import GpuModel, Row, is_ok
-from ..evaluate.engine import Checking, Engine
+from ..evaluate.engine import Engine
 from ..evaluate.loop import evaluate
-from ..evaluate.options import RunOptions, make_executor
+from ..evaluate.options import RunOptions
 from ..evaluate.plan import Point
+from ..evaluate.session import Executor, Session
 from ..families import get_family
-from ..gpu.executor import Executor, GpuUnavailable
 from ..store.tuning_db import Problem, TuningDB
 from .proposers import PointList
 from .tune import record_measured
@@ -35,30 +33,19 @@ class Retimed:
 
 def revalidate(db: TuningDB, run: RunOptions, executor: Executor | None = None) -> list[Retimed]:
     """Time every stored winner on this machine's GPU models again (see the module doc)."""
-    executor = executor or make_executor(run)
-    try:
-        try:
-            groups = executor.by_model()
-        except GpuUnavailable as reason:
-            raise UsageError(f"revalidate needs a GPU: {reason}") from None
-        checked: list[Retimed] = []
-        for model, group in groups.items():
-            checked.extend(_retime_model(db, replace(run, seed=1, arch=run.arch or model.arch), model, group))
-        return checked
-    finally:
-        executor.close()
+    with Session(replace(run, seed=1), executor) as session:
+        return [retimed for model, engine in session.per_model("revalidate")
+                for retimed in _retime_model(db, model, engine)]
 
 
-def _retime_model(db: TuningDB, run: RunOptions, model: GpuModel, group: Executor) -> list[Retimed]:
+def _retime_model(db: TuningDB, model: GpuModel, engine: Engine) -> list[Retimed]:
     problems = [p for p in db.problems() if p.gpu_model == model]
     winners = {problem: db.best(problem) for problem in problems}
     points = {problem: Point(get_family(problem.family).variant_type.from_name(stored.name),
                              get_family(problem.family).parse_shape(problem.shape), "none")
               for problem, stored in winners.items()}
-    compiling = run.compile_options()
     sink = RetimeSink(db, {point.key: problem for problem, point in points.items()})
-    with Engine(CompilePool(compiling), group, Checking(run.seed, run.timing, run.sanitize)) as engine:
-        outcome = evaluate(PointList(points.values()), engine, sink, resume_hint="revalidate again to go on")
+    outcome = evaluate(PointList(points.values()), engine, sink, resume_hint="revalidate again to go on")
     new = {row.key: row for row in outcome.rows}
     return [_retimed(problem, winners[problem], new[point.key]) for problem, point in points.items()]
 

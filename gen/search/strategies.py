@@ -18,9 +18,6 @@ import numpy as np
 
 from ..families.variant import Variant
 
-STRATEGIES = ("brute", "random", "anneal", "genetic", "bayes")
-
-
 class SearchSpace:
     """Valid variants, each parameter's ordered values, and distances between points."""
 
@@ -66,6 +63,8 @@ class SearchSpace:
 
 class Strategy(ABC):
     name: str
+    covers_space = False  # proposes the whole space in order: without a budget it evaluates all of it, at once
+    uses_seed = True  # its proposals depend on its seed
 
     def __init__(self, space: SearchSpace, seed: int = 0):
         self.space, self.rng = space, random.Random(seed)
@@ -108,7 +107,7 @@ class Strategy(ABC):
 
 
 class BruteForce(Strategy):
-    name = "brute"
+    name, covers_space, uses_seed = "brute", True, False
 
     def _propose(self) -> Variant | None:
         unseen = self.unseen()
@@ -241,12 +240,15 @@ class _Posterior:
         return _gp_posterior(self.x, self.y, candidates, self.scale, self.noise)
 
 
+STRATEGY_TYPES: dict[str, type[Strategy]] = {c.name: c for c in (  # --strategy's choices, in this order
+    BruteForce, RandomSampling, SimulatedAnnealing, GeneticAlgorithm, BayesianOptimisation)}
+STRATEGIES = tuple(STRATEGY_TYPES)
+
+
 def make_strategy(name: str, space: SearchSpace, seed: int = 0) -> Strategy:
-    classes = {c.name: c for c in (BruteForce, RandomSampling, SimulatedAnnealing, GeneticAlgorithm,
-                                   BayesianOptimisation)}
-    if name not in classes:
+    if name not in STRATEGY_TYPES:
         raise ValueError(f"strategy {name!r} is not one of: {', '.join(STRATEGIES)}")
-    return classes[name](space, seed)
+    return STRATEGY_TYPES[name](space, seed)
 
 
 def _order(value: Any) -> tuple:

@@ -9,29 +9,25 @@ anything is written.
 
 from __future__ import annotations
 
-import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..build.compiler import made_by as compiler_words, provenance
-from ..build.pool import CompilePool
 from ..core import checks
 from ..core.errors import UsageError
 from ..core.paths import as_path
 from ..core.progress import Progress
 from ..core.objectives import NO_ENERGY
 from ..core.results import Row, Status
-from ..evaluate.engine import Checking, Engine, EngineStats
+from ..evaluate.engine import Engine, EngineStats
 from ..evaluate.loop import evaluate
-from ..evaluate.options import RunOptions, make_executor
+from ..evaluate.options import CACHE_CONFIGS, RunOptions, sanitizer_path
 from ..evaluate.plan import Plan, make_plan, space_line
 from ..families import get_family
 from ..families.family import Family
+from ..evaluate.session import Executor, Session
 from ..families.space import MAX_POINTS, Space, values_of
-from ..gpu.jobs import CACHE_CONFIGS
-from ..gpu.executor import Executor
 from ..store.report import fastest_table, status_counts
 from ..store.results_log import ResultLog, latest
 from .proposers import PointList
@@ -125,17 +121,12 @@ def sweep(options: SweepOptions, executor: Executor | None = None) -> SweepRepor
         raise UsageError("a sweep needs --out DIR, the folder for its results.jsonl and results.csv (a --dry-run "
                          "needs none)")
     family, space, shapes = _checked(options)
-    compiling = options.run.compile_options()  # --arch, --jobs, --compiler, the cache
-    made_by = provenance(compiling, family)  # the compiler and the template are there
-    settings = run_settings(options, space, shapes, compiling.arch)
-    executor = executor or make_executor(options.run)
-    try:
+    with Session(options.run, executor) as session:
+        made_by = session.pool.provenance(family)  # the compiler and the template are there
+        settings = run_settings(options, space, shapes, session.compiling.arch)
         with ResultLog(options.out, options.resume, settings=settings) as log:
-            report = _sweep(options, family, space, shapes, log, Engine(CompilePool(compiling), executor,
-                                                                        checking(options.run)), made_by)
-    finally:
-        executor.close()
-    report.compiled_by, report.compile_threads = f"{compiler_words(compiling)} for {compiling.arch}", compiling.jobs
+            report = _sweep(options, family, space, shapes, log, session.engine(), made_by)
+    report.compiled_by, report.compile_threads = session.compiled_by, session.compiling.jobs
     return report
 
 
@@ -167,12 +158,6 @@ def _sweep(options: SweepOptions, family: Family, space: Space, shapes: list[Any
                                              for r in rows)
     return SweepReport(rows, len(log.rows) - log.done_before, ran, engine.unavailable or "", engine.stats,
                        options.out, log.notes)
-
-
-def checking(run: RunOptions) -> Checking:
-    """How the GPU checks and times points, from the run's options (a seed drawn when none is given)."""
-    seed = run.seed if run.seed is not None else random.randrange(1, 2**31)
-    return Checking(seed, run.timing, run.sanitize)
 
 
 def preview(options: SweepOptions) -> Plan:
@@ -217,8 +202,6 @@ def _checked(options: SweepOptions) -> tuple[Family, Space, list[Any]]:
     family = get_family(options.family)
     shapes = _distinct_shapes(family.parse_shape(size) for size in options.sizes or family.default_sizes)
     if options.run.sanitize:
-        from ..gpu.sanitize import sanitizer_path
-
         sanitizer_path()
     space = Space.default(family, options.params)
     space.check_size(options.max_points, len(shapes) * len(options.cache_configs))

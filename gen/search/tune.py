@@ -16,26 +16,25 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..build.pool import CompilePool
 from ..core import checks
 from ..core.errors import RunInterrupted, UsageError
 from ..core.objectives import DEFAULT_OBJECTIVE, NO_ENERGY, check_objective
 from ..core.progress import Progress
-from ..core.results import GpuModel, Row, is_ok
+from ..core.results import Row, is_ok
 from ..core.timing import EARLY_STOP_MARGIN, TUNE_TIMING
-from ..evaluate.engine import Checking, Engine
+from ..evaluate.engine import Engine
 from ..evaluate.loop import Outcome, evaluate
-from ..evaluate.options import RunOptions, make_executor
-from ..evaluate.plan import Point
+from ..evaluate.options import RunOptions
+from ..evaluate.plan import Plan, Point, make_plan
+from ..evaluate.session import Executor, Session
 from ..families import get_family
 from ..families.family import Family, refused
 from ..families.space import MAX_POINTS, Space
 from ..families.variant import Variant
-from ..gpu.executor import Executor, GpuUnavailable
 from ..store.tuning_db import FINALIST_KEY, Problem, TuningDB, checked_db_path
 from .lookup import shape_distance
 from .proposers import PointList, Rounds, Search
-from .strategies import STRATEGIES, SearchSpace, make_strategy
+from .strategies import STRATEGIES, STRATEGY_TYPES, SearchSpace, make_strategy
 from .tune_result import TuneResult
 
 INTERLEAVED_ROUNDS = 5
@@ -90,47 +89,34 @@ def _check(tune: TuneOptions) -> None:
 
 @dataclass(frozen=True)
 class Candidates:
-    """What a tune searches: the space's variants that can run the shape, those that cannot as they
-    are replaced by their family's adaptations (bounds checks on, say), each once."""
+    """What a tune searches: the plan of the space at the shape, where a variant that cannot run it
+    as it is runs as its family's adaptation (bounds checks on, say), and its variants, each once."""
 
+    plan: Plan
     variants: list[Variant]
-    points: int  # points of the space (valid ones, after the filter)
-    adapted: int  # variants replaced by an adaptation
-    changes: list[str]  # the parameter values the adaptations set, e.g. ['bounds=guard']
     budget: int  # evaluations the tune will make, at most
 
-    def describe(self, family: Family, shape: Any, strategy: str) -> str:
-        """What the tune will evaluate, in one or two lines."""
-        lines = [f"{family.name} at {shape}: {len(self.variants):,} variants to search by {strategy}; the budget "
-                 f"evaluates {min(self.budget, len(self.variants)):,} of them"]
-        if self.adapted:
-            lines.append(f"{self.adapted:,} of the space's {self.points:,} points cannot run {shape} as they are: "
-                         f"their family's adaptations ({', '.join(self.changes)}) are tuned in their place")
-        return "\n".join(lines)
+    def describe(self, shape: Any, strategy: str) -> str:
+        """The plan's account, then what the tune will evaluate."""
+        return (f"{self.plan.preview()}\n{self.plan.family.name} at {shape}: {len(self.variants):,} variants to "
+                f"search by {strategy}; the budget evaluates {min(self.budget, len(self.variants)):,} of them")
 
 
 def candidates(family: Family, shape: Any, options: TuneOptions) -> Candidates:
     """The variants a tune of `shape` searches (see Candidates); UsageError when none can run it."""
-    valid = Space.default(family, options.params).select(options.filter, options.max_points).valid
-    chosen: dict[Variant, None] = {}
-    adapted, changes = 0, {}
-    for variant in valid:
-        runnable = family.runnable(variant, shape)
-        if runnable is None:
-            continue
-        if runnable != variant:
-            adapted += 1
-            changes.update(dict.fromkeys(_changed(variant, runnable)))
-        chosen[runnable] = None
-    if not chosen:
+    space = Space.default(family, options.params)
+    space.check_size(options.max_points)
+    plan = make_plan(family, space, [shape], [""], options.filter, adapt=True)
+    variants = [point.variant for point in plan.runnable]
+    if not variants:
+        valid = space.expand(options.filter).valid
         reason = refused(family, valid[0], shape) if valid else "no valid variant matches"
         raise UsageError(f"no {family.name} variant in this space can run {shape}, adapted or not: {reason}")
-    element_types = sorted({v.dtype for v in chosen})
+    element_types = sorted({v.dtype for v in variants})
     if len(element_types) > 1:
         raise UsageError(f"a tune is for one element type; this space has {', '.join(element_types)}: choose one "
                          f"with -p dtype=...")
-    variants = list(chosen)
-    return Candidates(variants, len(valid), adapted, list(changes), _budget(options, len(variants)))
+    return Candidates(plan, variants, _budget(options, len(variants)))
 
 
 def _budget(options: TuneOptions, size: int) -> int:
@@ -138,20 +124,16 @@ def _budget(options: TuneOptions, size: int) -> int:
     that fit; else DEFAULT_BUDGET."""
     if options.budget is not None:
         return min(options.budget, size)
-    if options.strategy == "brute" or options.time_s is not None:
+    if STRATEGY_TYPES[options.strategy].covers_space or options.time_s is not None:
         return size
     return min(DEFAULT_BUDGET, size)
-
-
-def _changed(variant: Variant, adapted: Variant) -> list[str]:
-    return [f"{name}={value}" for name, value in adapted.params().items() if variant.params()[name] != value]
 
 
 def preview(options: TuneOptions) -> str:
     """What `tune(options)` would evaluate, without compiling or writing anything."""
     family = get_family(options.family)
     shape = family.parse_shape(options.size)
-    return candidates(family, shape, options).describe(family, shape, options.strategy)
+    return candidates(family, shape, options).describe(shape, options.strategy)
 
 
 def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneResult]:
@@ -161,41 +143,23 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
     shape = family.parse_shape(options.size)
     chosen = candidates(family, shape, options)
     db_path = checked_db_path(options.db, create=True)  # a bad --db is refused now; made once a GPU answers
-    run = replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31))
     started = time.monotonic()
-    compiling = run.compile_options()
-    first = CompilePool(compiling)
-    if len(chosen.variants) <= SPECULATE:
-        first.prefetch(chosen.variants)
-    executor = executor or make_executor(run)
-    try:
-        groups = _gpu_models(executor)
-        db = TuningDB(db_path)  # only now: a tune that cannot run leaves no database behind
-        results = []
-        for model, group in groups.items():
-            arch = run.arch or model.arch  # each model its own cubins
-            pool = first if first.options.arch == arch and not results else CompilePool(replace(compiling, arch=arch))
-            with Engine(pool, group, Checking(run.seed, run.timing, run.sanitize)) as engine:
+    with Session(replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31)), executor) as session:
+        if len(chosen.variants) <= SPECULATE:
+            session.pool.prefetch(chosen.variants)
+        try:
+            results, db = [], None
+            for model, engine in session.per_model("tune"):
+                db = db if db is not None else TuningDB(db_path)  # made only once a GPU answers
                 problem = Problem(model, family.name, chosen.variants[0].dtype, str(shape))
                 results.append(_tune_model(options, family, shape, chosen, problem, engine, db, started))
-            started = time.monotonic()
-        return results
-    except RunInterrupted:
-        raise
-    except KeyboardInterrupt:  # while the workers start
-        raise RunInterrupted(f"evaluations so far are kept in the tuning database {db_path}; {RESUME_HINT}") \
-            from None
-    finally:
-        first.kill()
-        executor.close()
-
-
-def _gpu_models(executor: Executor) -> dict[GpuModel, Executor]:
-    """The executor's GPUs by model (their workers started); a tune needs one."""
-    try:
-        return executor.by_model()
-    except GpuUnavailable as reason:
-        raise UsageError(f"tune needs a GPU: {reason}") from None
+                started = time.monotonic()
+            return results
+        except RunInterrupted:
+            raise
+        except KeyboardInterrupt:  # while the workers start
+            raise RunInterrupted(f"evaluations so far are kept in the tuning database {db_path}; {RESUME_HINT}") \
+                from None
 
 
 def record_measured(db: TuningDB, rows: list[Row], problem: Problem) -> None:
@@ -263,7 +227,7 @@ def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates
     warm = warm_start(db, problem, family, shape, chosen.variants)[:chosen.budget] if warmed else []
     deadline = started + options.time_s if options.time_s is not None else None
     return Search(strategy, shape, chosen.budget, warm, db.measured(problem), deadline,
-                  all_at_once=options.strategy == "brute", early_stop=EARLY_STOP_MARGIN if options.early_stop else None)
+                  all_at_once=STRATEGY_TYPES[options.strategy].covers_space, early_stop=EARLY_STOP_MARGIN if options.early_stop else None)
 
 
 def _energy_note(rows: list[Row]) -> str:

@@ -10,6 +10,7 @@ from ..core.results import Row, is_ok
 from ..store.report import compiled_by
 from ..store.tuning_db import Problem
 from .proposers import Standing
+from .strategies import STRATEGY_TYPES
 
 
 @dataclass
@@ -111,5 +112,5 @@ def _coverage(result: TuneResult) -> str:
     """Whether the winner is the best of the whole space or of the part evaluated."""
     if result.covered_space:
         return f"the best of the whole space: all {result.space:,} variants evaluated"
-    hint = " (brute force without --budget covers the whole space)" if result.strategy == "brute" else ""
+    hint = " (brute force without --budget covers the whole space)" if STRATEGY_TYPES[result.strategy].covers_space else ""
     return f"the best of the {result.evaluations:,} evaluated, a subset of the {result.space:,} variants{hint}"

@@ -1,0 +1,91 @@
+"""A command's session, built alike for sweep, tune, compile, revalidate and the Python API: the
+compile options and pool, the GPUs (an executor), the checking, and an engine, or one per GPU
+model with cubins for its architecture (`for model, engine in session.per_model("tune")`)."""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import replace
+from functools import cache
+from typing import Iterator
+
+from ..build.compiler import made_by
+from ..build.pool import CompilePool
+from ..core.errors import UsageError
+from ..core.results import DeviceInfo, GpuModel
+from ..gpu.executor import Executor, GpuUnavailable  # for search/: the drivers' executor= and a GPU missing
+from .engine import Checking, Engine
+from .options import RunOptions, make_executor
+
+class Session:
+    """`run`: how points are evaluated; `executor`: the GPUs (None: made from `run`, unless `gpus`
+    is False, a compile only); the session closes it when it ends."""
+
+    def __init__(self, run: RunOptions, executor: Executor | None = None, gpus: bool = True):
+        self.run, self.compiling = run, run.compile_options()  # --arch, --jobs, --compiler, the cache
+        self.pool = CompilePool(self.compiling)
+        self.executor = (executor or make_executor(run)) if gpus else None
+        seed = run.seed if run.seed is not None else random.randrange(1, 2**31)
+        self.checking = Checking(seed, run.timing if self.executor is not None else None, run.sanitize)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.kill()
+        if self.executor is not None:
+            self.executor.close()
+
+    @property
+    def compiled_by(self) -> str:
+        """'nvrtc 13.0.88 for sm_90': the compiler, its version and the architecture."""
+        return f"{made_by(self.compiling)} for {self.compiling.arch}"
+
+    def engine(self) -> Engine:
+        """The engine over the session's pool and GPUs."""
+        return Engine(self.pool, self.executor, self.checking)
+
+    def per_model(self, command: str) -> Iterator[tuple[GpuModel, Engine]]:
+        """An engine for each GPU model among the session's GPUs (their workers started), each with
+        cubins for its model's architecture unless --arch names one; UsageError without a GPU."""
+        try:
+            groups = self.executor.by_model()  # type: ignore[union-attr]
+        except GpuUnavailable as reason:
+            raise UsageError(f"{command} needs a GPU: {reason}") from None
+        for index, (model, group) in enumerate(groups.items()):
+            arch = self.run.arch or model.arch
+            pool = self.pool if index == 0 and self.compiling.arch == arch else \
+                CompilePool(replace(self.compiling, arch=arch))
+            with Engine(pool, group, self.checking) as engine:
+                yield model, engine
+
+
+@cache
+def current_device() -> DeviceInfo:
+    """The GPU of the caller's current context (pycuda's, or any other library's), else the first GPU
+    (asked in a worker process)."""
+    from ..gpu.local import LocalExecutor
+
+    if "pycuda.driver" in sys.modules:
+        from ..gpu.device import current_device_info
+
+        found = current_device_info()
+        if found is not None:
+            return found
+    try:  # a context PyTorch, CuPy or another library made current
+        from ..gpu.native import current_device_info as current_context_device
+    except ImportError:
+        pass
+    else:
+        found = current_context_device()
+        if found is not None:
+            return found
+    executor = LocalExecutor([0])
+    try:
+        return executor.devices()[0]
+    except GpuUnavailable as reason:
+        raise UsageError(f"which GPU? {reason}; name a GPU model to answer from the tuning database without one "
+                         f"(gen.tuned(..., gpu='H100'); tilegen best --gpu-model H100)") from None
+    finally:
+        executor.close()
