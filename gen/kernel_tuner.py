@@ -25,7 +25,7 @@ from .kernel_tuner_family import (MAX_THREADS, clean_tune_params, constants, des
                                   include_flags, read_source, tags, write_family)
 from .search.tune import TuneOptions, tune
 from .search.tune_result import TuneResult
-from .store.tuning_db import Problem, TuningDB
+from .store.tuning_db import TuningKey, TuningDB
 
 STRATEGIES = {"brute_force": "brute", "random_sample": "random", "simulated_annealing": "anneal",
               "genetic_algorithm": "genetic", "bayes_opt": "bayes"}
@@ -232,7 +232,7 @@ def _cache_file(cache: Any, kernel_name: str, spec: Mapping[str, Any]) -> Path |
 def kernel_tuner_results(result: TuneResult, spec: Mapping[str, Any], variant_type: type, db: Path | None) -> list[dict]:
     """One dict per configuration evaluated: its parameters, `time` (the median, in ms) or the
     failure's name as Kernel Tuner writes it, and tilegen's own fields."""
-    problem: Problem = result.problem
+    problem: TuningKey = result.problem
     rows = TuningDB(db, create=False).measured(problem)
     failures = {Status.COMPILE_ERROR: "CompilationFailedConfig", Status.SKIPPED: "InvalidConfig"}
     results = []

@@ -19,7 +19,7 @@ import numpy as np
 
 from .arrays import (LEGACY_STREAM, DeviceArray, allocate, caller_stream, describe, from_dlpack, stream_handle,
                      stream_source)
-from .build.compiler import CompileOptions, compile_variant
+from .compiling.compiler import CompileOptions, compile_variant
 from .core.errors import UsageError
 from .families import MatmulShape, gemm_family, get_family
 from .families.family import Family

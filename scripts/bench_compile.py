@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gen.build.compiler import CompileOptions, nvcc_version
-from gen.build.pool import compile_variants
+from gen.compiling.compiler import CompileOptions, nvcc_version
+from gen.compiling.pool import compile_variants
 from gen.families import get_family
 from gen.families.space import Space
 from gen.core.table import text_table

@@ -22,12 +22,12 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gen.build.compiler import Compiled, CompileOptions  # noqa: E402
-from gen.build.compilers import Compiler  # noqa: E402
-from gen.build.nvcc import Nvcc  # noqa: E402
-from gen.build.nvrtc import Nvrtc  # noqa: E402
-from gen.build.options import usable_cores  # noqa: E402
-from gen.build.pool import compile_variants  # noqa: E402
+from gen.compiling.compiler import Compiled, CompileOptions  # noqa: E402
+from gen.compiling.compilers import Compiler  # noqa: E402
+from gen.compiling.nvcc import Nvcc  # noqa: E402
+from gen.compiling.nvrtc import Nvrtc  # noqa: E402
+from gen.compiling.options import usable_cores  # noqa: E402
+from gen.compiling.pool import compile_variants  # noqa: E402
 from gen.core.table import markdown_table  # noqa: E402
 from gen.families import builtin_families, get_family  # noqa: E402
 from gen.families.space import Space  # noqa: E402

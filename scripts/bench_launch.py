@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gen  # noqa: E402
-from gen.build.compiler import CompileOptions, compile_variant  # noqa: E402
+from gen.compiling.compiler import CompileOptions, compile_variant  # noqa: E402
 from gen.core.table import text_table  # noqa: E402
 from gen.families import get_family  # noqa: E402
 from gen.families.problem import SCALAR_TYPES, Scalar  # noqa: E402

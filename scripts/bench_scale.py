@@ -36,8 +36,8 @@ from typing import Any, Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.fakes, for the workers too
 
-from gen.build.compiler import CompileOptions  # noqa: E402
-from gen.build.pool import CompilePool, compile_variants  # noqa: E402
+from gen.compiling.compiler import CompileOptions  # noqa: E402
+from gen.compiling.pool import CompilePool, compile_variants  # noqa: E402
 from gen.core.results import Status  # noqa: E402
 from gen.core.timing import TimingOptions
 from gen.core.table import markdown_table, text_table  # noqa: E402

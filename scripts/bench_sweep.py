@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.fakes, 
 
 from bench_scale import ThreadProfiler  # noqa: E402  (scripts/ is on the path of a script run from it)
 
-from gen.build.pool import compile_variants  # noqa: E402
+from gen.compiling.pool import compile_variants  # noqa: E402
 from gen.core.results import Status  # noqa: E402
 from gen.core.timing import TimingOptions
 from gen.core.table import text_table  # noqa: E402

@@ -177,7 +177,7 @@ def run_kernel_tuner(size: str, strategy: str, evaluations: int | None, lang: st
     import kernel_tuner
 
     from gen.families import get_family
-    from gen.build.render import render
+    from gen.compiling.render import render
     from gen.families.space import Space
 
     family = get_family("sgemm")

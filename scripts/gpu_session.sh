@@ -51,7 +51,7 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 nvcc --version | tail -1 >> "$out/gpu.txt"
-python3 -c "from gen.build import nvrtc_library as n; print('NVRTC', n.library_version() if n.available() else 'missing')" \
+python3 -c "from gen.compiling import nvrtc_library as n; print('NVRTC', n.library_version() if n.available() else 'missing')" \
   | tee -a "$out/gpu.txt"
 failed=()
 part() {  # part NAME COMMAND...: run it, log it, time it

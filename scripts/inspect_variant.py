@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections import Counter
 
-from gen.build.compiler import CompileOptions, compile_variant
+from gen.compiling.compiler import CompileOptions, compile_variant
 from gen.core.table import text_table
 from gen.families import get_family, variant_from_name
 from gen.gpu.jobs import Job

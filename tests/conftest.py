@@ -10,8 +10,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from gen.build.compiler import CompileOptions, nvcc_path
-from gen.build.compilers import COMPILER_ENV
+from gen.compiling.compiler import CompileOptions, nvcc_path
+from gen.compiling.compilers import COMPILER_ENV
 from gen.core.progress import EVERY_ENV
 
 from .fakes import ANSWER, COMPILE, FakeNvcc

@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from gen.build.nvcc import Nvcc
+from gen.compiling.nvcc import Nvcc
 from gen.gpu.jobs import Job
 from gen.gpu.worker_process import HeldPhases
 from gen.core.objectives import NO_ENERGY
@@ -444,7 +444,7 @@ class Gate:
 # ---- compilers passed in -------------------------------------------------------------------------------
 
 class OtherCompiler:
-    """The real nvcc under another name, version or batching (a gen.build.compilers.Compiler that
+    """The real nvcc under another name, version or batching (a gen.compiling.compilers.Compiler that
     tilegen has not met); notes the kernels of each run it is asked for."""
 
     def __init__(self, name: str = "nvcc", version: str | None = None, batches: bool = True):

@@ -7,19 +7,19 @@ from pathlib import Path
 
 # The layer a module is in is its folder under the package root; modules at the root are the
 # Python API ("api"), which may import any layer. A layer may import itself and the layers named.
-# store/ sits beside build/, gpu/ and evaluate/: it needs only core/ and families/.
+# store/ sits beside compiling/, gpu/ and evaluate/: it needs only core/ and families/.
 MAY_IMPORT = {"core": set(), "families": {"core"}}
-MAY_IMPORT["build"] = MAY_IMPORT["gpu"] = MAY_IMPORT["store"] = {"core", "families"}
-MAY_IMPORT["evaluate"] = {"core", "families", "build", "gpu"}
-MAY_IMPORT["search"] = MAY_IMPORT["evaluate"] | {"evaluate", "store"}
+MAY_IMPORT["compiling"] = MAY_IMPORT["gpu"] = MAY_IMPORT["store"] = {"core", "families"}
+MAY_IMPORT["evaluate"] = {"core", "families", "compiling", "gpu"}
+MAY_IMPORT["search"] = {"core", "families", "evaluate", "store"}  # never the compile layer or gpu/ (the session builds them)
 MAY_IMPORT["cli"] = MAY_IMPORT["search"] | {"search"}
 
 # Each third-party package (or part of one), by its dotted prefix, and the one layer that imports it.
 THIRD_PARTY = {
     "pycuda": "gpu", "distributed": "gpu", "dask": "gpu", "pynvml": "gpu", "torch": "gpu", "cupy": "gpu",
     "cuda.bindings.driver": "gpu",  # gen.kernel's launches through the driver API
-    "cuda.bindings.nvrtc": "build", "cuda.pathfinder": "build",  # NVRTC, the compiler
-    "jinja2": "build", "matplotlib": "store", "ml_dtypes": "families",
+    "cuda.bindings.nvrtc": "compiling", "cuda.pathfinder": "compiling",  # NVRTC, the compiler
+    "jinja2": "compiling", "matplotlib": "store", "ml_dtypes": "families",
 }
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60

@@ -22,15 +22,15 @@ import pytest
 
 import gen
 from gen.cli.main import main
-from gen.build.compiler import CompileOptions, compile_variant
-from gen.build.nvrtc import nvrtc_options
-from gen.build.render import render
-from gen.build.pool import compile_variants
+from gen.compiling.compiler import CompileOptions, compile_variant
+from gen.compiling.nvrtc import nvrtc_options
+from gen.compiling.render import render
+from gen.compiling.pool import compile_variants
 from gen.core.errors import TilegenError
 from gen.store.export import write_t4
 from gen.families import get_family, variant_from_name
 from gen.families.matmul import MatmulVariant
-from gen.build.emit import emit
+from gen.compiling.emit import emit
 from gen.evaluate.options import RunOptions
 from gen.core.results import DeviceInfo, Row, Status
 from gen.core.timing import TimingOptions
@@ -38,7 +38,7 @@ from gen.families.space import Space
 from gen.store.results_log import read_rows
 from gen.search.sweep import SweepOptions, preview, sweep
 from gen.search.tune import TuneOptions, tune
-from gen.store.tuning_db import Problem, TuningDB
+from gen.store.tuning_db import TuningKey, TuningDB
 
 from .conftest import REPO, _gpu_missing
 from .fakes import FakeExecutor
@@ -690,8 +690,8 @@ API_CASES = [
         "measurement 1 is not a result row (its field 'status'", "TuningDB.rows: a bad row"),
     api(lambda: gen.tuned("matmul", 1024, 1024, 1024, db=Path("bad-json.sqlite"), device=H100),
         "the row of measurement 1 is not a result row", "tuned: a bad row"),
-    api(lambda: Problem(str(H100.model), "matmul", "f32", "1024x1024x1024"), "a Problem's gpu_model is a "
-        "gen.core.results.GpuModel (its fields), got 'NVIDIA H100", "Problem: a GPU model's display string"),
+    api(lambda: TuningKey(str(H100.model), "matmul", "f32", "1024x1024x1024"), "a TuningKey's gpu_model is a "
+        "gen.core.results.GpuModel (its fields), got 'NVIDIA H100", "TuningKey: a GPU model's display string"),
     api(lambda: TuningDB(Path("tuned.sqlite"), create=False).rows("matmul", str(H100.model)),
         "TuningDB.rows: gpu_model is a gen.core.results.GpuModel", "TuningDB.rows: a GPU model's display string"),
     api(lambda: TuningDB(Path("tuned.sqlite")).record([_measured(MatmulVariant(tile=8), "64x64x64")], "H100"),
@@ -709,7 +709,7 @@ API_CASES = [
     # options objects typed, each field checked (issue 29)
     api(lambda: compile_variant(None, CompileOptions()), "a variant is needed, like gen.variant('matmul', tile=16); "
         "got None", "compile_variant: None"),
-    api(lambda: compile_variant(MatmulVariant(tile=8), None), "options must be a gen.build.options.CompileOptions",
+    api(lambda: compile_variant(MatmulVariant(tile=8), None), "options must be a gen.compiling.options.CompileOptions",
         "compile_variant: no options"),
     api(lambda: render(None), "a variant is needed", "render: None"),
     api(lambda: CompileOptions(cache=Path("afile")), "cache afile is a file, not a folder", "CompileOptions: cache a file"),
@@ -813,7 +813,7 @@ def test_a_resumed_run_says_it_dropped_a_half_written_line_and_keeps_everything_
 
 def test_a_sweep_whose_every_compile_fails_exits_1_without_calling_rows_compiled(
         place: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, compile_options) -> None:
-    from gen.build import compiler
+    from gen.compiling import compiler
 
     monkeypatch.setattr(compiler, "render", lambda variant: f"broken {variant.name};\n")
     code, out, err = run_main(capsys, ["sweep", "matmul", "-p", "tile=8,64", "-p", "padding=0", "--size", "64x64x64",

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gen.build import compiler, nvcc
-from gen.build.compiler import (CompileOptions, Compiled, compile_batch, compile_variant, nvcc_version, parse_ptxas,
+from gen.compiling import compiler, nvcc
+from gen.compiling.compiler import (CompileOptions, Compiled, compile_batch, compile_variant, nvcc_version, parse_ptxas,
                                 provenance)
-from gen.build.pool import compile_variants
+from gen.compiling.pool import compile_variants
 from gen.core.processes import ProcessGroup
-from gen.build.nvcc import Nvcc
+from gen.compiling.nvcc import Nvcc
 from gen.core.errors import ToolMissing
 from gen.families import builtin_families, get_family, MatmulVariant, TransposeVariant
 from gen.families.space import Space

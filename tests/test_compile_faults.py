@@ -21,10 +21,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from gen.build import compiler
+from gen.compiling import compiler
 from gen.cli.main import main
-from gen.build.compilers import COMPILER_ENV
-from gen.build.compiler import CompileOptions, cache_summary, compile_batch, compile_variant
+from gen.compiling.compilers import COMPILER_ENV
+from gen.compiling.compiler import CompileOptions, cache_summary, compile_batch, compile_variant
 from gen.core.processes import ProcessGroup
 from gen.families import MatmulVariant
 from gen.evaluate.options import RunOptions

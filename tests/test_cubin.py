@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gen.build.compiler import CompileOptions, compile_variant
+from gen.compiling.compiler import CompileOptions, compile_variant
 from gen.core.cubin import kernel_symbol, symbols
 from gen.families import MatmulVariant
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gen.build.pool import CompilePool
+from gen.compiling.pool import CompilePool
 from gen.core.results import Row, Status
 from gen.core.timing import EARLY_STOP_MARGIN, TimingOptions, slower_than_cutoff
 from gen.evaluate.engine import Checking, Engine

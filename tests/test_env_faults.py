@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from gen.build.compiler import CompileOptions, compile_variant
+from gen.compiling.compiler import CompileOptions, compile_variant
 from gen.families.matmul import MatmulVariant
 from gen.store.export import write_t4
 from gen.store.results_log import RUN_LOCK

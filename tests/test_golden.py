@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gen.build.emit import emitted_files
+from gen.compiling.emit import emitted_files
 from gen.families import builtin_families
 
 from .conftest import REPO

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import pytest
 
-from gen.build import compiler
+from gen.compiling import compiler
 from gen.families import get_family
 from gen.families.space import Space
 from gen.core.timing import TimingOptions

@@ -34,16 +34,16 @@ def test_an_upward_import_is_found(scratch):
     assert "families/reach.py:5: families imports gen.gpu.launch from gpu, against the layer order" in findings[0]
 
 
-def test_build_and_gpu_do_not_import_each_other(scratch):
-    (scratch / "gpu" / "side.py").write_text("from gen.build.render import render\n")
+def test_the_compile_layer_and_gpu_do_not_import_each_other(scratch):
+    (scratch / "gpu" / "side.py").write_text("from gen.compiling.render import render\n")
     assert [f.split(": ", 1)[1] for f in check(scratch)] == [
-        "gpu imports gen.build.render from build, against the layer order"]
+        "gpu imports gen.compiling.render from compiling, against the layer order"]
 
 
 def test_a_third_party_package_outside_its_layer_is_found(scratch):
     (scratch / "evaluate" / "draw.py").write_text("import jinja2\nimport numpy\nfrom cuda.bindings import driver\n")
     findings = [f.split(": ", 1)[1] for f in check(scratch)]
-    assert findings == ["jinja2 is imported in evaluate; only build may import it",
+    assert findings == ["jinja2 is imported in evaluate; only compiling may import it",
                         "cuda.bindings.driver is imported in evaluate; only gpu may import it"]
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gen.cli.main import main
-from gen.build.compiler import CompileOptions, cache_summary, compile_batch
+from gen.compiling.compiler import CompileOptions, cache_summary, compile_batch
 from gen.core.errors import Interrupted
 from gen.families import SgemmVariant
 from gen.core.processes import ProcessGroup
@@ -172,7 +172,7 @@ def test_a_killed_compile_raises_and_leaves_nothing_in_the_cache(tmp_path: Path,
 
 
 def test_the_cache_command_shows_purges_failures_and_clears(tmp_path: Path, compile_options, monkeypatch) -> None:
-    from gen.build import compiler
+    from gen.compiling import compiler
     from gen.families import MatmulVariant
 
     monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path))

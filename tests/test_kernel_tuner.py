@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gen
-from gen.build.render import render
+from gen.compiling.render import render
 from gen.core.errors import UsageError
 from gen.families import get_family
 from gen.search.lookup import tuned

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gen.build.options import DEFAULT_ARCH, local_arch
+from gen.compiling.options import DEFAULT_ARCH, local_arch
 from gen.core import nvidia_smi
 
 from .fakes import running

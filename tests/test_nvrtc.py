@@ -17,12 +17,12 @@ from typing import Callable
 
 import pytest
 
-from gen.build import nvrtc_library
-from gen.build.compiler import CompileOptions, compile_batch, compile_variant, parse_ptxas
-from gen.build.compilers import COMPILER_ENV, compiler_named, default_compiler
-from gen.build.nvcc import Nvcc
-from gen.build.nvrtc import Nvrtc, nvrtc_options
-from gen.build import compiler
+from gen.compiling import nvrtc_library
+from gen.compiling.compiler import CompileOptions, compile_batch, compile_variant, parse_ptxas
+from gen.compiling.compilers import COMPILER_ENV, compiler_named, default_compiler
+from gen.compiling.nvcc import Nvcc
+from gen.compiling.nvrtc import Nvrtc, nvrtc_options
+from gen.compiling import compiler
 from gen.cli.main import main
 from gen.core.errors import Interrupted, UsageError
 from gen.core.processes import ProcessGroup

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gen.build import compiler
-from gen.build.compilers import default_compiler
+from gen.compiling import compiler
+from gen.compiling.compilers import default_compiler
 from gen.cli.main import main
 from gen.core.progress import EVERY_ENV, Progress
 from gen.core.results import Row, Status
@@ -218,7 +218,7 @@ def test_a_sanitized_sweep_says_why_it_is_slow(tmp_path: Path, capsys, monkeypat
 def test_a_compile_that_changed_compiler_says_why_nothing_came_from_the_cache(
         tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     """Installing NVRTC changes the default compiler, and so every cache key: the next compile says so."""
-    from gen.build import nvrtc_library
+    from gen.compiling import nvrtc_library
 
     if not nvrtc_library.available():
         pytest.skip("NVRTC is not installed (pip install '.[nvrtc]')")

@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 
 from gen.cli.main import main
-from gen.build.pool import compile_variants
+from gen.compiling.pool import compile_variants
 from gen.families import get_family
 from gen.families.registry import add_family_path, registry
 from gen.families.space import Space

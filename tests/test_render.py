@@ -11,7 +11,7 @@ from gen.families import get_family
 from gen.core.paths import builtin_templates_dir
 from gen.core.errors import InvalidVariant, TemplateProblem
 from gen.families import builtin_families, MatmulVariant, TransposeVariant
-from gen.build.render import render, template_hash
+from gen.compiling.render import render, template_hash
 from gen.families.space import Space
 
 EMITTED = [v for f in builtin_families().values() for v in Space.emitted(f).expand().valid]

@@ -24,7 +24,7 @@ import pytest
 
 import gen
 from gen.cli.main import main
-from gen.build.compiler import nvcc_path
+from gen.compiling.compiler import nvcc_path
 from gen.core.errors import RunFailed
 from gen.store.export import write_t4
 from gen.families.matmul import MatmulVariant

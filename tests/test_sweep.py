@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gen.build import compiler
+from gen.compiling import compiler
 from gen.cli.main import main
 from gen.core.errors import TilegenError
 from gen.gpu.jobs import Job

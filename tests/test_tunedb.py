@@ -16,13 +16,13 @@ from gen.cli.main import main
 from gen.core.errors import UsageError
 from gen.families import MatmulVariant
 from gen.core.results import DeviceInfo, Row, Status
-from gen.store.tuning_db import Problem, TuningDB
+from gen.store.tuning_db import TuningKey, TuningDB
 
 from .conftest import REPO
 
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 80 * 2**30, 50 * 2**20, "580")
 OTHER = DeviceInfo("other GPU", "9.0", 1, 2**30, 2**20, "580")
-PROBLEM = Problem(H100.model, "matmul", "f32", "256x256x256")
+PROBLEM = TuningKey(H100.model, "matmul", "f32", "256x256x256")
 
 
 def measured_row(tile: int, median_ms: float, status: Status = Status.OK, device: DeviceInfo = H100,
@@ -41,7 +41,7 @@ def test_best_and_top_k_rank_the_latest_correct_measurement_of_each_variant(tmp_
     db.record([measured_row(32, 0.9)])  # measured again: the latest counts
     assert db.best(PROBLEM).params["tile"] == 32
     assert {name: row.status for name, row in db.measured(PROBLEM).items()}["matmul_f32_t8_p0_guard_both"] is Status.WRONG
-    assert db.problems("matmul") == sorted([PROBLEM, Problem(OTHER.model, "matmul", "f32", "256x256x256")])
+    assert db.problems("matmul") == sorted([PROBLEM, TuningKey(OTHER.model, "matmul", "f32", "256x256x256")])
 
 
 def test_rows_without_a_gpu_are_not_recorded(tmp_path: Path) -> None:

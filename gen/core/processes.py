@@ -108,7 +108,7 @@ class ProcessGroup:
 
 class Child:
     """A long-lived child process that talks over a socket: the command `command(FD)` names, FD its
-    end (the GPU worker, gen.gpu.isolated; the NVRTC compile worker, gen.build.nvrtc). It runs in a
+    end (the GPU worker, gen.gpu.isolated; the NVRTC compile worker, gen.compiling.nvrtc). It runs in a
     session of its own (in `group` when given: killed with it, and Interrupted once it was killed),
     its stderr kept for `stderr_text`; `end` reaps it, killing its session if it does not exit."""
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Iterable, Sequence
 
-from ..build.compiler import Compiled, compiled_row
-from ..build.pool import CompilePool
+from ..compiling.compiler import Compiled, compiled_row
+from ..compiling.pool import CompilePool
 from ..core.errors import Interrupted, UsageError
 from ..core.results import DeviceInfo, Measurement, Row
 from ..core.timing import TimingOptions

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 # COMPILERS, COMPILER_ENV, usable_cores, CACHE_CONFIGS and sanitizer_path: for search/ and cli/, which reach them here
-from ..build.compilers import COMPILER_ENV, COMPILERS, compiler_named
-from ..build.options import CompileOptions, usable_cores
+from ..compiling.compilers import COMPILER_ENV, COMPILERS, compiler_named
+from ..compiling.options import CompileOptions, usable_cores
 from ..core import checks
 from ..core.errors import UsageError
 from ..core.timing import TimingOptions, checked_timing

@@ -1,14 +1,14 @@
 """What the commands that evaluate nothing ask of the layers below, re-exported (search/ and cli/
-reach build/ and gpu/ only through evaluate/): the compile cache, templates rendered and emitted,
+reach compiling/ and gpu/ only through evaluate/): the compile cache, templates rendered and emitted,
 a Dask worker served and a cluster's scheduler reached (`distributed` imported only then)."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from ..build.compiler import cache_summary, cached_by_another, clear_cache, cubin_cache, made_by, purge_failed
-from ..build.emit import emit
-from ..build.render import render, template_problems
+from ..compiling.compiler import cache_summary, cached_by_another, clear_cache, cubin_cache, made_by, purge_failed
+from ..compiling.emit import emit
+from ..compiling.render import render, template_problems
 
 
 def serve_gpus(address: str, gpus: Sequence[int] | None) -> int:

@@ -10,8 +10,8 @@ from dataclasses import replace
 from functools import cache
 from typing import Iterator
 
-from ..build.compiler import made_by
-from ..build.pool import CompilePool
+from ..compiling.compiler import made_by
+from ..compiling.pool import CompilePool
 from ..core.errors import UsageError
 from ..core.results import DeviceInfo, GpuModel
 from ..gpu.executor import Executor, GpuUnavailable  # for search/: the drivers' executor= and a GPU missing

@@ -21,7 +21,7 @@ from ..core.errors import UsageError
 from ..families import get_family
 from ..families.family import Family
 from ..core.results import DeviceInfo, GpuModel
-from ..store.tuning_db import Problem, TuningDB, default_db_path
+from ..store.tuning_db import TuningKey, TuningDB, default_db_path
 from ..families.variant import Variant
 
 RANKS_TRIED = 20  # how far down a stored ranking to look for a variant that can run the shape
@@ -105,7 +105,7 @@ def shape_text(dims: tuple[int | str, ...]) -> str:
     return "x".join(str(int(d)) for d in dims)
 
 
-def _runnable_winner(database: TuningDB, family: Family, problem: Problem, shape: Any,
+def _runnable_winner(database: TuningDB, family: Family, problem: TuningKey, shape: Any,
                      objective: str) -> tuple[Variant, str] | None:
     """The best stored variant that runs the shape, as it is or adapted, and the stored name."""
     for row in database.top(problem, RANKS_TRIED, objective):
@@ -115,7 +115,7 @@ def _runnable_winner(database: TuningDB, family: Family, problem: Problem, shape
     return None
 
 
-def _dims(family: Family, problem: Problem) -> tuple[int, ...]:
+def _dims(family: Family, problem: TuningKey) -> tuple[int, ...]:
     return family.parse_shape(problem.shape).dims
 
 

@@ -13,14 +13,14 @@ from ..evaluate.options import RunOptions
 from ..evaluate.plan import Point
 from ..evaluate.session import Executor, Session
 from ..families import get_family
-from ..store.tuning_db import Problem, TuningDB
+from ..store.tuning_db import TuningKey, TuningDB
 from .proposers import PointList
 from .tune import record_measured
 
 
 @dataclass(frozen=True)
 class Retimed:
-    problem: Problem
+    problem: TuningKey
     stored: Row  # the winner as stored
     new: Row  # timed again now
     change: float  # new / stored - 1 (inf when it failed now)
@@ -53,7 +53,7 @@ def _retime_model(db: TuningDB, model: GpuModel, engine: Engine) -> list[Retimed
 class RetimeSink:
     """The new timings, each recorded under its own problem."""
 
-    def __init__(self, db: TuningDB, problems: dict[str, Problem]):
+    def __init__(self, db: TuningDB, problems: dict[str, TuningKey]):
         self.db, self.problems = db, problems
         self.count = 0
 
@@ -69,7 +69,7 @@ class RetimeSink:
         return f"{self.count} stored winners re-timed and kept in {self.db.path}"
 
 
-def _retimed(problem: Problem, stored: Row, new: Row) -> Retimed:
+def _retimed(problem: TuningKey, stored: Row, new: Row) -> Retimed:
     if not is_ok(new):
         return Retimed(problem, stored, new, float("inf"), 0.0)
     change = new.median_ms / stored.median_ms - 1

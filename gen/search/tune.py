@@ -31,7 +31,7 @@ from ..families import get_family
 from ..families.family import Family, refused
 from ..families.space import MAX_POINTS, Space
 from ..families.variant import Variant
-from ..store.tuning_db import FINALIST_KEY, Problem, TuningDB, checked_db_path
+from ..store.tuning_db import FINALIST_KEY, TuningKey, TuningDB, checked_db_path
 from .lookup import shape_distance
 from .proposers import PointList, Rounds, Search
 from .strategies import STRATEGIES, STRATEGY_TYPES, SearchSpace, make_strategy
@@ -151,7 +151,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
             results, db = [], None
             for model, engine in session.per_model("tune"):
                 db = db if db is not None else TuningDB(db_path)  # made only once a GPU answers
-                problem = Problem(model, family.name, chosen.variants[0].dtype, str(shape))
+                problem = TuningKey(model, family.name, chosen.variants[0].dtype, str(shape))
                 results.append(_tune_model(options, family, shape, chosen, problem, engine, db, started))
                 started = time.monotonic()
             return results
@@ -162,7 +162,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
                 from None
 
 
-def record_measured(db: TuningDB, rows: list[Row], problem: Problem) -> None:
+def record_measured(db: TuningDB, rows: list[Row], problem: TuningKey) -> None:
     """Rows of a problem into the database; a compile error (no GPU in its provenance) is kept as
     the tuned GPU model's."""
     for row in rows:
@@ -174,7 +174,7 @@ class TuneSink:
     """A tune's rows, recorded in the tuning database as they come; with a `session`, every
     evaluation (recalled ones too) also goes into that session's trace."""
 
-    def __init__(self, db: TuningDB, problem: Problem, session: int | None = None):
+    def __init__(self, db: TuningDB, problem: TuningKey, session: int | None = None):
         self.db, self.problem, self.session = db, problem, session
         self.steps = 0
 
@@ -192,7 +192,7 @@ class TuneSink:
 
 
 
-def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candidates, problem: Problem,
+def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candidates, problem: TuningKey,
                 engine: Engine, db: TuningDB, started: float) -> TuneResult:
     """Tune one GPU model on an engine that holds that model's GPUs: the search, the finalists'
     interleaved rounds, and the family's default variant for comparison. Times count from
@@ -220,7 +220,7 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candid
                       len(chosen.variants), options.objective, _energy_note(finals.rows))
 
 
-def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates, problem: Problem, db: TuningDB,
+def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates, problem: TuningKey, db: TuningDB,
             started: float) -> Search:
     strategy = make_strategy(options.strategy, SearchSpace(chosen.variants), options.seed)
     warmed = options.budget is None or options.budget >= 2 * WARM_START  # a budget worth a warm start
@@ -239,7 +239,7 @@ def _energy_note(rows: list[Row]) -> str:
     return notes[0] if notes else ""
 
 
-def _nothing_ran(options: TuneOptions, family: Family, problem: Problem, shape: Any, search: Search) -> str:
+def _nothing_ran(options: TuneOptions, family: Family, problem: TuningKey, shape: Any, search: Search) -> str:
     if not search.trace and options.time_s is not None:
         return (f"the time limit (--time, time_s: {options.time_s:g} s) ran out before any variant of {family.name} "
                 f"was measured; give a longer one (a variant takes about {options.run.timing.budget_s:g} s to time, "
@@ -252,7 +252,7 @@ def _marked(row: Row, rounds: int) -> Row:
     return replace(row, provenance={**row.provenance, FINALIST_KEY: rounds})
 
 
-def _default_row(engine: Engine, family: Family, shape: Any, problem: Problem, db: TuningDB) -> Outcome | None:
+def _default_row(engine: Engine, family: Family, shape: Any, problem: TuningKey, db: TuningDB) -> Outcome | None:
     """The family's default variant at this shape (measured before, or now), to say the speed-up."""
     default = family.safe_variant(shape, problem.dtype)
     if refused(family, default, shape) is not None:
@@ -261,7 +261,7 @@ def _default_row(engine: Engine, family: Family, shape: Any, problem: Problem, d
                     TuneSink(db, problem), resume_hint=RESUME_HINT)
 
 
-def warm_start(db: TuningDB, problem: Problem, family: Family, shape: Any, valid: list[Variant]) -> list[Variant]:
+def warm_start(db: TuningDB, problem: TuningKey, family: Family, shape: Any, valid: list[Variant]) -> list[Variant]:
     """The top variants of the nearest shape tuned on this GPU model, adapted to run this shape."""
     tuned_here = [p for p in db.problems(problem.family)
                   if (p.gpu_model, p.dtype) == (problem.gpu_model, problem.dtype) and p.shape != problem.shape]

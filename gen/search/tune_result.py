@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from ..core.objectives import DEFAULT_OBJECTIVE, needs_energy, pareto_front
 from ..core.results import Row, is_ok
 from ..store.report import compiled_by
-from ..store.tuning_db import Problem
+from ..store.tuning_db import TuningKey
 from .proposers import Standing
 from .strategies import STRATEGY_TYPES
 
 
 @dataclass
 class TuneResult:
-    problem: Problem
+    problem: TuningKey
     strategy: str
     winner: Row
     standings: list[Standing]

@@ -30,12 +30,12 @@ def check_plot_path(path: Path) -> None:
                          f"like plot.png")
 
 
-Problem = tuple[str, str, str]  # family, shape, GPU name
+PlotKey = tuple[str, str, str]  # family, shape, GPU name
 Traces = dict[str, list[list[float | None]]]  # strategy -> one median trace per tuning session
 TITLED = {".png", ".pdf", ".svg"}  # formats whose files keep the title as metadata too
 
 
-def plot(rows: Sequence[Row], traces: dict[Problem, Traces], path: Path) -> list[Path]:
+def plot(rows: Sequence[Row], traces: dict[PlotKey, Traces], path: Path) -> list[Path]:
     """A figure per (family, shape, GPU) with heatmaps or traces: at `path` when there is one, else
     beside it, named PATH-STEM-FAMILY-SHAPE-GPU.EXT. The paths written, in order."""
     problems = {problem: panels for problem in sorted({_problem(r) for r in measured(rows)})
@@ -51,7 +51,7 @@ def plot(rows: Sequence[Row], traces: dict[Problem, Traces], path: Path) -> list
     return written
 
 
-def plot_title(problem: Problem) -> str:
+def plot_title(problem: PlotKey) -> str:
     family, shape, gpu = problem
     return f"tilegen: {family} {shape} on {gpu or 'a GPU not recorded'}"
 
@@ -79,11 +79,11 @@ def _figure(panels: list[tuple], traces: Traces, path: Path, title: str) -> None
     pyplot.close(figure)
 
 
-def _problem(row: Row) -> Problem:
+def _problem(row: Row) -> PlotKey:
     return (row.family, row.shape, str(row.provenance.get("gpu", "")))
 
 
-def _slug(problem: Problem) -> str:
+def _slug(problem: PlotKey) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", "-".join(problem)).strip("-")
 
 
@@ -99,7 +99,7 @@ def _pyplot() -> Any:
     return pyplot
 
 
-def _heatmap_panels(rows: Sequence[Row], problem: Problem) -> list[tuple]:
+def _heatmap_panels(rows: Sequence[Row], problem: PlotKey) -> list[tuple]:
     """(label, x name, y name, x values, y values, grid) per heatmap of one problem; none for a
     family that names no heatmap axes."""
     family = get_family(problem[0])

@@ -38,7 +38,7 @@ FINALIST_KEY = "interleaved_rounds"  # the provenance key of a finalist's row: r
 
 
 @dataclass(frozen=True, order=True)
-class Problem:
+class TuningKey:
     """What a tuning result is for: a GPU model, a family, an element type and a shape."""
 
     gpu_model: GpuModel
@@ -47,7 +47,7 @@ class Problem:
     shape: str
 
     def __post_init__(self) -> None:
-        _check_model(self.gpu_model, "a Problem's gpu_model")
+        _check_model(self.gpu_model, "a TuningKey's gpu_model")
 
     def __str__(self) -> str:
         return f"{self.family} {self.dtype} {self.shape} on {self.gpu_model}"
@@ -123,7 +123,7 @@ class TuningDB:
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [_values(found, row) for found, row in keyed])
         return len(keyed)
 
-    def start_session(self, problem: Problem, strategy: str) -> int:
+    def start_session(self, problem: TuningKey, strategy: str) -> int:
         with self._transaction() as connection:
             cursor = connection.execute(
                 f"INSERT INTO sessions ({', '.join(MODEL_COLUMNS)}, family, dtype, shape, strategy, started_at) "
@@ -140,14 +140,14 @@ class TuningDB:
 
     # ---- reading -----------------------------------------------------------------------------
 
-    def measured(self, problem: Problem) -> dict[str, Row]:
+    def measured(self, problem: TuningKey) -> dict[str, Row]:
         """The latest row of every variant measured for this problem (any status)."""
         with self._reading() as (connection, found):
             where, parameters = _of_problem(found, problem)
             query = f"SELECT id, row FROM measurements WHERE id IN ({_latest(found, where)}) ORDER BY id"
             return {row.name: row for row in self._rows(connection, query, parameters)}
 
-    def top(self, problem: Problem, count: int = 5, objective: str = DEFAULT_OBJECTIVE) -> list[Row]:
+    def top(self, problem: TuningKey, count: int = 5, objective: str = DEFAULT_OBJECTIVE) -> list[Row]:
         """The best correct variants by `objective` (gen.core.objectives; by energy, only those
         measured with it), best first: those a tune confirmed in its interleaved rounds (its
         finalists) before the others, each group by its latest measurement. A finalist's median
@@ -164,18 +164,18 @@ class TuningDB:
         # by each row's own checked figures (its median, its energy), not the columns beside them
         return sorted(ranked_by(ranked, check_objective(objective)), key=lambda row: row.name not in confirmed)[:count]
 
-    def best(self, problem: Problem, objective: str = DEFAULT_OBJECTIVE) -> Row | None:
+    def best(self, problem: TuningKey, objective: str = DEFAULT_OBJECTIVE) -> Row | None:
         top = self.top(problem, 1, objective)
         return top[0] if top else None
 
-    def problems(self, family: str | None = None) -> list[Problem]:
+    def problems(self, family: str | None = None) -> list[TuningKey]:
         """Every problem with at least one correct measurement."""
         with self._reading() as (connection, found):
             latest = _latest(found, "(? IS NULL OR family = ?)")
             query = (f"SELECT DISTINCT {found.columns}, family, {ELEMENT_TYPE}, shape FROM measurements "
                      f"WHERE id IN ({latest}) AND status = 'ok' AND median_ms IS NOT NULL")
             values = connection.execute(query, (family, family)).fetchall()
-        return sorted({Problem(found.model(v[:found.width]), *v[found.width:]) for v in values})
+        return sorted({TuningKey(found.model(v[:found.width]), *v[found.width:]) for v in values})
 
     def models(self) -> list[GpuModel]:
         """Every GPU model that ran a kernel (a compile error names only the model it was compiled
@@ -184,7 +184,7 @@ class TuningDB:
             query = f"SELECT DISTINCT {found.columns} FROM measurements WHERE cc IS NOT NULL"
             return sorted({found.model(values) for values in connection.execute(query)})
 
-    def traces(self, problem: Problem) -> dict[int, tuple[str, list[float | None]]]:
+    def traces(self, problem: TuningKey) -> dict[int, tuple[str, list[float | None]]]:
         """session -> (strategy, median per evaluation in order) for every session on this problem."""
         sessions: dict[int, tuple[str, list[float | None]]] = {}
         with self._reading() as (connection, found):
@@ -294,7 +294,7 @@ def _values(model: GpuModel, row: Row) -> tuple:
             row.to_json(), row.energy_j, row.power_w)
 
 
-def _of_problem(found: Layout, problem: Problem) -> tuple[str, tuple]:
+def _of_problem(found: Layout, problem: TuningKey) -> tuple[str, tuple]:
     """An SQL condition (and its parameters) that holds for the rows of `problem`."""
     where, parameters = found.where(problem.gpu_model)
     return (f"{where} AND family = ? AND {ELEMENT_TYPE} = ? AND shape = ?",

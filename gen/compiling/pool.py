@@ -51,7 +51,7 @@ class CompilePool:
         return len(self._threads)
 
     def provenance(self, family: Family) -> dict[str, str]:
-        """What makes this pool's rows of `family` (gen.build.compiler.provenance), computed once."""
+        """What makes this pool's rows of `family` (gen.compiling.compiler.provenance), computed once."""
         if family.name not in self._provenance:
             self._provenance[family.name] = provenance(self.options, family)
         return self._provenance[family.name]

@@ -1,4 +1,4 @@
-"""Variants to cubins: rendered, compiled, judged and cached, many at once; the public face of build/.
+"""Variants to cubins: rendered, compiled, judged and cached, many at once; the public face of compiling/.
 
 Needs no GPU. A variant's compile is cached under a hash of its source, the options, and the
 compiler's name and version, so a repeated run compiles nothing (cache.py proves each entry before

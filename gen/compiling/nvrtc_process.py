@@ -1,6 +1,6 @@
-"""The NVRTC compile worker: a process of its own (`python -m gen.build.nvrtc_process FD`) that
+"""The NVRTC compile worker: a process of its own (`python -m gen.compiling.nvrtc_process FD`) that
 compiles programs it is sent over the socket FD, one at a time, until the socket closes. A crash
-or a hang of NVRTC ends this process, never tilegen (gen.build.nvrtc says what to do then)."""
+or a hang of NVRTC ends this process, never tilegen (gen.compiling.nvrtc says what to do then)."""
 
 from __future__ import annotations
 

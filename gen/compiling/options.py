@@ -49,7 +49,7 @@ class CompileOptions:
         if cache.exists() and not cache.is_dir():
             raise UsageError(f"cache {cache} is a file, not a folder; give the compile cache's folder")
         if not isinstance(self.compiler, Compiler):
-            raise UsageError(f"compiler must be a gen.build.compilers.Compiler, like gen.build.nvcc.Nvcc(); got "
+            raise UsageError(f"compiler must be a gen.compiling.compilers.Compiler, like gen.compiling.nvcc.Nvcc(); got "
                              f"{self.compiler!r}")
         object.__setattr__(self, "flags", tuple(self.flags))
         object.__setattr__(self, "cache", cache)

@@ -49,7 +49,7 @@ class Nvrtc:
     name: ClassVar[str] = "nvrtc"
     batches: ClassVar[bool] = True  # several variants to one program, each in a namespace of its own
     isolated: bool = True  # a worker process per compile thread; False: NVRTC in the threads themselves
-    worker: str = "gen.build.nvrtc_process"  # the module each worker process runs (a test may name a stand-in)
+    worker: str = "gen.compiling.nvrtc_process"  # the module each worker process runs (a test may name a stand-in)
 
     def __post_init__(self) -> None:
         if not self.isolated:  # NVRTC in this process reads it as it compiles: set once, before any compile
@@ -119,7 +119,7 @@ def _worker(children: ProcessGroup, module: str) -> "_Worker":
 
 
 class _Worker:
-    """One `python -m MODULE FD` (gen.build.nvrtc_process) over a socket, in `children`."""
+    """One `python -m MODULE FD` (gen.compiling.nvrtc_process) over a socket, in `children`."""
 
     def __init__(self, children: ProcessGroup, module: str):
         self.children = children
