@@ -409,6 +409,20 @@ class LineReader:
         os.close(self.fd)
 
 
+def ends_within(pid: int, seconds: float) -> bool:
+    """Whether a process (not necessarily a child) has ended or ends within `seconds`: waited for on
+    its pidfd, which is readable once it has exited (a killed process closes its files first, and
+    only then exits: it may still run for a moment after its pipes are closed)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], seconds)[0])
+    finally:
+        os.close(fd)
+
+
 def running(pid: int) -> bool:
     """Whether a process is alive (a zombie, dead but not yet reaped by its parent, is not)."""
     try:

@@ -26,7 +26,7 @@ from gen.core.processes import ProcessGroup
 from gen.store.results_log import read_rows
 
 from .conftest import REPO
-from .fakes import ANNOUNCE_AND_HANG, Announcements, LineReader, running
+from .fakes import ANNOUNCE_AND_HANG, Announcements, LineReader, ends_within
 
 # Two variants to compile, one after the other, and one skipped as invalid (tile 64).
 SPACE = ["matmul", "-p", "tile=8,16,64", "-p", "padding=0", "-p", "bounds=guard", "--arch", "sm_90", "--jobs", "1"]
@@ -114,7 +114,7 @@ def test_a_closed_terminal_stops_a_compile_kills_its_nvcc_and_leaves_no_temporar
     assert stop(process, signal.SIGHUP, group=True) < STOP_WITHIN_S
     assert process.returncode == 130
     assert said.until("tilegen: interrupted").startswith(KEPT)
-    assert not running(int(nvcc)) and not running(int(stage))
+    assert ends_within(int(nvcc), 10.0) and ends_within(int(stage), 10.0)
     assert not list(scratch.iterdir())  # tilegen's folders and nvcc's files alike
     assert sorted(r.status for r in read_rows(out / "results.jsonl")) == ["compiled", "skipped"]
     assert cache_summary(cache).failed == 0
@@ -127,7 +127,7 @@ def test_ctrl_c_while_nvcc_is_asked_its_version_stops_that_nvcc_too(tmp_path: Pa
     _, _, nvcc, child = fake.announcements.until("started").split()
     assert stop(process, signal.SIGINT, group=False) < STOP_WITHIN_S
     assert process.returncode == 130 and said.until("tilegen: interrupted")
-    assert not running(int(nvcc)) and not running(int(child))
+    assert ends_within(int(nvcc), 10.0) and ends_within(int(child), 10.0)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
