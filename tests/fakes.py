@@ -423,14 +423,6 @@ def ends_within(pid: int, seconds: float) -> bool:
         os.close(fd)
 
 
-def running(pid: int) -> bool:
-    """Whether a process is alive (a zombie, dead but not yet reaped by its parent, is not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 class Announcements(LineReader):
     """A FIFO that fake tools write a line to when they start. The test holds it open for reading
     and writing, so a writer never waits and the test never sees its end."""
