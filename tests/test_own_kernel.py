@@ -157,7 +157,9 @@ def test_a_family_module_imports_the_helpers_beside_it(own_families: Path, capsy
 
 
 def test_the_family_path_is_taken_after_the_command_too(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TILEGEN_FAMILY_PATH", raising=False)  # --family-path sets it: put back afterwards
+    # --family-path sets it: put back afterwards (setenv, not delenv: delenv of an unset variable
+    # records nothing to undo, and the folders leaked into every later test)
+    monkeypatch.setenv("TILEGEN_FAMILY_PATH", "")
     registry.cache_clear()
     try:
         code, out, err = run_main(capsys, ["list", "--family-path", str(FAMILIES)])
