@@ -12,6 +12,7 @@ caller's stream, with no copy of device arrays and no synchronisation. The drive
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -21,7 +22,7 @@ from .arrays import (LEGACY_STREAM, DeviceArray, allocate, caller_stream, descri
                      stream_source)
 from .compiling.compiler import CompileOptions, compile_variant
 from .core.errors import UsageError
-from .families import MatmulShape, gemm_family, get_family
+from .families import MatmulShape, gemm_families, get_family
 from .families.family import Family
 from .families.problem import Scalar, element_type_of, numpy_dtype
 from .families.variant import Variant
@@ -244,22 +245,41 @@ def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
     dlpack_stream = LEGACY_STREAM if stream is None else stream_handle(stream)
     arrays = {"a": describe(a, "a", dlpack_stream), "b": describe(b, "b", dlpack_stream)}
     (m, k), (k2, n) = (_matrix(x, label) for label, x in arrays.items())
-    family = gemm_family(arrays["a"].dtype)
+    families = gemm_families(arrays["a"].dtype)
     if k != k2 or arrays["b"].dtype != arrays["a"].dtype:
         raise UsageError(f"gen.matmul multiplies (M x K)(K x N) matrices of one type; got {arrays['a'].dtype} "
                          f"{arrays['a'].shape} and {arrays['b'].dtype} {arrays['b'].shape}")
     dtype = element_type_of(arrays["a"].dtype)
-    out_dtype = numpy_dtype(family.default_variant().with_element_type(dtype).output_dtype)
+    out_dtype = numpy_dtype(families[-1].default_variant().with_element_type(dtype).output_dtype)
     out = allocate(arrays["a"], (m, n), out_dtype) if out is None else out
     arrays["out"] = describe(out, "out", dlpack_stream)
     if _matrix(arrays["out"], "out") != (m, n) or arrays["out"].dtype != out_dtype:
         raise UsageError(f"out must be a {out_dtype} {m} x {n} matrix, got {arrays['out'].dtype} {arrays['out'].shape}")
     lda, ldb, ldc = (_leading(x, label) for label, x in arrays.items())
-    chosen = _gemm_kernel(family.name, str(MatmulShape(m, n, k, lda, ldb, ldc)), dtype)
+    shape = MatmulShape(m, n, k, lda, ldb, ldc)
+    family = next(f for f in families if f is families[-1] or _takes(f, shape, dtype, arrays))
+    chosen = _gemm_kernel(family.name, str(shape), dtype)
     views = [_allocated(arrays[label], rows, lead) for label, rows, lead in (("a", m, lda), ("b", k, ldb),
                                                                             ("out", m, ldc))]
     chosen(*views, stream=stream)
     return out
+
+
+def _takes(family: Family, shape: MatmulShape, dtype: str, arrays: dict[str, DeviceArray]) -> bool:
+    """Whether gen.matmul may give these arrays to `family` rather than to a later one: it runs on
+    this GPU's architecture, does not refuse the shape, and takes the arrays where they start."""
+    if family.target_arch is not None:
+        device = _native().current_device_info()
+        if device is None or f"sm_{device.cc.replace('.', '')}" != re.sub(r"[af]$", "", family.target_arch):
+            return False
+    if family.refusal(family.default_variant().with_element_type(dtype), shape) is not None:
+        return False
+    try:
+        family.problem.kernel_arguments(shape, {"A": arrays["a"].pointer, "B": arrays["b"].pointer,
+                                                "C": arrays["out"].pointer})
+    except UsageError:
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=64)

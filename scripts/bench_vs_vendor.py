@@ -12,8 +12,9 @@ non-square shape; transpose >= 97% of the copy at 8192^2 and 16384^2.
 
 --suite (issue 13) measures the fixed shape suite instead, with its geometric mean; --tune N first
 tunes each of its shapes at its own size on this GPU (Bayesian search, N evaluations) into --db.
---only hgemm (issue 30) measures the half-precision suite in each --dtypes; --variants NAME,...
-times each of those variants instead of the tuned one (each checked first, NaN-poisoned).
+--only hgemm (issue 30) measures the half-precision suite in each --dtypes, --only wgmma (issue 34)
+the same with the Hopper family; --variants NAME,... times each of those variants instead of the
+tuned one (each checked first, NaN-poisoned).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ SUITE_SGEMM = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x
 SUITE_TRANSPOSE = ["4096x4096", "8192x8192", "16384x16384", "32768x32768", "8192x16384", "16384x8192"]
 HGEMM_SHAPES = ["4096x4096x4096", "8192x8192x8192", "2000x7000x3000", "8192x1024x8192", "12288x12288x1024",
                 "1000x1000x1000"]
+HALF_FAMILIES = ("hgemm", "wgmma")
 SAMPLES = 50
 FLUSH_BYTES = 512 * 2**20
 
@@ -56,7 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, help="tuning database (default: the user's)")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
-    parser.add_argument("--only", choices=("sgemm", "hgemm", "transpose"), help="run one part of the table")
+    parser.add_argument("--only", choices=("sgemm", "hgemm", "wgmma", "transpose"), help="run one part of the table")
     parser.add_argument("--suite", action="store_true", help="the fixed shape suite of issue 13")
     parser.add_argument("--tune", type=int, metavar="N", help="first tune each shape (N evaluations)")
     parser.add_argument("--dtypes", default="f16,bf16", help="hgemm: the element types (default f16,bf16)")
@@ -64,15 +66,15 @@ def main() -> None:
     parser.add_argument("--variants", help="hgemm: time these variants (comma-separated names) instead of the tuned one")
     args = parser.parse_args()
     sgemm_shapes, transpose_shapes = (SUITE_SGEMM, SUITE_TRANSPOSE) if args.suite else (SGEMM_SHAPES, TRANSPOSE_SHAPES)
-    parts = {"sgemm": sgemm_shapes, "hgemm": HGEMM_SHAPES, "transpose": transpose_shapes}
+    parts = {"sgemm": sgemm_shapes, "hgemm": HGEMM_SHAPES, "wgmma": HGEMM_SHAPES, "transpose": transpose_shapes}
     if args.only:
         parts = {args.only: args.sizes.split(",") if args.sizes else parts[args.only]}
     else:
-        del parts["hgemm"]
+        del parts["hgemm"], parts["wgmma"]
     problems = [(family, size) for family, sizes in parts.items() for size in sizes]
     dtypes = args.dtypes.split(",")
     if args.tune:
-        tune_each(args.db, args.tune, [(f, s, d) for f, s in problems for d in (dtypes if f == "hgemm" else [None])])
+        tune_each(args.db, args.tune, [(f, s, d) for f, s in problems for d in (dtypes if f in HALF_FAMILIES else [None])])
     flush = l2_flusher()
     measures: list[tuple[str, Callable[[], list[Any]]]] = []
     for family, size in problems:
@@ -84,8 +86,8 @@ def main() -> None:
         else:
             for dtype in dtypes:
                 for name in args.variants.split(",") if args.variants else [None]:
-                    measures.append((f"hgemm {dtype} {size}",
-                                     lambda s=size, d=dtype, n=name: hgemm_row(s, d, args.db, n, flush)))
+                    measures.append((f"{family} {dtype} {size}",
+                                     lambda f=family, s=size, d=dtype, n=name: hgemm_row(f, s, d, args.db, n, flush)))
     rows = []
     for label, measure in measures:
         try:
@@ -116,7 +118,7 @@ def tune_each(db: Path | None, evaluations: int, problems: list[tuple[str, str, 
 def geometric_means(rows: list[list[Any]]) -> str:
     """The geometric mean of the ratios per family, and the lowest."""
     lines = []
-    for family in ("sgemm", "hgemm f16", "hgemm bf16", "transpose"):
+    for family in ("sgemm", *(f"{f} {d}" for f in HALF_FAMILIES for d in ("f16", "bf16")), "transpose"):
         ratios = {row[0]: float(row[5].rstrip("%")) / 100 for row in rows if row[0].startswith(family) and row[5]}
         if ratios:
             lowest = min(ratios, key=ratios.get)
@@ -148,13 +150,13 @@ def sgemm_row(size: str, db: Path | None, multiply: Callable, flush: Any) -> lis
             f"{theirs_ms / ours_ms:.1%}", f"{errors[0]:.1e} / {errors[1]:.1e}"]
 
 
-def hgemm_row(size: str, dtype: str, db: Path | None, name: str | None, flush: Any) -> list[Any]:
+def hgemm_row(family_name: str, size: str, dtype: str, db: Path | None, name: str | None, flush: Any) -> list[Any]:
     """One half-precision GEMM shape in one dtype against cuBLAS (PyTorch) for the same dtype, both
     writing C in that dtype; our output is checked against the float64 product of the rounded inputs,
     NaN-poisoned first, before anything is timed."""
     import torch
 
-    family = get_family("hgemm")
+    family = get_family(family_name)
     shape = family.parse_shape(size)
     m, n, k = shape.dims
     types = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -168,7 +170,7 @@ def hgemm_row(size: str, dtype: str, db: Path | None, name: str | None, flush: A
         variant, reason = family.variant_type.from_name(name), "given"
         variant = family.runnable(variant, shape) or variant
     else:
-        variant, reason = tuned_with_reason("hgemm", size, dtype=dtype, db=db)
+        variant, reason = tuned_with_reason(family_name, size, dtype=dtype, db=db)
     run_ours = kernel(variant, size, {"A": a_whole, "B": b_whole, "C": ours_whole})  # tensors as they are
     run_theirs = lambda: torch.matmul(a, b, out=theirs)  # noqa: E731
     run_ours()
@@ -179,10 +181,10 @@ def hgemm_row(size: str, dtype: str, db: Path | None, name: str | None, flush: A
               for out in (ours_whole[:, :n], theirs)]
     tolerance = family.problem.tolerance(variant.output_dtype, shape)
     if errors[0] > tolerance:
-        return [f"hgemm {dtype} {size}", f"{variant.name} ({reason})", "WRONG", "cuBLAS (PyTorch)", "", "",
+        return [f"{family_name} {dtype} {size}", f"{variant.name} ({reason})", "WRONG", "cuBLAS (PyTorch)", "", "",
                 f"{errors[0]:.1e} > {tolerance:.1e}"]
     ours_ms, theirs_ms = paired_medians_ms(run_ours, run_theirs, flush)
-    return [f"hgemm {dtype} {size}", f"{variant.name} ({reason})", round(ours_ms, 4), "cuBLAS (PyTorch)",
+    return [f"{family_name} {dtype} {size}", f"{variant.name} ({reason})", round(ours_ms, 4), "cuBLAS (PyTorch)",
             round(theirs_ms, 4), f"{theirs_ms / ours_ms:.1%}", f"{errors[0]:.1e} / {errors[1]:.1e}"]
 
 

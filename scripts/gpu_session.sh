@@ -31,6 +31,9 @@
 #              guarded and unguarded copies: every row must be ok or skipped ($HGEMM_CHECK_FLAGS adds flags)
 #   hgemm      scripts/bench_vs_vendor.py --only hgemm: against cuBLAS (PyTorch) for the same dtype;
 #              $HGEMM_FLAGS adds flags (--tune N, --variants A,B, --sizes ...)
+#   wgmma-check  the wgmma family (sm_90a) at odd, small and many-tile shapes, both dtypes and output
+#              types, every schedule: every row must be ok or skipped ($WGMMA_CHECK_FLAGS adds flags)
+#   wgmma      scripts/bench_vs_vendor.py --only wgmma: against cuBLAS (PyTorch); $WGMMA_FLAGS adds flags
 #   layouts    the hgemm layout lesson: none, pad and swizzle at 4096^3, and report's heatmaps of them
 #   kt-examples  scripts/bench_vs_kernel_tuner_examples.py on Kernel Tuner's example files in
 #              $KT_EXAMPLES (default .whl/kt; Kernel Tuner's wheels in .whl/); $KT_FLAGS adds flags
@@ -83,6 +86,14 @@ for name in "$@"; do
         -p wm=32,64 -p wn=64 -p stages=2,4 -p layout=swizzle,pad,none -p bounds=none,guard -p copy=async,scalar \
         --size 1000x1000x1000 --size 999x1001x1003 --size 256x384x512:520,392,400 --timing-budget 0.01 \
         --out "$out/hgemm-check" ${HGEMM_CHECK_FLAGS:-} ;;
+    wgmma-check)
+      # shellcheck disable=SC2086  # WGMMA_CHECK_FLAGS is several flags
+      part wgmma-check python3 -m gen sweep wgmma -p dtype=f16,bf16 -p out=same,f32 -p bm=64,128,256 -p bn=64,128,256 \
+        -p consumers=1,2 -p stages=2,4 -p schedule=grid,persistent --size 999x1001x1003:1008,1008,1001 \
+        --size 77x45x33:40,48,45 --size 4000x4000x200 --timing-budget 0.01 --out "$out/wgmma-check" ${WGMMA_CHECK_FLAGS:-} ;;
+    wgmma)
+      # shellcheck disable=SC2086  # WGMMA_FLAGS is several flags
+      part wgmma python3 scripts/bench_vs_vendor.py --only wgmma --markdown "$out/wgmma.md" ${WGMMA_FLAGS:-} ;;
     layouts)
       part layouts python3 -m gen sweep hgemm --size 4096x4096x4096 -p layout=none,pad,swizzle -p bm=64,128,256 \
         -p bn=64,128,256 -p stages=3 --timing-budget 0.2 --out "$out/layouts" --quiet

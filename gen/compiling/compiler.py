@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..core.errors import TilegenError
+from ..core.errors import TilegenError, UsageError
 from ..core import checks
 from ..core.processes import ProcessGroup
 from ..core.results import Row, Status
@@ -86,6 +87,14 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions, children
     where their family and the compiler allow it, else one by one. Results in the order of `variants`."""
     checks.instance(options, CompileOptions, "options")
     check_arch(options.arch, options.compiler)
+    by_arch: dict[str, list[Variant]] = {}
+    for variant in variants:
+        arch = family_arch(get_family(variant.family), options.arch) if isinstance(variant, Variant) else options.arch
+        by_arch.setdefault(arch, []).append(variant)  # not a variant: render() says so below
+    if set(by_arch) != {options.arch} and variants:  # a family of its own architecture: compile each part for its own
+        results = {v: c for arch, part in by_arch.items() for v, c in
+                   zip(part, compile_batch(part, replace(options, arch=arch), children))}
+        return [results[v] for v in variants]
     sources = {v: render(v) for v in variants}  # each checked to be a variant first
     options = with_family_flags(options, variants)
     cache = CompileCache(options.cache)
@@ -110,11 +119,24 @@ def with_family_flags(options: CompileOptions, variants: Sequence[Variant]) -> C
     return replace(options, flags=(*options.flags, *extra)) if extra else options
 
 
+def family_arch(family: Family, arch: str) -> str:
+    """What the family's kernels compile for when a run compiles for `arch`: the family's own
+    architecture (Family.target_arch) where it has one, else `arch`. UsageError when the family's
+    kernels cannot run where `arch` does."""
+    own = family.target_arch
+    if own is None or own == arch:
+        return arch
+    if re.sub(r"[af]$", "", own) != re.sub(r"[af]$", "", arch):
+        raise UsageError(f"{family.name} kernels use {own}'s own instructions and run on {own[:-1]} GPUs only; this "
+                         f"run compiles for {arch} (use another family there)")
+    return own
+
+
 def provenance(options: CompileOptions, family: Family) -> dict[str, str]:
     """What made a compiled row: architecture, the compiler (its name, and its version under its
     name: 'nvcc': '13.0.88'), the template's hash and tilegen's version."""
     compiler = options.compiler
-    return {"arch": options.arch, "compiler": compiler.name, compiler.name: compiler.version(),
+    return {"arch": family_arch(family, options.arch), "compiler": compiler.name, compiler.name: compiler.version(),
             "template_hash": template_hash(family), "tilegen": __version__}
 
 

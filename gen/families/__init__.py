@@ -9,11 +9,11 @@ from .builtin import BUILTIN_FAMILIES
 from .copy import CopyFamily, CopyVariant
 from .gemm import GEMM, MatmulShape
 from .matmul import MatmulFamily, MatmulVariant
-from .registry import (all_families, builtin_families, element_type, gemm_family, get_family, registry,
+from .registry import (all_families, builtin_families, element_type, gemm_families, get_family, registry,
                        variant_from_name)
 from .sgemm import SgemmFamily, SgemmVariant
 from .transpose import TransposeFamily, TransposeVariant
 
 __all__ = ["BUILTIN_FAMILIES", "CopyFamily", "CopyVariant", "GEMM", "MatmulShape", "MatmulFamily", "MatmulVariant",
            "SgemmFamily", "SgemmVariant", "TransposeFamily", "TransposeVariant", "all_families", "builtin_families",
-           "element_type", "gemm_family", "get_family", "registry", "variant_from_name"]
+           "element_type", "gemm_families", "get_family", "registry", "variant_from_name"]

@@ -1,4 +1,4 @@
-"""The five families built into tilegen. Each is one module here plus one template in templates/,
+"""The six families built into tilegen. Each is one module here plus one template in templates/,
 written with the same public API (gen.api) a plugin uses; families that compute the same thing
 share a Problem (gemm, matrix)."""
 
@@ -10,5 +10,7 @@ from .hgemm import HgemmFamily
 from .matmul import MatmulFamily
 from .sgemm import SgemmFamily
 from .transpose import TransposeFamily
+from .wgmma import WgmmaFamily
 
-BUILTIN_FAMILIES: tuple[type[Family], ...] = (MatmulFamily, SgemmFamily, HgemmFamily, TransposeFamily, CopyFamily)
+BUILTIN_FAMILIES: tuple[type[Family], ...] = (MatmulFamily, SgemmFamily, HgemmFamily, WgmmaFamily, TransposeFamily,
+                                                   CopyFamily)

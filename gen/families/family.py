@@ -95,6 +95,9 @@ class Family(ABC):
     compile_together: ClassVar[bool] = False
     # nvcc flags every variant of the family is compiled with, after the run's own (-I for its headers, say).
     compile_flags: ClassVar[tuple[str, ...]] = ()
+    # The one architecture the family's kernels compile for, where they use its own instructions
+    # ('sm_90a': wgmma, TMA); run on a GPU of that base (sm_90) only. None: the run's architecture.
+    target_arch: ClassVar[str | None] = None
     # The element types gen.matmul multiplies with this family (a GEMM family's Problem: A, B, C,
     # M, N, K, lda, ldb, ldc); the first registered family that declares a type gets it.
     matmul_dtypes: ClassVar[tuple[str, ...]] = ()

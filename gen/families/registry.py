@@ -121,13 +121,14 @@ def element_type(name: str) -> str:
         return ""
 
 
-def gemm_family(dtype: np.dtype) -> Family:
-    """The family gen.matmul multiplies `dtype` matrices with: the first registered one that
-    declares the element type in its `matmul_dtypes`."""
+def gemm_families(dtype: np.dtype) -> list[Family]:
+    """The families gen.matmul may multiply `dtype` matrices with, in the order it tries them: those
+    that declare the element type in their `matmul_dtypes`, the ones made for one architecture
+    (Family.target_arch: wgmma) before the others, each group in the order registered."""
     element = element_type_of(dtype)
     families = all_families().values()
-    for family in families:
-        if element is not None and element in family.matmul_dtypes:
-            return family
-    known = ", ".join(f"{numpy_dtype(d)} ({f.name})" for f in families for d in f.matmul_dtypes)
-    raise UsageError(f"no registered family multiplies {dtype} matrices; gen.matmul multiplies {known}")
+    found = [f for f in families if element is not None and element in f.matmul_dtypes]
+    if not found:
+        known = ", ".join(f"{numpy_dtype(d)} ({f.name})" for f in families for d in f.matmul_dtypes)
+        raise UsageError(f"no registered family multiplies {dtype} matrices; gen.matmul multiplies {known}")
+    return sorted(found, key=lambda f: f.target_arch is None)

@@ -11,27 +11,45 @@ import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
 
 from ..core.cubin import kernel_symbol
-from ..core.errors import UsageError
+from ..core.errors import RunFailed, UsageError
 from ..core.limits import MAX_STATIC_SHARED_BYTES
 from ..families.family import Launch
 from ..families.problem import Problem
 from .jobs import CACHE_CONFIGS
 from .regions import spans
 
-def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays: Mapping[str, Any]
-             ) -> Callable[[], None]:
+def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays: Mapping[str, Any],
+             load_native: Callable[[], Any] | None = None) -> Callable[[], None]:
     """A prepared launch of `function` on these device arrays (GPUArrays, views included): little
-    host work per call. An output the launch clears is zeroed first, in the same stream."""
+    host work per call. An output the launch clears is zeroed first, in the same stream. A kernel
+    that takes a structure by value (np.void: a TMA tensor map) runs as `load_native()` (the same
+    kernel loaded through the driver API, gen.gpu.native) instead: the driver does not deliver such
+    a parameter from the one packed buffer pycuda launches with (on an H100 and an H200 with driver
+    580, the kernel saw no tensor map), but does from cuLaunchKernel's array of parameters."""
     arguments = problem.kernel_arguments(shape, {name: array.gpudata for name, array in arrays.items()})
-    function.prepare("".join(a.dtype.char for a in arguments))
     output = arrays[problem.output.name]
     clear = region_clearer(output, problem.output_region(shape)) if launch.clears_output else None
+    if any(a.dtype.kind == "V" for a in arguments):
+        if load_native is None:
+            raise UsageError(f"{problem.__class__.__name__} passes a structure by value: launch it with load_native")
+        from . import native
+
+        run = native.Launch(load_native(), launch.grid, launch.block, launch.dynamic_shared_bytes, arguments)
+
+        def start() -> None:
+            try:
+                run(0)  # stream 0: pycuda's default stream
+            except RunFailed as error:  # refused at launch (its resources, say): pycuda's kind of error
+                raise cuda.LaunchError(str(error)) from None
+    else:
+        function.prepare("".join(a.dtype.char for a in arguments))
+        start = lambda: function.prepared_async_call(launch.grid, launch.block, None, *arguments,  # noqa: E731
+                                                     shared_size=launch.dynamic_shared_bytes)
 
     def call() -> None:
         if clear:
             clear()
-        function.prepared_async_call(launch.grid, launch.block, None, *arguments,
-                                     shared_size=launch.dynamic_shared_bytes)
+        start()
 
     call.arrays = dict(arrays)  # the arguments are bare addresses: keep their memory alive with the launch
     return call

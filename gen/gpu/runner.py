@@ -122,7 +122,7 @@ class Runner:
                                      lambda step: report(f"check seed {seed}: {step}"))
             arrays = expected.fresh_arrays(output, numpy_dtype(variant.output_dtype))
             fill_constants(self._modules[job.cubin], problem.constants(shape))
-            call = launcher(function, launch, problem, shape, arrays)
+            call = launcher(function, launch, problem, shape, arrays, lambda: self._native_function(job, launch))
             call()
             cuda.Context.synchronize()
             if problem.checks_on_host:
@@ -152,6 +152,15 @@ class Runner:
                 self._problems.popitem(last=False)
         self._problems.move_to_end(key)
         return self._problems[key]
+
+    def _native_function(self, job: Job, launch: Launch) -> Any:
+        """The job's kernel loaded through the driver API (gen.gpu.native), for launches pycuda cannot make."""
+        key = (job.cubin, job.name, "native")
+        if key not in self._functions:
+            from . import native
+
+            self._functions[key] = native.load(self._cubins[job.cubin], job.name, launch.dynamic_shared_bytes)
+        return self._functions[key]
 
     def _function(self, job: Job, launch: Launch) -> Any:
         key = (job.cubin, job.name, job.cache_config)

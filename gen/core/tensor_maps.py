@@ -1,0 +1,47 @@
+"""Tensor maps for Hopper's Tensor Memory Accelerator (TMA): the driver's 128-byte CUtensorMap that
+describes a row-major matrix of 16-bit elements and the 64 x 64 box one copy moves into shared
+memory with the 128-byte swizzle. Encoded on the host by the driver's cuTensorMapEncodeTiled (libcuda
+through ctypes: a host function that needs no context), passed to a kernel by value."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+from .errors import TilegenError, UsageError
+
+TENSOR_MAP = np.dtype((np.void, 128))  # a kernel argument of this type is passed as its 128 bytes
+BOX = 64  # rows and columns of one box: 64 rows of 128 bytes, the width of the swizzle
+ALIGNMENT = 16  # bytes: where a matrix starts and how long its rows are, for TMA
+
+_UINT16, _SWIZZLE_128B, _L2_256B = 1, 3, 3  # the driver's CUtensorMapDataType, ...Swizzle, ...L2promotion
+
+
+def box_map(address: int, rows: int, columns: int, row_bytes: int, name: str) -> np.void:
+    """The map of matrix `name` (rows x columns of 16-bit elements, rows `row_bytes` apart, at device
+    `address`) in 64 x 64 boxes. Elements beyond the matrix read as zeros. UsageError when the
+    matrix does not start, or its rows do not fall, on 16-byte boundaries."""
+    if address % ALIGNMENT or row_bytes % ALIGNMENT:
+        raise UsageError(f"{name} must start at a 16-byte boundary and have rows of a multiple of 16 bytes (8 "
+                         f"elements) for TMA; it starts at {address:#x} with rows {row_bytes} bytes apart")
+    bits = (ctypes.c_uint64 * 16)()
+    status = _encode()(ctypes.byref(bits), _UINT16, 2, ctypes.c_void_p(address), (ctypes.c_uint64 * 2)(columns, rows),
+                       (ctypes.c_uint64 * 1)(row_bytes), (ctypes.c_uint32 * 2)(BOX, BOX), (ctypes.c_uint32 * 2)(1, 1),
+                       0, _SWIZZLE_128B, _L2_256B, 0)
+    if status:
+        raise TilegenError(f"the driver refused the tensor map of {name} ({rows} x {columns}, rows {row_bytes} bytes "
+                           f"apart): cuTensorMapEncodeTiled returned CUDA error {status}")
+    return np.frombuffer(bytes(bits), dtype=TENSOR_MAP)[0]
+
+
+@functools.cache
+def _encode():  # noqa: ANN202 - a ctypes function
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError as error:
+        raise TilegenError(f"tensor maps need the CUDA driver (libcuda.so.1), which did not load: {error}") from None
+    encode = driver.cuTensorMapEncodeTiled
+    encode.restype = ctypes.c_int
+    return encode

@@ -1,0 +1,134 @@
+"""wgmma: C = A·B on Hopper's tensor cores (sm_90a), A and B in float16 or bfloat16, sums in float32.
+
+Round 2 of the tensor-core GEMM (round 1 is hgemm, on mma.sync). A block's producer warp group
+copies tiles of A and B into shared memory with the Tensor Memory Accelerator (TMA), `stages` deep,
+in 64 x 64 boxes with the 128-byte swizzle; its `consumers` warp groups multiply them with
+wgmma.mma_async straight from shared memory; mbarriers pass each stage between them. `schedule`
+gives each block one tile of C, or keeps a persistent block per SM walking through the tiles (the
+next tile's copies overlap this one's stores); `group` orders the tiles for L2 reuse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+from ..core.errors import InvalidVariant, UsageError
+from ..core.tensor_maps import ALIGNMENT, BOX, box_map
+from .family import Family, Launch, blocks, check_shared_bytes
+from .gemm import MatmulShape
+from .hgemm import HalfGemmProblem
+from .variant import Variant, choice
+
+BK = 64  # K per stage: 128 bytes of a row, the width of the 128-byte swizzle
+MAX_SUMS = 128  # float32 sums per consumer thread: beyond them, the consumers' 232 registers spill
+PERSISTENT_BLOCKS = 132  # SMs of an H100 SXM and of an H200: one persistent block each
+BARRIER_BYTES = 16  # two mbarriers per stage
+ALIGNMENT_SLACK = 1024  # the stages start at the first 1024-byte boundary of dynamic shared memory
+
+
+class TmaGemmProblem(HalfGemmProblem):
+    """The half-precision GEMM, with A and B passed as TMA tensor maps: the kernel's parameters are
+    (a_map, b_map, C, M, N, K, ldc)."""
+
+    def kernel_arguments(self, shape: MatmulShape, pointers: Mapping[str, Any]) -> list[Any]:
+        address = {name: int(pointer) for name, pointer in pointers.items()}
+        if address["C"] % ALIGNMENT:
+            raise UsageError(f"C must start at a 16-byte boundary for wgmma's paired stores; it starts at "
+                             f"{address['C']:#x}")
+        return [box_map(address["A"], shape.m, shape.k, 2 * shape.lda, "A"),
+                box_map(address["B"], shape.k, shape.n, 2 * shape.ldb, "B"),
+                np.uintp(address["C"]), *(np.int32(x) for x in (shape.m, shape.n, shape.k, shape.ldc))]
+
+
+TMA_GEMM = TmaGemmProblem()
+
+
+@dataclass(frozen=True, order=True)
+class WgmmaVariant(Variant):
+    family: ClassVar[str] = "wgmma"
+
+    dtype: str = choice("f16", ("f16", "bf16"), space=("f16",), emitted=("f16", "bf16"),
+                        help="element type of A and B: float16 or bfloat16")
+    out: str = choice("same", ("same", "f32"), tag="c", space=("same",), emitted=("same",),
+                      help="C's type: the inputs' (same) or float32")
+    bm: int = choice(128, (64, 128, 256), tag="bm", space=(128, 256), emitted=(128,), help="block tile rows (of C)")
+    bn: int = choice(256, (64, 128, 192, 256), tag="bn", space=(128, 192, 256), emitted=(256,),
+                     help="block tile columns: the wgmma's N")
+    consumers: int = choice(2, (1, 2), tag="wg", space=(1, 2), emitted=(2,),
+                            help="consumer warp groups, each multiplying bm / consumers rows (64 or 128)")
+    stages: int = choice(4, (2, 3, 4, 5, 6), tag="s", space=(3, 4, 5), emitted=(4,),
+                         help="tiles in shared memory at once; the producer refills each as soon as it is free")
+    schedule: str = choice("persistent", ("grid", "persistent"), space=("grid", "persistent"), emitted=("grid", "persistent"),
+                           help=f"grid: a block per tile; persistent: {PERSISTENT_BLOCKS} blocks walk the tiles")
+    group: int = choice(8, (1, 8, 16), tag="g", space=(8,), emitted=(8,),
+                        help="rows of tiles taken together, column by column, for L2 reuse (1: row by row)")
+
+    @property
+    def output_dtype(self) -> str:
+        return "f32" if self.out == "f32" else self.dtype
+
+    @property
+    def rows_per_consumer(self) -> int:
+        return self.bm // self.consumers
+
+    @property
+    def threads_per_block(self) -> int:
+        return 128 * (self.consumers + 1)  # the consumers and one producer warp group
+
+    @property
+    def persistent_blocks(self) -> int:
+        return PERSISTENT_BLOCKS
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.stages * ((self.bm + self.bn) * BK * 2 + BARRIER_BYTES) + ALIGNMENT_SLACK
+
+    @property
+    def dynamic_shared_bytes(self) -> int:
+        return self.shared_bytes
+
+    @property
+    def static_shared_bytes(self) -> int:
+        return 0
+
+    def check_combination(self) -> None:
+        rows = self.rows_per_consumer
+        if rows not in (64, 128):
+            raise InvalidVariant(f"bm {self.bm} over {self.consumers} consumer warp groups gives each {rows} rows; "
+                                 f"a consumer multiplies 64 or 128 (wgmma's m64, once or twice)")
+        sums = rows * self.bn // 128
+        if sums > MAX_SUMS:
+            raise InvalidVariant(f"{rows} rows x bn {self.bn} leave {sums} float32 sums per consumer thread; more than "
+                                 f"{MAX_SUMS} spill out of registers (use more consumers or a smaller bn)")
+        check_shared_bytes("dynamic", self.shared_bytes, f"bm {self.bm}, bn {self.bn} x {self.stages} stages")
+
+
+class WgmmaFamily(Family):
+    """The GEMM on half-precision inputs with Hopper's wgmma and TMA: sm_90a only."""
+
+    name = "wgmma"
+    summary = "C = A·B in float16 or bfloat16 on Hopper: TMA copies, wgmma from shared memory, mbarrier pipeline (sm_90a)"
+    variant_type = WgmmaVariant
+    problem = TMA_GEMM
+    template = "wgmma.cu.j2"
+    heatmap_axes = ("bm", "bn")
+    heatmap_panels = "stages"
+    target_arch = "sm_90a"
+    matmul_dtypes = ("f16", "bf16")  # gen.matmul's family for these types on sm_90, else hgemm's
+
+    def launch(self, variant: WgmmaVariant, shape: MatmulShape) -> Launch:
+        tiles = blocks(shape.m, variant.bm) * blocks(shape.n, variant.bn)
+        grid = min(tiles, PERSISTENT_BLOCKS) if variant.schedule == "persistent" else tiles
+        return Launch(grid=(grid,), block=(variant.threads_per_block,), dynamic_shared_bytes=variant.dynamic_shared_bytes)
+
+    def refusal(self, variant: WgmmaVariant, shape: MatmulShape) -> str | None:
+        if shape.lda % 8 or shape.ldb % 8:
+            return (f"TMA copies rows that start on 16-byte boundaries: lda and ldb must be multiples of 8; {shape} "
+                    f"is not (use hgemm)")
+        return None
+
+    def sanitize_size(self, variant: WgmmaVariant) -> str:
+        return f"{variant.bm + 3}x{variant.bn + 8}x{BOX + 40}"

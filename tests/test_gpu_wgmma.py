@@ -1,0 +1,60 @@
+"""Hopper's wgmma family on a real GPU (marker `gpu`; sm_90 only): every rung of the ladder (one or
+two consumer warp groups, two to six stages, a block per tile or persistent blocks, every block
+tile) right at odd, tiny and many-tile shapes in both element types and both output types, before
+anything is timed; and gen.kernel calling it on PyTorch's float16 tensors, views included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gen
+from gen.core.results import Status
+
+from .test_gpu import _only_skipped_and_ok, run, runnable
+
+pytestmark = pytest.mark.gpu
+
+# Odd M, N and K with 16-byte rows of A and B (TMA's one demand); a problem smaller than every tile
+# and than one step of K; and more tiles than an H100 has SMs, so persistent blocks take several.
+WGMMA_SIZES = ["999x1001x1003:1008,1008,1001", "77x45x33:40,48,45", "1000x2000x200"]
+RUNGS = {"dtype": ["f16", "bf16"], "out": ["same", "f32"], "bm": ["64", "128", "256"], "bn": ["64", "128", "256"],
+         "consumers": ["1", "2"], "stages": ["2", "4"], "schedule": ["grid", "persistent"]}
+DEEP = {"bm": ["128"], "bn": ["128"], "stages": ["2", "3", "4", "5", "6"], "group": ["1", "8", "16"]}
+
+
+def _sm90() -> None:
+    import pycuda.driver as cuda
+
+    cuda.init()
+    if cuda.Device(0).compute_capability() != (9, 0):
+        pytest.skip("the wgmma family runs on sm_90 GPUs (H100, H200) only")
+
+
+def test_every_wgmma_rung_is_right_at_odd_tiny_and_many_tile_shapes(tmp_path: Path) -> None:
+    _sm90()
+    rows = run(tmp_path, "wgmma", RUNGS, WGMMA_SIZES)
+    assert _only_skipped_and_ok(rows) == runnable("wgmma", RUNGS, WGMMA_SIZES) > 300
+    deep = run(tmp_path / "deep", "wgmma", DEEP, WGMMA_SIZES)
+    assert _only_skipped_and_ok(deep) == runnable("wgmma", DEEP, WGMMA_SIZES) > 30
+    for row in [*rows.values(), *deep.values()]:
+        if row.status == Status.OK:
+            assert row.error <= row.tolerance
+            if row.params["out"] == "f32":  # the float64 reference is exact for the rounded inputs
+                assert row.error < 1e-5
+
+
+def test_gen_kernel_runs_wgmma_on_torch_float16_sub_matrices() -> None:
+    _sm90()
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (optional)")
+    a = torch.rand(700, 1032, device="cuda").sub_(0.5).half()  # M x lda: K = 999 of each row is A
+    b = torch.rand(999, 520, device="cuda").sub_(0.5).half()  # K x ldb: N = 500 of each row is B
+    c = torch.full((700, 520), float("nan"), device="cuda", dtype=torch.float16)
+    gen.kernel("wgmma", "700x500x999:1032,520,520", dtype="f16")(a, b, c)
+    torch.cuda.synchronize()
+    reference = a[:, :999].double().cpu().numpy() @ b[:, :500].double().cpu().numpy()
+    got = c.double().cpu().numpy()
+    assert np.linalg.norm(got[:, :500] - reference) / np.linalg.norm(reference) < 2e-3
+    assert np.isnan(got[:, 500:]).all()  # nothing beyond N

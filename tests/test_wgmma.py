@@ -1,0 +1,54 @@
+"""Hopper's wgmma family without a GPU: its rules, its one architecture (sm_90a, refused in one line
+elsewhere), its tensor-map arguments' demands, and its whole default space rendered and compiled."""
+
+from __future__ import annotations
+
+import pytest
+
+from gen.compiling.compiler import CompileOptions
+from gen.compiling.pool import compile_variants
+from gen.core.errors import InvalidVariant, UsageError
+from gen.families import get_family
+from gen.families.space import Space
+
+from .test_bad_inputs import assert_one_line_error, run_main
+
+WGMMA = get_family("wgmma")
+
+
+def test_a_consumer_multiplies_64_or_128_rows_and_keeps_its_sums_in_registers() -> None:
+    WGMMA.variant({"bm": 128, "bn": 256, "consumers": 2}).check()
+    with pytest.raises(InvalidVariant, match="gives each 32 rows"):
+        WGMMA.variant_type(bm=64, consumers=2).check()
+    with pytest.raises(InvalidVariant, match="256 float32 sums per consumer thread"):
+        WGMMA.variant_type(bm=128, bn=256, consumers=1).check()
+    with pytest.raises(InvalidVariant, match="shared memory"):
+        WGMMA.variant_type(bm=128, bn=256, consumers=2, stages=5).check()
+
+
+def test_rows_of_a_and_b_off_16_byte_multiples_are_refused_with_the_family_to_use() -> None:
+    variant = WGMMA.default_variant()
+    assert WGMMA.refusal(variant, WGMMA.parse_shape("999x1001x1003:1008,1008,1001")) is None
+    assert "use hgemm" in WGMMA.refusal(variant, WGMMA.parse_shape("999x1001x1003"))
+
+
+def test_arrays_off_a_16_byte_boundary_are_refused_before_the_driver_is_asked() -> None:
+    shape = WGMMA.parse_shape("64x64x64")
+    for pointers, name in (({"A": 0x1008, "B": 0x2000, "C": 0x3000}, "A"),
+                           ({"A": 0x1000, "B": 0x2000, "C": 0x3004}, "C")):
+        with pytest.raises(UsageError, match=f"{name} must start at a 16-byte boundary"):
+            WGMMA.problem.kernel_arguments(shape, pointers)
+
+
+def test_compiling_for_another_architecture_is_refused_in_one_line(capsys: pytest.CaptureFixture) -> None:
+    assert_one_line_error(*run_main(capsys, ["compile", "wgmma", "--arch", "sm_80"]),
+                          "wgmma kernels use sm_90a's own instructions and run on sm_90 GPUs only")
+
+
+def test_the_whole_default_wgmma_space_compiles_for_sm_90a_without_spills(compile_options: CompileOptions) -> None:
+    variants = Space.default(WGMMA).expand().valid
+    results = compile_variants(variants, compile_options)
+    assert len(results) == len(variants) > 20
+    assert not [(r.variant.name, r.log) for r in results if not r.ok]
+    assert {r.arch for r in results} == {"sm_90a"}
+    assert all(r.resources.spill_bytes == 0 and r.resources.stack_bytes == 0 for r in results)
