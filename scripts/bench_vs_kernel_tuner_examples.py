@@ -100,7 +100,8 @@ def _expdist(folder: Path, rng: np.random.Generator) -> tuple[tuple, dict]:
     blocks = int(np.ceil(size / 32.0) * np.ceil(size / 1.0))
     return (("ExpDist", str(folder / "expdist.cu"), (size, size),
              [a, b, size, size, scale_a, scale_b, np.zeros(blocks)], params),
-            {"grid_div_x": ["block_size_x", "tile_size_x"], "grid_div_y": ["block_size_y", "tile_size_y"]})
+            {"grid_div_x": ["block_size_x", "tile_size_x"], "grid_div_y": ["block_size_y", "tile_size_y"],
+             "lang": "CUDA"})  # Kernel Tuner's pycuda backend: its cuda-python one fails to load this module
 
 
 def child(tool: str, example: str, folder: Path) -> dict[str, Any]:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 # and than one step of K; and more tiles than an H100 has SMs, so persistent blocks take several.
 WGMMA_SIZES = ["999x1001x1003:1008,1008,1001", "77x45x33:40,48,45", "1000x2000x200"]
 RUNGS = {"dtype": ["f16", "bf16"], "out": ["same", "f32"], "bm": ["64", "128", "256"], "bn": ["64", "128", "256"],
-         "consumers": ["1", "2"], "stages": ["2", "4"], "schedule": ["grid", "persistent"]}
+         "consumers": ["1", "2"], "stages": ["2", "4"], "schedule": ["grid", "persistent", "pingpong"]}
 DEEP = {"bm": ["128"], "bn": ["128"], "stages": ["2", "3", "4", "5", "6"], "group": ["1", "8", "16"]}
 
 

@@ -5,7 +5,8 @@ copies tiles of A and B into shared memory with the Tensor Memory Accelerator (T
 in 64 x 64 boxes with the 128-byte swizzle; its `consumers` warp groups multiply them with
 wgmma.mma_async straight from shared memory; mbarriers pass each stage between them. `schedule`
 gives each block one tile of C, or keeps a persistent block per SM walking through the tiles (the
-next tile's copies overlap this one's stores); `group` orders the tiles for L2 reuse.
+next tile's copies overlap this one's stores), or has its two consumers take whole tiles in turn
+(ping-pong: one's stores overlap the other's products); `group` orders the tiles for L2 reuse.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from .gemm import MatmulShape
 from .hgemm import HalfGemmProblem
 from .variant import Variant, choice
 
+SCHEDULES = ("grid", "persistent", "pingpong")
 BK = 64  # K per stage: 128 bytes of a row, the width of the 128-byte swizzle
 MAX_SUMS = 128  # float32 sums per consumer thread: beyond them, the consumers' 232 registers spill
 PERSISTENT_BLOCKS = 132  # SMs of an H100 SXM and of an H200: one persistent block each
 BARRIER_BYTES = 16  # two mbarriers per stage
+TURN_BYTES = 16  # two more for schedule=pingpong: whose turn it is to multiply
 ALIGNMENT_SLACK = 1024  # the stages start at the first 1024-byte boundary of dynamic shared memory
 
 
@@ -61,8 +64,9 @@ class WgmmaVariant(Variant):
                             help="consumer warp groups, each multiplying bm / consumers rows (64 or 128)")
     stages: int = choice(4, (2, 3, 4, 5, 6), tag="s", space=(3, 4, 5), emitted=(4,),
                          help="tiles in shared memory at once; the producer refills each as soon as it is free")
-    schedule: str = choice("persistent", ("grid", "persistent"), space=("grid", "persistent"), emitted=("grid", "persistent"),
-                           help=f"grid: a block per tile; persistent: {PERSISTENT_BLOCKS} blocks walk the tiles")
+    schedule: str = choice("persistent", SCHEDULES, space=SCHEDULES, emitted=SCHEDULES,
+                           help=f"grid: a block per tile; persistent: {PERSISTENT_BLOCKS} blocks walk the tiles; pingpong: "
+                                f"so do they, their two consumers taking whole tiles in turn")
     group: int = choice(8, (1, 8, 16), tag="g", space=(8,), emitted=(8,),
                         help="rows of tiles taken together, column by column, for L2 reuse (1: row by row)")
 
@@ -72,7 +76,7 @@ class WgmmaVariant(Variant):
 
     @property
     def rows_per_consumer(self) -> int:
-        return self.bm // self.consumers
+        return self.bm if self.schedule == "pingpong" else self.bm // self.consumers
 
     @property
     def threads_per_block(self) -> int:
@@ -84,7 +88,7 @@ class WgmmaVariant(Variant):
 
     @property
     def shared_bytes(self) -> int:
-        return self.stages * ((self.bm + self.bn) * BK * 2 + BARRIER_BYTES) + ALIGNMENT_SLACK
+        return self.stages * ((self.bm + self.bn) * BK * 2 + BARRIER_BYTES) + TURN_BYTES + ALIGNMENT_SLACK
 
     @property
     def dynamic_shared_bytes(self) -> int:
@@ -96,6 +100,12 @@ class WgmmaVariant(Variant):
 
     def check_combination(self) -> None:
         rows = self.rows_per_consumer
+        if self.schedule == "pingpong" and self.consumers != 2:
+            raise InvalidVariant(f"schedule=pingpong takes turns between two consumer warp groups; consumers is "
+                                 f"{self.consumers} (use consumers=2)")
+        if self.schedule == "pingpong" and rows not in (64, 128):
+            raise InvalidVariant(f"schedule=pingpong gives each consumer a whole tile: bm {self.bm} is not 64 or 128 "
+                                 f"rows (wgmma's m64, once or twice)")
         if rows not in (64, 128):
             raise InvalidVariant(f"bm {self.bm} over {self.consumers} consumer warp groups gives each {rows} rows; "
                                  f"a consumer multiplies 64 or 128 (wgmma's m64, once or twice)")
@@ -121,7 +131,7 @@ class WgmmaFamily(Family):
 
     def launch(self, variant: WgmmaVariant, shape: MatmulShape) -> Launch:
         tiles = blocks(shape.m, variant.bm) * blocks(shape.n, variant.bn)
-        grid = min(tiles, PERSISTENT_BLOCKS) if variant.schedule == "persistent" else tiles
+        grid = tiles if variant.schedule == "grid" else min(tiles, PERSISTENT_BLOCKS)
         return Launch(grid=(grid,), block=(variant.threads_per_block,), dynamic_shared_bytes=variant.dynamic_shared_bytes)
 
     def refusal(self, variant: WgmmaVariant, shape: MatmulShape) -> str | None:

@@ -9,7 +9,7 @@
 //   stages    4
 //   schedule  grid
 //   group     8
-//   template  wgmma.cu.j2 (sha256 96aff683a21a)
+//   template  wgmma.cu.j2 (sha256 e9a468c7789e)
 //
 // Reproduce with:
 //   tilegen render wgmma -p dtype=f16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=4 -p schedule=grid -p group=8
@@ -31,7 +31,7 @@
 // operands straight from shared memory (no ldmatrix, no registers for them) and adds into float32
 // sums held in registers. Two mbarriers per stage order the work: `full` completes when a stage's
 // boxes have landed (TMA counts the bytes), `empty` when every consumer warp is done with it.
-// Launch: block (384), grid (tiles), 197696 bytes of dynamic shared memory;
+// Launch: block (384), grid (tiles), 197712 bytes of dynamic shared memory;
 // compiled for sm_90a (wgmma, setmaxnreg and TMA exist on Hopper only).
 
 #if __has_include(<cuda_fp16.h>)
@@ -48,7 +48,8 @@ struct __align__(2) __nv_bfloat16 { unsigned short bits; };
 
 constexpr int BM = 128, BN = 256, BK = 64;  // the block's tile of C, and its step along K
 constexpr int STAGES = 4, CONSUMERS = 2;
-constexpr int ROWS = BM / CONSUMERS;      // rows of the tile each consumer warp group multiplies
+constexpr int ROWS = BM / CONSUMERS;  // rows of a tile each consumer warp group multiplies
+constexpr int USERS = CONSUMERS;  // consumer warp groups that read each stage
 constexpr int PIECES = ROWS / 64;         // wgmma m64 pieces per consumer
 constexpr int SUMS = BN / 2;              // float32 sums per thread and piece: 64 x BN over 128 threads
 constexpr int BOX = 64;                   // a TMA box is 64 x 64 elements: 64 rows of 128 bytes
@@ -308,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) wgmma_f16_csame_bm128_bn256
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             barrier_init(full + 8 * s, 1);  // the producer's one arrival, plus the bytes it announces
-            barrier_init(empty + 8 * s, CONSUMERS * 4);  // one arrival per consumer warp
+            barrier_init(empty + 8 * s, USERS * 4);  // one arrival per warp that reads the stage
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
     }
@@ -347,13 +348,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) wgmma_f16_csame_bm128_bn256
     const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
     float d[PIECES][SUMS];
     int stage = 0, phase = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int j = 0, tile = blockIdx.x; tile < tiles; ++j, tile += gridDim.x) {
+        const int first_row = warp_group * ROWS;
         int block_m, block_n;
         tile_origin(tile, tiles_m, tiles_n, block_m, block_n);
         int previous = -1;  // the stage whose products may still be running
         for (int step = 0; step < steps; ++step) {
             barrier_wait(full + 8 * stage, phase);
-            const unsigned a = stages + stage * STAGE_BYTES + warp_group * ROWS * 128, b = stages + stage * STAGE_BYTES + A_BYTES;
+            const unsigned a = stages + stage * STAGE_BYTES + first_row * 128, b = stages + stage * STAGE_BYTES + A_BYTES;
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
             #pragma unroll
             for (int k = 0; k < BK / 16; ++k)  // A moves 32 bytes along its rows, B 16 rows of 128 bytes
@@ -380,7 +382,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) wgmma_f16_csame_bm128_bn256
         // 8g + 2 (lane % 4) (+ 1 for odd e).
         #pragma unroll
         for (int i = 0; i < PIECES; ++i) {
-            const int row = block_m + warp_group * ROWS + i * 64 + warp * 16 + lane / 4;
+            const int row = block_m + first_row + i * 64 + warp * 16 + lane / 4;
             #pragma unroll
             for (int g = 0; g < BN / 8; ++g) {
                 const int col = block_n + g * 8 + lane % 4 * 2;
