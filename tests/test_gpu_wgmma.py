@@ -17,12 +17,14 @@ from .test_gpu import _only_skipped_and_ok, run, runnable
 
 pytestmark = pytest.mark.gpu
 
-# Odd M, N and K with 16-byte rows of A and B (TMA's one demand); a problem smaller than every tile
-# and than one step of K; and more tiles than an H100 has SMs, so persistent blocks take several.
+# Odd M, N and K with 16-byte rows of A and B (TMA's one demand; C's rows 1001 apart: bulk stores
+# fall back to checked ones); a problem smaller than every tile and than one step of K; more tiles
+# than an H100 has SMs, so persistent blocks take several (and bulk stores serve the whole tiles).
 WGMMA_SIZES = ["999x1001x1003:1008,1008,1001", "77x45x33:40,48,45", "1000x2000x200"]
 RUNGS = {"dtype": ["f16", "bf16"], "out": ["same", "f32"], "bm": ["64", "128", "256"], "bn": ["64", "128", "256"],
-         "consumers": ["1", "2"], "stages": ["2", "4"], "schedule": ["grid", "persistent", "pingpong"]}
-DEEP = {"bm": ["128"], "bn": ["128"], "stages": ["2", "3", "4", "5", "6"], "group": ["1", "8", "16"]}
+         "consumers": ["1", "2"], "stages": ["2", "4"], "schedule": ["grid", "persistent", "pingpong"],
+         "store": ["direct", "bulk"]}
+DEEP = {"bm": ["128"], "bn": ["128"], "stages": ["2", "3", "4", "5", "6"], "group": ["1", "8", "16"], "store": ["bulk"]}
 
 
 def _sm90() -> None:

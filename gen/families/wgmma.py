@@ -21,6 +21,7 @@ from ..core.tensor_maps import ALIGNMENT, BOX, box_map
 from .family import Family, Launch, blocks, check_shared_bytes
 from .gemm import MatmulShape
 from .hgemm import HalfGemmProblem
+from .problem import element_bytes
 from .variant import Variant, choice
 
 SCHEDULES = ("grid", "persistent", "pingpong")
@@ -62,13 +63,16 @@ class WgmmaVariant(Variant):
                      help="block tile columns: the wgmma's N")
     consumers: int = choice(2, (1, 2), tag="wg", space=(1, 2), emitted=(2,),
                             help="consumer warp groups, each multiplying bm / consumers rows (64 or 128)")
-    stages: int = choice(4, (2, 3, 4, 5, 6), tag="s", space=(3, 4, 5), emitted=(4,),
+    stages: int = choice(3, (2, 3, 4, 5, 6), tag="s", space=(3, 4, 5), emitted=(3,),
                          help="tiles in shared memory at once; the producer refills each as soon as it is free")
     schedule: str = choice("persistent", SCHEDULES, space=SCHEDULES, emitted=SCHEDULES,
                            help=f"grid: a block per tile; persistent: {PERSISTENT_BLOCKS} blocks walk the tiles; pingpong: "
                                 f"so do they, their two consumers taking whole tiles in turn")
     group: int = choice(8, (1, 8, 16), tag="g", space=(8,), emitted=(8,),
                         help="rows of tiles taken together, column by column, for L2 reuse (1: row by row)")
+    store: str = choice("bulk", ("direct", "bulk"), space=("direct", "bulk"), emitted=("direct", "bulk"),
+                        help="direct: from registers, each element checked; bulk: whole tiles through shared memory "
+                             "and the bulk copy engine, behind the next tile's products")
 
     @property
     def output_dtype(self) -> str:
@@ -87,8 +91,17 @@ class WgmmaVariant(Variant):
         return PERSISTENT_BLOCKS
 
     @property
+    def staging_bytes(self) -> int:
+        """C's tile on its way out (store=bulk): each consumer's rows, padded by 8 elements."""
+        if self.store != "bulk":
+            return 0
+        out_bytes = element_bytes(self.output_dtype)
+        return self.consumers * self.rows_per_consumer * (self.bn + 8) * out_bytes
+
+    @property
     def shared_bytes(self) -> int:
-        return self.stages * ((self.bm + self.bn) * BK * 2 + BARRIER_BYTES) + TURN_BYTES + ALIGNMENT_SLACK
+        return (self.stages * ((self.bm + self.bn) * BK * 2 + BARRIER_BYTES) + self.staging_bytes + TURN_BYTES
+                + ALIGNMENT_SLACK)
 
     @property
     def dynamic_shared_bytes(self) -> int:
