@@ -3,6 +3,7 @@ each point once, every command is a proposer, and batches of proposals keep thei
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,8 @@ from gen.evaluate.engine import Checking, Engine
 from gen.evaluate.loop import ListSink, Proposal, evaluate
 from gen.evaluate.options import RunOptions
 from gen.evaluate.plan import Point, make_plan
+from gen.gpu.local import LocalExecutor
+from gen.gpu.sanitize import sanitizer_path
 from gen.families import MatmulVariant, get_family
 from gen.families.space import Space
 from gen.search.proposers import PointList, Rounds, Search
@@ -157,6 +160,33 @@ def test_a_sanitizer_job_that_cannot_run_is_its_variants_row_and_its_job_is_not_
         (row,) = evaluate(PointList([point]), engine, ListSink()).rows
     assert (row.status, row.message, row.hazards) == (Status.LAUNCH_ERROR, "ToolMissing: no compute-sanitizer", None)
     assert [job.sanitizer for job in executor.ran] == [True]
+
+
+def test_sanitizer_jobs_on_this_hosts_gpus_give_racy_rows_and_every_point_its_row(
+        compile_options, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the seat table (simulated GPUs): the variant's job, sent once its sanitizer job came
+    back, reaches a GPU like any other."""
+    tool = tmp_path / "bin" / "compute-sanitizer"
+    tool.parent.mkdir()
+    tool.write_text('#!/bin/sh\necho "========= ERROR SUMMARY: 2 errors"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
+    sanitizer_path.cache_clear()
+    family = get_family("matmul")
+    points = [Point(family.variant({"tile": tile}), family.parse_shape(shape))
+              for tile in ("8", "16") for shape in ("64x64x64", "128x64x64")]
+    executor = LocalExecutor([0, 1], target="tests.fakes:steady_worker")
+    try:
+        with Engine(CompilePool(compile_options), executor, Checking(seed=3, timing=None, sanitize=True)) as engine:
+            rows = evaluate(PointList(points), engine, ListSink()).rows
+    finally:
+        executor.close()
+        sanitizer_path.cache_clear()
+    statuses = {(row.name, row.shape): row.status for row in rows}
+    assert statuses == {(point.variant.name, str(point.shape)): Status.RACY if str(point.shape) == "64x64x64"
+                        else Status.OK for point in points}  # each variant's first point
+    assert [row.hazards for row in rows if row.status is Status.RACY] == [{"racecheck": 2, "synccheck": 2,
+                                                                          "memcheck": 2}] * 2
 
 
 class FeedCounting(fakes.FakeExecutor):
