@@ -203,7 +203,7 @@ def _export_command(commands: Any) -> None:
     parser.add_argument("family", nargs="?", help="only this family (default: every family)")
     formats = parser.add_mutually_exclusive_group(required=True)
     for name, exporter in EXPORTERS.items():
-        formats.add_argument(f"--{name}", type=Path, metavar="FILE", help=exporter.help)
+        formats.add_argument(f"--{name}", dest=name, type=Path, metavar="FILE", help=exporter.help)
     parser.add_argument("--db", type=Path, help="tuning database")
     parser.add_argument("--family", dest="family_option", action=_Renamed, new="FAMILY (before the options)")
     _add_gpu_model(parser, "only the GPU model whose name contains this")
