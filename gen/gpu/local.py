@@ -2,11 +2,9 @@
 job at a time, so that timings never share a GPU; and `run_job`, a job on one worker's GPU, a
 sanitizer job under compute-sanitizer (the Dask workers run jobs through it too).
 
-One thread waits on every worker's socket at once (poll, gen.gpu.table), reads whatever each
-sent, and sends each worker its next job from the feed, so that feeding 64 GPUs costs about what
+One thread feeds every worker (gen.gpu.table says how), so that feeding 64 GPUs costs about what
 feeding one does: a thread per GPU spent more on handing the interpreter lock around than on the
-jobs (scripts/bench_scale.py measures it). Each worker holds its next job while it runs one, so
-that it never waits for this process between jobs."""
+jobs (scripts/bench_scale.py measures it)."""
 
 from __future__ import annotations
 
@@ -42,10 +40,7 @@ class LocalExecutor:
         return JOBS_AHEAD * len(self.workers)
 
     def run(self, jobs: JobFeed | Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
-        """One thread (the caller's) takes the jobs from the feed (or the finite iterable) as the
-        workers can hold them, sends them, and waits on every worker at once, reading what each sent
-        as it comes (gen.gpu.table). What may block for long (compute-sanitizer, a worker starting
-        again) runs in a thread of its own meanwhile."""
+        """The jobs dealt to the workers by a seat table in the caller's thread (gen.gpu.table)."""
         self.devices()
         table = Table(self.workers, self._killed, self._aside, JobFeed.of(jobs))
         try:
