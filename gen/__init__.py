@@ -1,11 +1,12 @@
 """tilegen: Jinja templates -> CUDA C kernel variants, compiled, checked, timed and tuned.
 
-`import gen` needs no GPU and no pycuda; `tuned`, `kernel`, `matmul` and `tune_kernel` import what they need when
-called. Families from outside tilegen: `load_families(folder)` (or $TILEGEN_FAMILY_PATH).
+`import gen` needs no GPU and no pycuda; `sweep`, `tune`, `tuned`, `kernel`, `matmul` and `tune_kernel` come
+from their modules when first used (gen.__getattr__). Families from outside tilegen: `load_families(folder)` (or $TILEGEN_FAMILY_PATH).
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -13,49 +14,22 @@ from .core.errors import TilegenError, UsageError
 from .core.version import __version__
 
 __all__ = ["TilegenError", "UsageError", "__version__", "kernel", "load_families", "matmul", "sweep", "tune",
-           "tuned"]
+           "tune_kernel", "tuned"]
 
 
-def tuned(family: str, *dims: int | str, dtype: str | None = None, gpu: str | None = None, **options: Any) -> Any:
-    """The best known variant of `family` for this shape on the current GPU, or on the GPU model
-    whose name contains `gpu` ("H100"), answered from the tuning database without a GPU (see
-    gen.search.lookup)."""
-    from .search.lookup import tuned as lookup
-
-    return lookup(family, *dims, dtype=dtype, gpu=gpu, **options)
+# The API's functions, each imported from its module when first used, so that `import gen` stays light.
+_LAZY = {"sweep": "tuning", "tune": "tuning", "tuned": "search.lookup", "kernel": "kernels", "matmul": "kernels",
+         "tune_kernel": "kernel_tuner"}
 
 
 def __getattr__(name: str) -> Any:
-    """gen.sweep and gen.tune (gen.tuning), imported when first used: `import gen` stays light."""
-    if name in ("sweep", "tune"):
-        from . import tuning
-
-        return getattr(tuning, name)
+    """gen.sweep and gen.tune (gen.tuning); gen.tuned, the best known variant for a shape, answered
+    from the tuning database without a GPU (gen.search.lookup); gen.kernel and gen.matmul, tuned
+    variants ready to call on the caller's arrays (gen.kernels); gen.tune_kernel, Kernel Tuner's
+    call over a family made on the fly (gen.kernel_tuner)."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'gen' has no attribute {name!r}")
-
-
-def kernel(family: str, *dims: int | str, dtype: str | None = None) -> Any:
-    """The tuned variant of `family` for this shape (with no dimensions: for each call's shape),
-    ready to call on PyTorch, CuPy, Numba, JAX, PyCUDA or NumPy arrays (see gen.kernels)."""
-    from .kernels import kernel as prepared
-
-    return prepared(family, *dims, dtype=dtype)
-
-
-def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
-    """C = A·B on the GPU (PyTorch, CuPy, Numba, JAX or PyCUDA matrices, views too) with the tuned
-    variant for this GPU, on the arrays' stream or `stream` (see gen.kernels)."""
-    from .kernels import matmul as run
-
-    return run(a, b, out, stream)
-
-
-def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, arguments: list, tune_params: Any,
-                *args: Any, **options: Any) -> tuple[list[dict], dict]:
-    """Kernel Tuner's tune_kernel, over a tilegen family made on the fly (see gen.kernel_tuner)."""
-    from .kernel_tuner import tune_kernel as tune
-
-    return tune(kernel_name, kernel_source, problem_size, arguments, tune_params, *args, **options)
 
 
 def load_families(folder: str | Path) -> None:

@@ -6,7 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from gen.cli.main import main
+from gen.store.export import EXPORTERS
+from gen.store.report import REPORT_STYLES
+from gen.store.results_log import read_rows
+from gen.store.tuning_db import TuningDB
+
+from .conftest import REPO
 
 
 def test_list_shows_parameters_values_and_defaults(capsys) -> None:
@@ -52,3 +60,19 @@ def test_emit_replaces_what_tilegen_wrote_and_keeps_the_users_files(tmp_path: Pa
     assert (tmp_path / "matmul" / "matmul_f32_t16_p1_guard_both.cu").exists()
     assert not (tmp_path / "sgemm").exists()  # only the family named
     assert "wrote" in capsys.readouterr().out
+
+
+def test_export_and_report_offer_the_formats_of_their_tables(tmp_path: Path, capsys) -> None:
+    """EXPORTERS gives `export` a --NAME FILE each, REPORT_STYLES gives `report` a --NAME each (but
+    the default): each prints its own headings."""
+    for command, flags in (("export", [f"--{name} FILE" for name in EXPORTERS]),
+                           ("report", [f"--{name}" for name in list(REPORT_STYLES)[1:]])):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        shown = capsys.readouterr().out
+        assert [flag for flag in flags if flag not in shown] == []
+    db = TuningDB(tmp_path / "t.sqlite")
+    db.record(read_rows(REPO / "docs" / "results" / "data" / "h100" / "matmul.jsonl"))
+    for name, style in REPORT_STYLES.items():
+        assert main(["report", "--db", str(db.path), *([f"--{name}"] if style.help else [])]) == 0
+        assert f"\n{style.heading}Best per problem" in "\n" + capsys.readouterr().out

@@ -3,18 +3,22 @@ each point once, every command is a proposer, and batches of proposals keep thei
 
 from __future__ import annotations
 
+import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from gen.compiling.pool import CompilePool
-from gen.core.results import Row, Status
+from gen.core.results import Measurement, Row, Status
 from gen.core.timing import EARLY_STOP_MARGIN, TimingOptions, slower_than_cutoff
 from gen.evaluate.engine import Checking, Engine
 from gen.evaluate.loop import ListSink, Proposal, evaluate
 from gen.evaluate.options import RunOptions
 from gen.evaluate.plan import Point, make_plan
+from gen.gpu.local import LocalExecutor
+from gen.gpu.sanitize import sanitizer_path
 from gen.families import MatmulVariant, get_family
 from gen.families.space import Space
 from gen.search.proposers import PointList, Rounds, Search
@@ -113,6 +117,76 @@ def test_rounds_measure_the_finalists_together_one_round_at_a_time(compile_optio
     standings = rounds.standings()
     assert [s.name for s in standings] == [finalists[1].name, finalists[0].name]  # tile 16 is faster (fakes)
     assert all(len(s.medians_ms) == 3 for s in standings)
+
+
+class SanitizingExecutor(fakes.FakeExecutor):
+    """compute-sanitizer finds one race in every variant; or, with `broken`, cannot run at all."""
+
+    def __init__(self, broken: bool = False) -> None:
+        super().__init__()
+        self.broken = broken
+
+    def run(self, jobs):
+        for job, measurement in super().run(jobs):
+            if job.sanitizer:
+                measurement = (Measurement(Status.LAUNCH_ERROR, "ToolMissing: no compute-sanitizer") if self.broken
+                               else replace(measurement, hazards={"racecheck": 1, "synccheck": 0}))
+            yield job, measurement
+
+
+def test_the_engine_sends_each_variant_a_sanitizer_job_first_whose_hazards_join_its_first_row(
+        compile_options) -> None:
+    family = get_family("matmul")
+    variants = [family.variant({"tile": tile}) for tile in ("8", "16")]
+    points = [Point(v, family.parse_shape(shape)) for v in variants for shape in ("64x64x64", "128x64x64")]
+    executor = SanitizingExecutor()
+    with Engine(CompilePool(compile_options), executor, Checking(seed=3, timing=None, sanitize=True)) as engine:
+        rows = evaluate(PointList(points), engine, ListSink()).rows
+    for variant in variants:
+        ran = [(job.shape, job.sanitizer) for job in executor.ran if job.name == variant.name]
+        assert ran[0] == (family.sanitize_size(variant), True) and [s for _, s in ran].count(True) == 1
+        by_shape = {row.shape: row for row in rows if row.name == variant.name}
+        first, other = by_shape["64x64x64"], by_shape["128x64x64"]  # the first point submitted, and the next
+        assert first.status is Status.RACY and first.hazards == {"racecheck": 1, "synccheck": 0}
+        assert first.message == "compute-sanitizer hazards: racecheck 1"
+        assert other.status is Status.OK and other.hazards is None
+
+
+def test_a_sanitizer_job_that_cannot_run_is_its_variants_row_and_its_job_is_not_sent(compile_options) -> None:
+    family = get_family("matmul")
+    point = Point(family.variant({"tile": "16"}), family.parse_shape("64x64x64"))
+    executor = SanitizingExecutor(broken=True)
+    with Engine(CompilePool(compile_options), executor, Checking(seed=3, timing=None, sanitize=True)) as engine:
+        (row,) = evaluate(PointList([point]), engine, ListSink()).rows
+    assert (row.status, row.message, row.hazards) == (Status.LAUNCH_ERROR, "ToolMissing: no compute-sanitizer", None)
+    assert [job.sanitizer for job in executor.ran] == [True]
+
+
+def test_sanitizer_jobs_on_this_hosts_gpus_give_racy_rows_and_every_point_its_row(
+        compile_options, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the seat table (simulated GPUs): the variant's job, sent once its sanitizer job came
+    back, reaches a GPU like any other."""
+    tool = tmp_path / "bin" / "compute-sanitizer"
+    tool.parent.mkdir()
+    tool.write_text('#!/bin/sh\necho "========= ERROR SUMMARY: 2 errors"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
+    sanitizer_path.cache_clear()
+    family = get_family("matmul")
+    points = [Point(family.variant({"tile": tile}), family.parse_shape(shape))
+              for tile in ("8", "16") for shape in ("64x64x64", "128x64x64")]
+    executor = LocalExecutor([0, 1], target="tests.fakes:steady_worker")
+    try:
+        with Engine(CompilePool(compile_options), executor, Checking(seed=3, timing=None, sanitize=True)) as engine:
+            rows = evaluate(PointList(points), engine, ListSink()).rows
+    finally:
+        executor.close()
+        sanitizer_path.cache_clear()
+    statuses = {(row.name, row.shape): row.status for row in rows}
+    assert statuses == {(point.variant.name, str(point.shape)): Status.RACY if str(point.shape) == "64x64x64"
+                        else Status.OK for point in points}  # each variant's first point
+    assert [row.hazards for row in rows if row.status is Status.RACY] == [{"racecheck": 2, "synccheck": 2,
+                                                                          "memcheck": 2}] * 2
 
 
 class FeedCounting(fakes.FakeExecutor):

@@ -1,12 +1,21 @@
-"""One conformance test of the executor protocol (gen.gpu.executor.Executor, where its duties are
-written), run against every executor: this host's (over simulated GPUs), Dask's where
-`distributed` is installed, and the test fakes. A new executor joins EXECUTORS."""
+"""One conformance test of the executor protocol (gen.gpu.executor, where its duties are written),
+run against every executor: this host's (over simulated GPUs, with a stand-in compute-sanitizer
+that finds nothing), Dask's where `distributed` is installed, and the test fakes. A new executor
+joins EXECUTORS.
+
+The protocol, as the test holds every executor to it: it has each duty of `Executor`; `devices`
+names its GPUs and `capacity` is at least one job; `run` takes the engine's JobFeed (or a finite
+list) and gives back each job it was given exactly once, as it was given, with a Measurement; a
+sanitizer job's measurement holds each compute-sanitizer tool's hazards, any other's none;
+`by_model` groups its GPUs by model; `close` may be called twice; without a usable GPU, `devices`
+and `by_model` raise GpuUnavailable."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -15,6 +24,7 @@ from gen.gpu.executor import Executor, GpuUnavailable
 from gen.gpu.feed import JobFeed
 from gen.gpu.jobs import Job
 from gen.gpu.local import LocalExecutor
+from gen.gpu.sanitize import TOOLS, sanitizer_path
 
 from . import fakes
 
@@ -43,8 +53,23 @@ DUTIES = sorted(name for name, value in vars(Executor).items() if callable(value
 
 
 def _jobs(count: int, cubin: Path) -> list[Job]:
-    return [Job("matmul_f32_t16_p0_guard_both", "matmul", str(cubin), f"{64 * (n + 1)}x64x64", ticket=n + 1)
-            for n in range(count)]
+    """`count` jobs, the second of them a sanitizer job."""
+    return [Job("matmul_f32_t16_p0_guard_both", "matmul", str(cubin), f"{64 * (n + 1)}x64x64", ticket=n + 1,
+                sanitizer=n == 1) for n in range(count)]
+
+
+@pytest.fixture
+def quiet_sanitizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A compute-sanitizer first on PATH that finds no hazard, for the executors that run it."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    tool = folder / "compute-sanitizer"
+    tool.write_text('#!/bin/sh\necho "========= ERROR SUMMARY: 0 errors"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    sanitizer_path.cache_clear()
+    yield
+    sanitizer_path.cache_clear()
 
 
 def _fed(jobs: list[Job]) -> JobFeed:
@@ -56,6 +81,7 @@ def _fed(jobs: list[Job]) -> JobFeed:
 
 
 @pytest.mark.parametrize("make", EXECUTORS)
+@pytest.mark.usefixtures("quiet_sanitizer")
 def test_every_executor_keeps_the_protocol(make: Callable[[], Executor], tmp_path: Path) -> None:
     cubin = tmp_path / "stand-in.cubin"  # the simulated GPUs load nothing, but a cubin is sent where it runs
     cubin.write_bytes(b"not a cubin")
@@ -68,7 +94,10 @@ def test_every_executor_keeps_the_protocol(make: Callable[[], Executor], tmp_pat
         for jobs in (_jobs(6, cubin), _jobs(2, cubin)):  # the engine's JobFeed, then a finite list read whole
             done = list(executor.run(_fed(jobs) if len(jobs) > 2 else jobs))
             assert sorted(job.ticket for job, _ in done) == [job.ticket for job in jobs]  # each once
+            assert {job.ticket: job for job, _ in done} == {job.ticket: job for job in jobs}  # as it was given
             assert all(isinstance(measurement, Measurement) for _, measurement in done)
+            assert {job.ticket: measurement.hazards for job, measurement in done} == {
+                job.ticket: {tool: 0 for tool in TOOLS} if job.sanitizer else None for job in jobs}
         models = executor.by_model()
         assert models and all(isinstance(model, GpuModel) for model in models)
         assert all({device.model for device in group.devices()} == {model} for model, group in models.items())

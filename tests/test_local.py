@@ -21,9 +21,9 @@ from . import fakes
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 
 
-def _job(tile: int, number: int = 0, sanitize_size: str | None = None) -> Job:
+def _job(tile: int, number: int = 0, sanitizer: bool = False) -> Job:
     return Job(f"matmul_f32_t{tile}_p0_guard_both", "matmul", "/nonexistent.cubin", f"{64 * (number + 1)}x64x64",
-               sanitize_size=sanitize_size)
+               sanitizer=sanitizer)
 
 
 def test_one_thread_feeds_every_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,7 +80,7 @@ def test_a_message_longer_than_one_read_arrives_whole() -> None:
     assert [m.message for m in measurements] == ["x" * 300_000] * 4
 
 
-def test_compute_sanitizer_runs_before_a_job_that_asks_and_its_hazards_come_with_the_row(
+def test_a_sanitizer_job_runs_compute_sanitizer_and_its_measurement_holds_the_hazards(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "bin"
     folder.mkdir()
@@ -93,12 +93,12 @@ def test_compute_sanitizer_runs_before_a_job_that_asks_and_its_hazards_come_with
     executor = LocalExecutor([0, 1], target="tests.fakes:steady_worker")
     try:
         rows = {job: measurement for job, measurement in
-                executor.run([_job(16, 0, sanitize_size="16x16x16"), _job(16, 1), _job(16, 2)])}
+                executor.run([_job(16, 0, sanitizer=True), _job(16, 1), _job(16, 2)])}
     finally:
         executor.close()
         sanitizer_path.cache_clear()
     assert (tmp_path / "ran").read_text().split() == ["racecheck", "ran", "synccheck", "ran", "memcheck", "ran"]
-    assert rows[_job(16, 0, sanitize_size="16x16x16")].hazards == {"racecheck": 2, "synccheck": 2, "memcheck": 2}
+    assert rows[_job(16, 0, sanitizer=True)].hazards == {"racecheck": 2, "synccheck": 2, "memcheck": 2}
     assert rows[_job(16, 1)].hazards is None and rows[_job(16, 1)].status is Status.OK
 
 

@@ -15,7 +15,7 @@ from .conftest import REPO
 
 def test_a_job_reaches_a_once_process_as_it_was_sent() -> None:
     job = Job("matmul_f32_t8_p0_guard", "matmul", "/tmp/a.cubin", "64x64x64", "l1", seeds=(3, 4),
-              timing=TimingOptions(budget_s=0.5, warm=True), sanitize_size="8x8x8")
+              timing=TimingOptions(budget_s=0.5, warm=True), sanitizer=True)
     command = once_command(job)
     assert command[:4] == [sys.executable, "-m", "gen.gpu.worker_process", "--once"]
     assert job_from_json(command[4]) == job

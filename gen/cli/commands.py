@@ -32,7 +32,7 @@ from ..search.sweep import SweepOptions, preview, summary, sweep
 from ..search.tune import TuneOptions, tune
 from ..search.tune import preview as tune_preview
 from ..search.tune_result import describe
-from ..store.export import checked_t4_path, write_t4
+from ..store.export import EXPORTERS
 from ..store.report import compiled_by, load_rows, report, status_counts
 from ..store.results_log import ResultLog
 from ..store.tuning_db import TuningDB, checked_db_path
@@ -173,7 +173,8 @@ def cmd_best(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     family = _one_family(args.family, args.family_option)
-    checked_t4_path(args.t4, args.force)  # before the database opens: SQLite may remove a journal it finds beside it
+    ((name, path),) = [(name, getattr(args, name)) for name in EXPORTERS if getattr(args, name)]
+    EXPORTERS[name].check(path, args.force)  # before the database opens: SQLite may remove a journal it finds beside it
     db = TuningDB(args.db, create=False)
     model = _pick_model(db, args.gpu_model) if args.gpu_model else None
     rows = db.rows(family, model)
@@ -182,7 +183,7 @@ def cmd_export(args: argparse.Namespace) -> None:
                                                 f"on {model}" if model else "") if part)
         raise UsageError(f"{db.path} holds no measurements{' ' + asked if asked else ''}; "
                          f"tilegen tune stores them there")
-    print(f"wrote {write_t4(rows, args.t4, args.force)} results to {args.t4}")
+    print(f"wrote {EXPORTERS[name].write(rows, path, args.force)} results to {path}")
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -196,7 +197,7 @@ def cmd_report(args: argparse.Namespace) -> None:
         check_plot_path(args.plot)
     db = TuningDB(args.db, create=False) if args.db else None
     rows = db.latest_rows(family) if db else [r for r in load_rows(dirs) if not family or r.family == family]
-    print(report(rows, args.top, args.markdown))
+    print(report(rows, args.top, args.style))
     if args.plot:
         from ..store.plots import plot
 

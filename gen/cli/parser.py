@@ -16,6 +16,8 @@ from ..core.version import __version__
 from ..families.registry import FAMILY_PATH_ENV
 from ..families.space import MAX_POINTS
 from ..search.strategies import STRATEGIES
+from ..store.export import EXPORTERS
+from ..store.report import REPORT_STYLES
 from ..store.tuning_db import DB_ENV
 from ..core.errors import EXIT_USAGE
 from . import commands as run
@@ -199,14 +201,15 @@ def _best_command(commands: Any) -> None:
 def _export_command(commands: Any) -> None:
     parser = _command(commands, "export", help="the tuning database in another format")
     parser.add_argument("family", nargs="?", help="only this family (default: every family)")
-    parser.add_argument("--t4", type=Path, required=True, metavar="FILE",
-                           help="write T4 JSON (the Open Autotuning Results Schema)")
+    formats = parser.add_mutually_exclusive_group(required=True)
+    for name, exporter in EXPORTERS.items():
+        formats.add_argument(f"--{name}", dest=name, type=Path, metavar="FILE", help=exporter.help)
     parser.add_argument("--db", type=Path, help="tuning database")
     parser.add_argument("--family", dest="family_option", action=_Renamed, new="FAMILY (before the options)")
     _add_gpu_model(parser, "only the GPU model whose name contains this")
     parser.add_argument("--force", action="store_true",
-                           help="replace FILE even if it is not a T4 file tilegen wrote (never a database or a "
-                                "run's results)")
+                           help="replace FILE even if it is not a file of that format tilegen wrote (never a "
+                                "database or a run's results)")
     parser.set_defaults(handler=run.cmd_export)
 
 
@@ -218,7 +221,9 @@ def _report_command(commands: Any) -> None:
     parser.add_argument("--db", type=Path, help="report on a tuning database instead")
     parser.add_argument("--family", dest="family_option", action=_Renamed, new="FAMILY (the first word)")
     _add_top(parser, "rows per problem in the top tables")
-    parser.add_argument("--markdown", action="store_true", help="Markdown tables instead of plain text")
+    for name, style in list(REPORT_STYLES.items())[1:]:
+        parser.add_argument(f"--{name}", dest="style", action="store_const", const=name, help=style.help)
+    parser.set_defaults(style=next(iter(REPORT_STYLES)))
     parser.add_argument("--plot", type=Path, metavar="OUT.png",
                            help="also draw throughput heatmaps, one file per family, shape and GPU, and strategy "
                                 "convergence (needs matplotlib)")

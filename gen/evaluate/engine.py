@@ -34,7 +34,7 @@ from ..core.timing import TimingOptions
 from ..families import get_family
 from ..families.variant import Variant
 from ..gpu.feed import JobFeed
-from ..gpu.jobs import Job, job_for
+from ..gpu.jobs import Job, job_for, sanitizer_job
 from ..gpu.executor import Executor, GpuUnavailable
 from .options import runs_on
 from .plan import Point, shape_text
@@ -94,6 +94,8 @@ class Engine:
         self._jobs = JobFeed(on_take=self._with_cutoff)
         self._tickets = itertools.count(1)
         self._waiting_rows: dict[int, Row] = {}  # by its job's ticket, from the feed to the job's end
+        self._after_sanitizer: dict[int, Job] = {}  # by a sanitizer job's ticket: the job it goes before
+        self._hazards: dict[int, Measurement] = {}  # by a job's ticket: its sanitizer job's measurement
         self._in_flight = 0  # submitted points whose row has not been taken yet
         self._counted: set[Variant] = set()
         self._sanitized: set[Variant] = set()
@@ -221,18 +223,23 @@ class Engine:
         if point.energy and timing is not None:
             timing = replace(timing, energy=True)
         job = job_for(compiled, point.shape, point.cache_config or "none", self.checking.seed, timing,
-                      self._sanitize_size(compiled.variant), next(self._tickets))
+                      next(self._tickets))
         with self._lock:
             self._waiting_rows[job.ticket] = row
-        self._jobs.put(job)
+        self._jobs.put(self._sanitizer_first(job, compiled.variant))
 
-    def _sanitize_size(self, variant: Variant) -> str | None:
-        """compute-sanitizer's small shape for the first job of a variant, when asked for."""
+    def _sanitizer_first(self, job: Job, variant: Variant) -> Job:
+        """With `sanitize`, a variant's first job goes after a sanitizer job at the family's small
+        shape, whose measurement decides the row: its hazards join the job's, or, when the tools
+        could not run, it is the row."""
         with self._lock:
             if not self.checking.sanitize or variant in self._sanitized:
-                return None
+                return job
             self._sanitized.add(variant)
-        return get_family(variant.family).sanitize_size(variant)
+        first = sanitizer_job(job, get_family(variant.family).sanitize_size(variant), next(self._tickets))
+        with self._lock:
+            self._after_sanitizer[first.ticket] = job
+        return first
 
     # ---- the GPUs --------------------------------------------------------------------------------
 
@@ -264,7 +271,7 @@ class Engine:
     def _without_gpus(self, reason: str) -> None:
         for job in self._jobs:  # until the engine closes
             with self._lock:
-                row = self._waiting_rows.pop(job.ticket)
+                row = self._waiting_rows.pop(self._after_sanitizer.pop(job.ticket, job).ticket)
             row.message = f"not run: {reason}"
             self._events.put(row)
 
@@ -285,7 +292,17 @@ class Engine:
 
     def _measured(self, job: Job, measurement: Measurement) -> None:
         with self._lock:
-            row = self._waiting_rows.pop(job.ticket)
+            after = self._after_sanitizer.pop(job.ticket, None)
+        if after is not None and measurement.hazards is not None:  # the tools ran: now the job they went before
+            with self._lock:
+                self._hazards[after.ticket] = measurement
+            self._jobs.put(after)
+            return
+        with self._lock:
+            row = self._waiting_rows.pop((after or job).ticket)
             self.stats.count_measurement(measurement)
+            sanitized = self._hazards.pop(job.ticket, None)
+        if sanitized is not None:
+            measurement.hazards, measurement.hazard_note = sanitized.hazards, sanitized.hazard_note
         measurement.apply_to(row)
         self._events.put(row)

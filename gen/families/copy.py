@@ -10,11 +10,11 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..core.errors import InvalidVariant
-from .family import Family, Launch, check_shared_bytes, check_threads
+from .family import check_shared_bytes, check_threads
 from .problem import Dims, element_bytes
 from .tiles import SMEM, SharedTiles
 from .variant import Variant, choice, integer
-from .matrix import COPY, VECS, bounds_refusal, check_vector_dtype, tile_launch, tile_sanitize_size, vector_refusal
+from .matrix import COPY, VECS, TileFamily, bounds_refusal, check_vector_dtype, vector_refusal
 
 
 @dataclass(frozen=True, order=True)
@@ -52,7 +52,7 @@ class CopyVariant(SharedTiles, Variant):
         check_shared_bytes(self.smem, self.shared_bytes, f"tile {self.tile}")
 
 
-class CopyFamily(Family):
+class CopyFamily(TileFamily):
     """The transpose's tiles, threads and launch; the output is the input itself."""
 
     name = "copy"
@@ -61,11 +61,6 @@ class CopyFamily(Family):
     problem = COPY
     template = "copy.cu.j2"
     heatmap_axes = ("tile", "rows")
-    heatmap_panels = "bounds"
-    compile_together = True
-
-    def launch(self, variant: CopyVariant, shape: Dims) -> Launch:
-        return tile_launch(variant, shape)
 
     def refusal(self, variant: CopyVariant, shape: Dims) -> str | None:
         return bounds_refusal(variant, shape) or vector_refusal(variant.vec, shape)
@@ -73,6 +68,3 @@ class CopyFamily(Family):
     def adaptations(self, variant: CopyVariant) -> list[CopyVariant]:
         guarded = replace(variant, bounds="guard")
         return [guarded, replace(guarded, vec=1)]
-
-    def sanitize_size(self, variant: CopyVariant) -> str:
-        return tile_sanitize_size(variant)

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..core.errors import InvalidVariant
-from .family import Launch, blocks
+from .family import Family, Launch, blocks
 from .problem import COPY_BANDWIDTH, Ceiling, Dims, Input, Output, Problem, Scalar, element_bytes
 from ..core.limits import MAX_ELEMENTS
 
@@ -57,11 +57,23 @@ class CopyProblem(MatrixProblem):
 TRANSPOSE, COPY = TransposeProblem(), CopyProblem()
 
 
-def tile_launch(variant: Any, shape: Dims) -> Launch:
-    """A block of tile / vec x rows threads for each tile x tile tile of the H x W input."""
-    t = variant.tile
-    return Launch(grid=(blocks(shape.w, t), blocks(shape.h, t)), block=(t // variant.vec, variant.rows),
-                  dynamic_shared_bytes=variant.dynamic_shared_bytes)
+class TileFamily(Family):
+    """What transpose and copy share: a tile x tile tile of the H x W input per block, moved by
+    tile / vec x rows threads, and the bounds their heatmaps are panelled by."""
+
+    heatmap_panels = "bounds"
+    compile_together = True
+
+    def launch(self, variant: Any, shape: Dims) -> Launch:
+        t = variant.tile
+        return Launch(grid=(blocks(shape.w, t), blocks(shape.h, t)), block=(t // variant.vec, variant.rows),
+                      dynamic_shared_bytes=variant.dynamic_shared_bytes)
+
+    def sanitize_size(self, variant: Any) -> str:
+        """Twice the tile where bounds=none needs whole tiles; else odd (whole float4s for vec=4)."""
+        if variant.bounds == "none":
+            return f"{2 * variant.tile}x{2 * variant.tile}"
+        return "100x68" if variant.vec > 1 else "100x70"
 
 
 def bounds_refusal(variant: Any, shape: Dims) -> str | None:
@@ -81,10 +93,3 @@ def vector_refusal(vec: int, shape: Dims) -> str | None:
 def check_vector_dtype(vec: int, dtype: str) -> None:
     if dtype != "f32":
         raise InvalidVariant(f"vec {vec} needs dtype f32 (a float4 is 16 bytes); use vec=1 for {dtype}")
-
-
-def tile_sanitize_size(variant: Any) -> str:
-    """Twice the tile where bounds=none needs whole tiles; else odd (whole float4s for vec=4)."""
-    if variant.bounds == "none":
-        return f"{2 * variant.tile}x{2 * variant.tile}"
-    return "100x68" if variant.vec > 1 else "100x70"

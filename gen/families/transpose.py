@@ -12,12 +12,12 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..core.errors import InvalidVariant
-from .family import Family, Launch, blocks, check_neutral_settings, check_shared_bytes, check_threads
+from .family import blocks, check_neutral_settings, check_shared_bytes, check_threads
 from .problem import Dims, element_bytes
 from ..core.limits import WARP_SIZE
 from .tiles import SMEM, SharedTiles
 from .variant import Variant, choice, integer
-from .matrix import TRANSPOSE, VECS, bounds_refusal, check_vector_dtype, tile_launch, tile_sanitize_size, vector_refusal
+from .matrix import TRANSPOSE, VECS, TileFamily, bounds_refusal, check_vector_dtype, vector_refusal
 
 DTYPES = ("f32", "f64")
 METHODS = ("naive", "shared", "diagonal")
@@ -108,18 +108,13 @@ class TransposeVariant(SharedTiles, Variant):
                                  f"{WARP_ROWS} tile rows); rows {self.rows} is not")
 
 
-class TransposeFamily(Family):
+class TransposeFamily(TileFamily):
     name = "transpose"
     summary = "out = in^T for an H x W matrix, naive or through a shared-memory tile (seed 001)"
     variant_type = TransposeVariant
     problem = TRANSPOSE
     template = "transpose.cu.j2"
     heatmap_axes = ("tile", "padding")
-    heatmap_panels = "bounds"
-    compile_together = True
-
-    def launch(self, variant: TransposeVariant, shape: Dims) -> Launch:
-        return tile_launch(variant, shape)
 
     def refusal(self, variant: TransposeVariant, shape: Dims) -> str | None:
         t = variant.tile
@@ -134,6 +129,3 @@ class TransposeFamily(Family):
         guarded = replace(variant, bounds="guard")
         scalar = replace(guarded, vec=1)
         return [guarded, scalar, replace(scalar, method="shared")]
-
-    def sanitize_size(self, variant: TransposeVariant) -> str:
-        return tile_sanitize_size(variant)

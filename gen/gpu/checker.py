@@ -12,6 +12,7 @@ import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
 
 from ..core.errors import UsageError
+from ..core.limits import DTYPE_CTYPE
 from ..families.problem import Problem, numpy_dtype
 
 
@@ -122,19 +123,9 @@ __device__ void compare(const T *result, const double *expected, unsigned long l
         parts[2 * gridDim.x + blockIdx.x] = stray[0];
     }
 }
-extern "C" __global__ void compare_half(const __half *r, const double *e, unsigned long long n, double *p) {
-    compare(r, e, n, p);
-}
-extern "C" __global__ void compare_bfloat16(const __nv_bfloat16 *r, const double *e, unsigned long long n, double *p) {
-    compare(r, e, n, p);
-}
-extern "C" __global__ void compare_float(const float *r, const double *e, unsigned long long n, double *p) {
-    compare(r, e, n, p);
-}
-extern "C" __global__ void compare_double(const double *r, const double *e, unsigned long long n, double *p) {
-    compare(r, e, n, p);
-}
-""" % {"threads": COMPARE_THREADS}
+""" % {"threads": COMPARE_THREADS} + "".join(  # a kernel per element type: compare_f32, ...
+    f'extern "C" __global__ void compare_{dtype}(const {ctype} *r, const double *e, unsigned long long n, double *p) '
+    f'{{\n    compare(r, e, n, p);\n}}\n' for dtype, ctype in DTYPE_CTYPE.items())
 
 
 class OutputChecker:
@@ -147,8 +138,7 @@ class OutputChecker:
         from pycuda.compiler import SourceModule
 
         module = SourceModule(_COMPARE_SOURCE, no_extern_c=True)
-        self._kernels = {numpy_dtype(dtype): module.get_function(f"compare_{kernel}") for dtype, kernel in
-                         (("f32", "float"), ("f64", "double"), ("f16", "half"), ("bf16", "bfloat16"))
+        self._kernels = {numpy_dtype(dtype): module.get_function(f"compare_{dtype}") for dtype in DTYPE_CTYPE
                          if dtype != "bf16" or _has_bfloat16()}
         for kernel in self._kernels.values():
             kernel.prepare("PPQP")

@@ -1,6 +1,26 @@
-"""The executor: the one interface the pipeline sees of the GPUs (`devices`, `capacity`, `run`,
-`close`, `kill`, `by_model`), whether they are this host's (gen.gpu.local) or a Dask cluster's
-(gen.gpu.dask); and GpuUnavailable, what any of them raises when no kernel can run."""
+"""The executor: the one interface the pipeline sees of the GPUs, whether they are this host's
+(gen.gpu.local) or a Dask cluster's (gen.gpu.dask); and GpuUnavailable, what any of them raises when
+no kernel can run. Its duties are written here, once; tests/test_executors.py holds every executor
+(local, Dask, the test fakes) to them.
+
+A **job** (gen.gpu.jobs.Job) is plain, picklable data: a compiled variant's cubin (a path on the
+coordinator), a shape, a cache preference, the seeds of its checks, its timing rules (None: check
+only) and the engine's `ticket`. A job either checks (and times) the variant, on a GPU that runs
+no other job meanwhile; or, as a **sanitizer job** (`sanitizer`), runs it under compute-sanitizer's
+tools (gen.gpu.sanitize, through gen.gpu.local.run_job) in a process of its own on a GPU that runs
+nothing else meanwhile. The engine decides which jobs to send and what their results mean: an
+executor runs each job it is given, once, and nothing else.
+
+A **result** is the job, as it was given, with its `Measurement`: the verdict, timing and device;
+for a sanitizer job, `hazards` (each tool's count) and `hazard_note`, or `hazards` None with a
+status and message that say why the tools could not run. A job that cannot run (its worker died or
+hung, its Dask worker left) still gives exactly one result, whose status says so.
+
+The **feed** (gen.gpu.feed.JobFeed) is how jobs reach `run`: the engine puts each job there as its
+variant compiles (or in answer to a result: a variant's job after its sanitizer job), and `run`
+takes them as its GPUs can hold them, until the feed is closed and empty. `capacity` says how many
+jobs that is at once.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +49,8 @@ class Executor(Protocol):
         JobFeed (gen.gpu.feed), consumed lazily, a job whenever a GPU can take one, until it is
         closed and empty; or a finite iterable, read whole at the start."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Stop the workers once the run is over; closing again is harmless."""
 
     def kill(self) -> None:
         """Stop at once (an interrupt): whatever runs is dropped."""

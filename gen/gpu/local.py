@@ -1,17 +1,14 @@
 """Jobs on this host's GPUs: one isolated worker process per GPU (gen.gpu.isolated), running one
-job at a time, so that timings never share a GPU; and `run_job`, a job on one worker with
-compute-sanitizer first when it asks for it (the Dask workers run jobs through it too).
+job at a time, so that timings never share a GPU; and `run_job`, a job on one worker's GPU, a
+sanitizer job under compute-sanitizer (the Dask workers run jobs through it too).
 
-One thread waits on every worker's socket at once (poll, gen.gpu.table), reads whatever each
-sent, and sends each worker its next job from the feed, so that feeding 64 GPUs costs about what
+One thread feeds every worker (gen.gpu.table says how), so that feeding 64 GPUs costs about what
 feeding one does: a thread per GPU spent more on handing the interpreter lock around than on the
-jobs (scripts/bench_scale.py measures it). Each worker holds its next job while it runs one, so
-that it never waits for this process between jobs."""
+jobs (scripts/bench_scale.py measures it)."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from typing import Iterable, Iterator, Sequence
 
 from ..core.errors import Interrupted
@@ -20,7 +17,8 @@ from ..core.results import DeviceInfo, GpuModel, Measurement
 from .feed import JobFeed
 from .isolated import IsolatedWorker
 from .jobs import Job
-from .table import JOBS_AHEAD, Hazards, Table, with_hazards
+from .sanitize import sanitize
+from .table import JOBS_AHEAD, Table
 from .worker_process import WORKER
 
 
@@ -42,27 +40,25 @@ class LocalExecutor:
         return JOBS_AHEAD * len(self.workers)
 
     def run(self, jobs: JobFeed | Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
-        """One thread (the caller's) takes the jobs from the feed (or the finite iterable) as the
-        workers can hold them, sends them, and waits on every worker at once, reading what each sent
-        as it comes (gen.gpu.table). What may block for long (compute-sanitizer, a worker starting
-        again) runs in a thread of its own meanwhile."""
+        """The jobs dealt to the workers by a seat table in the caller's thread (gen.gpu.table)."""
         self.devices()
-        table = Table(self.workers, self._killed, self._prepare, JobFeed.of(jobs))
+        table = Table(self.workers, self._killed, self._aside, JobFeed.of(jobs))
         try:
             yield from table.serve()
         finally:
             table.close()
 
-    def _prepare(self, worker: IsolatedWorker, job: Job | None) -> Hazards:
-        """compute-sanitizer on `job` at its small size (on the worker's GPU, which holds no job
-        meanwhile), and the worker started again if it is not alive."""
-        hazards = sanitized(worker, job, self._children) if job is not None else None
+    def _aside(self, worker: IsolatedWorker, job: Job) -> Measurement | None:
+        """While the worker holds no job: a sanitizer job's measurement (on the worker's GPU), or
+        else the worker started again."""
+        if job.sanitizer:
+            return sanitize(job, worker.environment(), self._children)
         if not worker.alive:
             worker.start()
             if self._killed.is_set():  # killed while it started: what kill() stopped was the old one
                 worker.kill()
                 raise Interrupted(f"the worker of GPU {worker.physical_index} was stopped")
-        return hazards
+        return None
 
     def close(self) -> None:
         for worker in self.workers:
@@ -85,17 +81,6 @@ class LocalExecutor:
 
 
 def run_job(worker: IsolatedWorker, job: Job, children: ProcessGroup) -> Measurement:
-    """A job on one worker's GPU: first compute-sanitizer at the job's small size, if it asks for
-    that (in a process of its own, on the same GPU, so nothing else runs there meanwhile)."""
-    hazards = sanitized(worker, job, children)
-    return with_hazards(worker.run(job), hazards)
-
-
-def sanitized(worker: IsolatedWorker, job: Job, children: ProcessGroup) -> Hazards:
-    """compute-sanitizer's findings on the job at its small size, if it asks for that."""
-    if not job.sanitize_size:
-        return None
-    from .sanitize import sanitize
-
-    small = replace(job, shape=job.sanitize_size, timing=None, seeds=job.seeds[:1], sanitize_size=None)
-    return sanitize(small, worker.environment(), children)
+    """A job on one worker's GPU; a sanitizer job in a process of its own beside it (on the same GPU,
+    so nothing else runs there meanwhile)."""
+    return sanitize(job, worker.environment(), children) if job.sanitizer else worker.run(job)

@@ -1,4 +1,5 @@
-"""compute-sanitizer on one variant at a small shape: racecheck, synccheck and memcheck hazards.
+"""compute-sanitizer on one variant at a small shape (a sanitizer job, gen.gpu.jobs): racecheck,
+synccheck and memcheck hazards.
 
 A numerically right answer does not make a variant safe: a race may simply not have bitten this
 time. Each tool runs the variant once, in a process of its own under the sanitizer.
@@ -14,6 +15,7 @@ import subprocess
 
 from ..core.errors import ToolMissing
 from ..core.processes import ProcessGroup
+from ..core.results import Measurement, Status
 from .jobs import Job
 from .worker_process import once_command
 
@@ -34,9 +36,9 @@ def sanitizer_path() -> str:
     return found
 
 
-def sanitize(job: Job, environment: dict[str, str], children: ProcessGroup) -> tuple[dict[str, int], str]:
-    """Hazards found by each tool, run in `environment` (its GPU worker's), and a note on anything
-    that went wrong running them."""
+def sanitize(job: Job, environment: dict[str, str], children: ProcessGroup) -> Measurement:
+    """A sanitizer job's measurement: the hazards found by each tool, run in `environment` (its GPU
+    worker's), and a note on anything that went wrong running them."""
     hazards, notes = {}, []
     for tool in TOOLS:
         # Only the variant's kernel: the checker's own reductions are not under test; and only what
@@ -55,7 +57,7 @@ def sanitize(job: Job, environment: dict[str, str], children: ProcessGroup) -> t
             notes.append(f"{tool} printed no summary (exit code {done.returncode})")
             continue
         hazards[tool] = count
-    return hazards, "; ".join(notes)
+    return Measurement(Status.OK, hazards=hazards, hazard_note="; ".join(notes))
 
 
 def count_hazards(output: str) -> int | None:

@@ -5,8 +5,8 @@ A job's result, and the next job sent in its place, cost one thread no hand-over
 
 A worker holds up to JOBS_AHEAD jobs: one running, the next waiting in its socket, so that it
 starts the next the moment it finishes one, without a round trip through this process. It still
-runs them one at a time, so no two timings share a GPU. A job that must be prepared first
-(compute-sanitizer at its small size, or a worker to start again) waits until its worker has
+runs them one at a time, so no two timings share a GPU. A job that runs aside, in a thread of its
+own (a sanitizer job, or any job whose worker must start again first), waits until its worker has
 nothing sent, and what is dealt to that worker after it waits behind it: compute-sanitizer has
 the GPU to itself. When a worker dies or hangs, the job it was running gets the row, and the jobs
 queued behind it are sent again, in order, to the worker started afresh: none is lost or run twice.
@@ -33,23 +33,17 @@ JOBS_AHEAD = 2  # jobs a worker holds at once: the one it runs and the next
 POLL_S = 0.1  # the longest the table waits before it looks for a kill
 SCAN_S = 0.02  # how often the busy workers' silences are looked at (a hang is found this much late at most)
 
-Hazards = tuple[dict[str, int], str] | None  # compute-sanitizer's hazards per tool and note, if it ran
-# What a job may need first, in a thread of its own: compute-sanitizer on the job (when given one),
-# and the worker started again (when it is not alive); the hazards found. Raises if it cannot.
-Prepare = Callable[[IsolatedWorker, Job | None], Hazards]
+# What runs aside, in a thread of its own, while the job's worker holds no job: a sanitizer job,
+# which gives its measurement; or, for any other job, its worker started again (None: the job is
+# sent next). Raises if it cannot.
+Aside = Callable[[IsolatedWorker, Job], Measurement | None]
 
 
 @dataclass
 class _Queued:
     job: Job
-    hazards: Hazards = None
-    sanitized: bool = False  # compute-sanitizer ran on it, if it asked for that
     behind: bool = False  # sent while its worker ran another job
     retried: bool = False  # sent again after its worker died before it told any phase
-
-    @property
-    def needs_sanitizer(self) -> bool:
-        return bool(self.job.sanitize_size) and not self.sanitized
 
 
 @dataclass
@@ -59,21 +53,16 @@ class _Seat:
     worker: IsolatedWorker
     sent: deque[_Queued] = field(default_factory=deque)  # in the worker's hands; the first is running
     waiting: deque[_Queued] = field(default_factory=deque)  # dealt, not sent yet
-    preparing: bool = False
+    aside: bool = False  # a thread aside runs for it
     descriptor: int | None = None  # registered with the poll while something is sent
-
-
-def with_hazards(measurement: Measurement, hazards: Hazards) -> Measurement:
-    measurement.hazards, measurement.hazard_note = hazards if hazards is not None else (None, "")
-    return measurement
 
 
 class Table:
     """One run's table: `serve` deals the feed's jobs to the workers and yields each job with its
-    measurement as it finishes; `post` is how a preparation's thread hands its outcome back."""
+    measurement as it finishes; `post` is how a thread aside hands its outcome back."""
 
-    def __init__(self, workers: list[IsolatedWorker], killed: threading.Event, prepare: Prepare, feed: JobFeed):
-        self.killed, self._prepare, self._feed = killed, prepare, feed
+    def __init__(self, workers: list[IsolatedWorker], killed: threading.Event, aside: Aside, feed: JobFeed):
+        self.killed, self._aside, self._feed = killed, aside, feed
         self._seats = {id(worker): _Seat(worker) for worker in workers}
         # A seat once per job its worker can take; one of each first: the first jobs spread over the GPUs.
         self._free: deque[_Seat] = deque(seat for _ in range(JOBS_AHEAD) for seat in self._seats.values())
@@ -90,8 +79,8 @@ class Table:
         self._poll.register(self._wake_read, select.POLLIN)
 
     def post(self, item: tuple) -> None:
-        """From a preparation's thread: ("prepared", worker, queued), or ("failed", worker, job,
-        measurement) when it could not be done."""
+        """From a thread aside: ("started", worker, queued), its worker started again; or ("finished",
+        worker, job, measurement): a sanitizer job's, or why the aside could not be done."""
         self._posted.put(item)
         self._wake()
 
@@ -159,10 +148,10 @@ class Table:
         while not self._posted.empty():
             kind, worker, *what = self._posted.get_nowait()
             seat = self._seats[id(worker)]
-            seat.preparing = False
-            if kind == "prepared":
+            seat.aside = False
+            if kind == "started":
                 seat.waiting.appendleft(what[0])
-            else:  # "failed": its preparation could not be done; the row says why
+            else:  # "finished"
                 finished.append(self._finished_job(seat, what[0], what[1]))
             self._advance(seat)
 
@@ -188,9 +177,9 @@ class Table:
             self._unregister(seat)
         if done.behind and not done.retried and seat.worker.died_unstarted:
             # The worker died after its last job, or as this one began: once, this one is not blamed.
-            seat.waiting.appendleft(_Queued(done.job, done.hazards, done.sanitized, retried=True))
+            seat.waiting.appendleft(_Queued(done.job, retried=True))
         else:
-            finished.append(self._finished_job(seat, done.job, with_hazards(measurement, done.hazards)))
+            finished.append(self._finished_job(seat, done.job, measurement))
         self._advance(seat)
 
     def _finished_job(self, seat: _Seat, job: Job, measurement: Measurement) -> tuple[Job, Measurement]:
@@ -200,11 +189,11 @@ class Table:
     # ---- sending ---------------------------------------------------------------------------------
 
     def _advance(self, seat: _Seat) -> None:
-        """Send what waits for the worker, in order, up to a job that must be prepared first: that
-        one's preparation starts once the worker has nothing sent."""
-        while seat.waiting and not seat.preparing and not self.killed.is_set():
+        """Send what waits for the worker, in order, up to a job that runs aside: that one starts
+        once the worker has nothing sent."""
+        while seat.waiting and not seat.aside and not self.killed.is_set():
             queued = seat.waiting[0]
-            if not queued.needs_sanitizer and seat.worker.alive:
+            if not queued.job.sanitizer and seat.worker.alive:
                 seat.waiting.popleft()
                 if not self._send(seat, queued) and seat.sent:
                     return  # its worker died: the job waits for what it sent to come back
@@ -212,22 +201,20 @@ class Table:
             if seat.sent:
                 return  # compute-sanitizer and a start happen only while the worker holds no job
             seat.waiting.popleft()
-            seat.preparing = True
-            threading.Thread(target=self._prepared, args=(seat.worker, queued), daemon=True).start()
+            seat.aside = True
+            threading.Thread(target=self._run_aside, args=(seat.worker, queued), daemon=True).start()
 
-    def _prepared(self, worker: IsolatedWorker, queued: _Queued) -> None:
-        """In a thread of its own: compute-sanitizer and the worker's start, whatever the job needs."""
+    def _run_aside(self, worker: IsolatedWorker, queued: _Queued) -> None:
+        """In a thread of its own: a sanitizer job, or the worker's start."""
         try:
-            hazards = self._prepare(worker, queued.job if queued.needs_sanitizer else None)
+            measurement = self._aside(worker, queued.job)
         except Interrupted:  # killed: what was running is dropped
             return
         except Exception as error:  # a worker that cannot start again, say: a row that says so
-            self.post(("failed", worker, queued.job, Measurement(
+            self.post(("finished", worker, queued.job, Measurement(
                 Status.LAUNCH_ERROR, f"{type(error).__name__}: {error}", device=worker.device, context_lost=True)))
             return
-        sanitized = queued.sanitized or queued.needs_sanitizer
-        self.post(("prepared", worker, _Queued(queued.job, hazards if queued.needs_sanitizer else queued.hazards,
-                                               sanitized)))
+        self.post(("started", worker, queued) if measurement is None else ("finished", worker, queued.job, measurement))
 
     def _send(self, seat: _Seat, queued: _Queued) -> bool:
         """The job to its worker. Unless the run was killed meanwhile (then it is dropped), a worker

@@ -13,7 +13,8 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 from ..core.own_files import write_atomically
 from ..core.version import __version__
@@ -116,3 +117,17 @@ def _head(path: Path, size: int = 4096) -> bytes:
 
 def _runtimes(row: Row) -> list[float]:
     return [row.median_ms] if row.median_ms is not None else []
+
+
+@dataclass(frozen=True)
+class Exporter:
+    """A format `tilegen export --NAME FILE` writes the tuning database's rows in (see EXPORTERS)."""
+
+    help: str  # what FILE holds
+    check: Callable[[Path, bool], Path]  # FILE, if it may be written (over another file with --force); else UsageError
+    write: Callable[[Iterable[Row], Path, bool], int]  # FILE written whole or not at all; how many results it holds
+
+
+# The one table of export formats: `tilegen export` offers one --NAME FILE per entry, and nothing
+# else names a format.
+EXPORTERS = {"t4": Exporter("write T4 JSON (the Open Autotuning Results Schema)", checked_t4_path, write_t4)}

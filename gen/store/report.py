@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -14,6 +15,20 @@ from .run_folder import RESULTS_JSONL
 from ..core.table import markdown_table, text_table
 
 TableFormat = Callable[[Sequence[str], Sequence[Sequence[object]]], str]  # text_table or markdown_table
+
+
+@dataclass(frozen=True)
+class ReportStyle:
+    """How `tilegen report` prints its tables (see REPORT_STYLES)."""
+
+    table: TableFormat
+    heading: str = ""  # what begins a heading's line
+    help: str = ""  # for its flag, --NAME; the first style, the default, has none
+
+
+# The one table of the report's styles: `tilegen report` offers a --NAME flag for each but the first.
+REPORT_STYLES = {"text": ReportStyle(text_table),
+                 "markdown": ReportStyle(markdown_table, "### ", "Markdown tables instead of plain text")}
 
 
 def load_rows(directories: Iterable[Path]) -> list[Row]:
@@ -102,9 +117,8 @@ def compilers_line(rows: Iterable[Row]) -> str:
     return "compiler: " + ("; ".join(f"{who} ({count} rows)" for who, count in sorted(made.items())) or "none")
 
 
-def report(rows: Sequence[Row], count: int = 10, markdown: bool = False) -> str:
-    table = markdown_table if markdown else text_table
-    heading = "### " if markdown else ""
+def report(rows: Sequence[Row], count: int = 10, style: str = "text") -> str:
+    table, heading = REPORT_STYLES[style].table, REPORT_STYLES[style].heading
     return "\n\n".join([f"{heading}Rows per status", status_table(rows, table), compilers_line(rows),
                          f"{heading}Best per problem (ranked by share of its ceiling)", best_table(rows, table),
                          *top_tables(rows, count, table, heading)])
