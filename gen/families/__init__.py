@@ -1,4 +1,4 @@
-"""The kernel families: the family API (family, variant, space), the five built in here
+"""The kernel families: the family API (family, variant, space), the six built in here
 (builtin), and the registry that finds them and users' plugins (registry).
 
 This package's face: the registry's lookups."""

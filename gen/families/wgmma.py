@@ -3,8 +3,9 @@
 Round 2 of the tensor-core GEMM (round 1 is hgemm, on mma.sync). A block's producer warp group
 copies tiles of A and B into shared memory with the Tensor Memory Accelerator (TMA), `stages` deep,
 in 64 x 64 boxes with the 128-byte swizzle; its `consumers` warp groups multiply them with
-wgmma.mma_async straight from shared memory; mbarriers pass each stage between them. `schedule`
-gives each block one tile of C, or keeps a persistent block per SM walking through the tiles (the
+wgmma.mma_async straight from shared memory; mbarriers pass each stage between them. `cluster` pairs
+blocks on tiles one above the other, each copying half of their shared tiles of B into both (TMA
+multicast); `schedule` gives each block one tile of C, or keeps a persistent block per SM walking through the tiles (the
 next tile's copies overlap this one's stores), or has its two consumers take whole tiles in turn
 (ping-pong: one's stores overlap the other's products); `group` orders the tiles for L2 reuse.
 """
@@ -70,6 +71,9 @@ class WgmmaVariant(Variant):
                                 f"so do they, their two consumers taking whole tiles in turn")
     group: int = choice(8, (1, 8, 16), tag="g", space=(8,), emitted=(8,),
                         help="rows of tiles taken together, column by column, for L2 reuse (1: row by row)")
+    cluster: int = choice(1, (1, 2), tag="cl", space=(1, 2), emitted=(1,),
+                          help="blocks of a cluster, on tiles one above the other: each copies half of B's boxes into "
+                               "both (TMA multicast)")
     store: str = choice("bulk", ("direct", "bulk"), space=("direct", "bulk"), emitted=("direct", "bulk"),
                         help="direct: from registers, each element checked; bulk: whole tiles through shared memory "
                              "and the bulk copy engine, behind the next tile's products")
@@ -143,8 +147,9 @@ class WgmmaFamily(Family):
     matmul_dtypes = ("f16", "bf16")  # gen.matmul's family for these types on sm_90, else hgemm's
 
     def launch(self, variant: WgmmaVariant, shape: MatmulShape) -> Launch:
-        tiles = blocks(shape.m, variant.bm) * blocks(shape.n, variant.bn)
-        grid = tiles if variant.schedule == "grid" else min(tiles, PERSISTENT_BLOCKS)
+        units = blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn)  # a tile per block
+        clusters = units if variant.schedule == "grid" else min(units, PERSISTENT_BLOCKS // variant.cluster)
+        grid = clusters * variant.cluster
         return Launch(grid=(grid,), block=(variant.threads_per_block,), dynamic_shared_bytes=variant.dynamic_shared_bytes)
 
     def refusal(self, variant: WgmmaVariant, shape: MatmulShape) -> str | None:
