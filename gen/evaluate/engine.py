@@ -95,7 +95,7 @@ class Engine:
         self._tickets = itertools.count(1)
         self._waiting_rows: dict[int, Row] = {}  # by its job's ticket, from the feed to the job's end
         self._in_flight = 0  # submitted points whose row has not been taken yet
-        self._counted: set[Variant] = set()
+        self._counted: set[tuple[Variant, str]] = set()  # compiles counted in the stats, with their level
         self._sanitized: set[Variant] = set()
         self._failure: BaseException | None = None
         self._cutoff_ms: float | None = None  # timing stops early above this (see stop_timing_above)
@@ -122,13 +122,14 @@ class Engine:
             count += 1
             with self._lock:
                 self._in_flight += 1
-            self.compiler.submit(point.variant).add_done_callback(partial(self._compiled, point))
+            self.compiler.submit(point.variant, point.level).add_done_callback(partial(self._compiled, point))
         return count
 
-    def compile_ahead(self, variants: Iterable[Variant]) -> None:
-        """Compile these now, ahead of their points (which come once there is room): never a row."""
-        for variant in variants:
-            self.compiler.submit(variant)
+    def compile_ahead(self, points: Iterable[Point]) -> None:
+        """Compile these points' variants now, ahead of the points (which come once there is room):
+        never a row."""
+        for point in points:
+            self.compiler.submit(point.variant, point.level)
 
     def stop_timing_above(self, cutoff_ms: float | None) -> None:
         """Jobs that start from now on stop timing once their samples are clearly slower than
@@ -209,8 +210,8 @@ class Engine:
 
     def _compiled_point(self, point: Point, compiled: Compiled) -> None:
         with self._lock:
-            if compiled.variant not in self._counted:
-                self._counted.add(compiled.variant)
+            if (compiled.variant, compiled.level) not in self._counted:
+                self._counted.add((compiled.variant, compiled.level))
                 self.stats.count_compile(compiled)
         row = compiled_row(compiled, shape_text(point.shape), cache_config=point.cache_config,
                            provenance=dict(self.compiler.provenance(get_family(compiled.variant.family))))

@@ -115,7 +115,7 @@ def _run(proposer: Proposer, engine: Engine, sink: Sink, progress: Progress | No
         waiting.extend(proposal.points)
         engine.submit([waiting.popleft() for _ in range(min(room, len(waiting)))])
         if left := min(len(proposal.points), len(waiting)):  # more than the engine has room for: compiled meanwhile
-            engine.compile_ahead(dict.fromkeys(point.variant for point in proposal.points[-left:]))
+            engine.compile_ahead(proposal.points[-left:])
         if proposal.rows:
             sink.record(proposal.rows)
             _tell(proposer, proposal.rows, None, outcome)

@@ -54,14 +54,14 @@ class PointList:
 class Search:
     """A strategy's proposals at one shape: first `warm` (the nearest tuned shape's winners), then
     what the strategy asks for, until `budget` evaluations are told, the space is exhausted or
-    `deadline` (time.monotonic) passes. `all_at_once` (brute force) proposes everything it may
+    `deadline` (time.monotonic) passes; each compiled at `level` (None: the run's). `all_at_once` (brute force) proposes everything it may
     at once; a model-guided strategy proposes only what keeps the engine busy, so that each
     proposal knows of as many measurements as it can."""
 
     def __init__(self, strategy: Strategy, shape: Any, budget: int, warm: Sequence[Variant] = (),
                  known: Mapping[str, Row] | None = None, deadline: float | None = None, all_at_once: bool = False,
-                 early_stop: float | None = EARLY_STOP_MARGIN):
-        self.strategy, self.shape, self.budget = strategy, shape, budget
+                 early_stop: float | None = EARLY_STOP_MARGIN, level: str | None = None):
+        self.strategy, self.shape, self.budget, self.level = strategy, shape, budget, level
         self.warm, self.known = list(warm), known or {}
         self.deadline, self.all_at_once, self.early_stop = deadline, all_at_once, early_stop
         self.trace: list[float | None] = []  # the median of each evaluation told, in order (None: failed)
@@ -82,7 +82,7 @@ class Search:
         batch = [self.warm.pop(0) for _ in range(min(count, len(self.warm)))] or self.strategy.ask(count)
         self._exhausted = not batch
         recalled = [self.known[v.name] for v in batch if v.name in self.known]
-        points = [Point(v, self.shape, "none") for v in batch if v.name not in self.known]
+        points = [Point(v, self.shape, "none", level=self.level) for v in batch if v.name not in self.known]
         self._pending += len(batch)
         self.evaluated += len(points)
         return Proposal(points, recalled=recalled)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
@@ -70,8 +71,16 @@ class Strategy(ABC):
         self.space, self.rng = space, random.Random(seed)
         self.results: dict[Variant, float | None] = {}
         self.pending: set[Variant] = set()
+        self.seconds = 0.0  # its own time, in ask and tell: a model's fits and acquisitions
 
     def ask(self, count: int = 1) -> list[Variant]:
+        started = time.perf_counter()
+        try:
+            return self._ask(count)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _ask(self, count: int) -> list[Variant]:
         proposals: list[Variant] = []
         while len(proposals) < count and len(self.results) + len(self.pending) < len(self.space.variants):
             variant = self._propose()
@@ -83,9 +92,11 @@ class Strategy(ABC):
         return proposals
 
     def tell(self, variant: Variant, time_ms: float | None) -> None:
+        started = time.perf_counter()
         self.pending.discard(variant)
         self.results[variant] = time_ms
         self._learn(variant, time_ms)
+        self.seconds += time.perf_counter() - started
 
     @property
     def best(self) -> tuple[Variant, float] | None:
