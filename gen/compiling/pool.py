@@ -5,6 +5,7 @@ compiles many variants at once (the engine, `compile_variants`, gen.kernels all 
     pool = CompilePool(options)
     future = pool.submit(variant)          # urgent: a point waits for it
     pool.prefetch(variants)                 # speculative: compiled when threads are free
+    pool.prefetch(likely, first=True)       # speculative, ahead of the other speculative ones
     compiled = future.result()
 
 Each request may name a compile level (gen.compiling.levels); left out, the options' level. A
@@ -73,14 +74,18 @@ class CompilePool:
                 self._urgent.append(request)
             return future
 
-    def prefetch(self, variants: Iterable[Variant], level: str | None = None) -> None:
-        """Compile these when a thread is free: proposals to come (their futures are kept)."""
+    def prefetch(self, variants: Iterable[Variant], level: str | None = None, first: bool = False) -> None:
+        """Compile these when a thread is free: proposals to come (their futures are kept); `first`:
+        ahead of the speculative ones already waiting (what a search will most likely ask for next)."""
         requests = [self._request_of(variant, level) for variant in variants]
         with self._lock:
             for request in requests:
                 if request not in self._futures:
                     self._futures[request] = Future()
                     self._later[request] = None
+            if first:
+                ahead = {r: None for r in requests if r in self._later}
+                self._later = {**ahead, **{r: None for r in self._later if r not in ahead}}
             self._lock.notify_all()
 
     def close(self) -> None:

@@ -131,6 +131,12 @@ class Engine:
         for point in points:
             self.compiler.submit(point.variant, point.level)
 
+    def speculate(self, points: Sequence[Point]) -> None:
+        """Compile these points' variants when a compile thread is free, ahead of other speculative
+        compiles: what a search will most likely propose next. Never a row."""
+        for level in dict.fromkeys(point.level for point in points):
+            self.compiler.prefetch([p.variant for p in points if p.level == level], level, first=True)
+
     def stop_timing_above(self, cutoff_ms: float | None) -> None:
         """Jobs that start from now on stop timing once their samples are clearly slower than
         `cutoff_ms` (a search's best so far, with a margin); None: time them in full."""

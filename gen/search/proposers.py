@@ -26,6 +26,9 @@ from ..families.variant import Variant
 from .strategies import Strategy
 
 
+LIKELY_AHEAD = 16  # variants a search's strategy expects to ask for next, compiled ahead of other speculation
+
+
 class PointList:
     """Fixed points, all proposed at once, after the rows decided beforehand."""
 
@@ -85,7 +88,9 @@ class Search:
         points = [Point(v, self.shape, "none", level=self.level) for v in batch if v.name not in self.known]
         self._pending += len(batch)
         self.evaluated += len(points)
-        return Proposal(points, recalled=recalled)
+        likely = [] if self.all_at_once else self.strategy.likely_next(LIKELY_AHEAD)
+        return Proposal(points, recalled=recalled,
+                        likely=[Point(v, self.shape, "none", level=self.level) for v in likely if v.name not in self.known])
 
     def tell(self, row: Row) -> None:
         median = row.median_ms if is_ok(row) else None

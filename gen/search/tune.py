@@ -243,7 +243,10 @@ def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates
             started: float) -> Search:
     strategy = make_strategy(options.strategy, SearchSpace(chosen.variants), options.seed)
     warmed = options.budget is None or options.budget >= 2 * WARM_START  # a budget worth a warm start
-    warm = warm_start(db, problem, family, shape, chosen.variants)[:chosen.budget] if warmed else []
+    # a search of the whole space, in any order, starts with the nearest shape's ranking of all of it
+    whole = STRATEGY_TYPES[options.strategy].covers_space and chosen.budget >= len(chosen.variants)
+    count = len(chosen.variants) if whole else WARM_START
+    warm = warm_start(db, problem, family, shape, chosen.variants, count)[:chosen.budget] if warmed else []
     deadline = started + options.time_s if options.time_s is not None else None
     level = options.screening
     return Search(strategy, shape, chosen.budget, warm, db.measured(problem, level or FULL), deadline,
@@ -290,16 +293,17 @@ def tuned_rows(result: TuneResult, db: Path | None) -> dict[str, Row]:
     return {**screened, **stored.measured(result.problem)}
 
 
-def warm_start(db: TuningDB, problem: TuningKey, family: Family, shape: Any, valid: list[Variant]) -> list[Variant]:
-    """The top variants of the nearest shape tuned on this GPU model, adapted to run this shape."""
+def warm_start(db: TuningDB, problem: TuningKey, family: Family, shape: Any, valid: list[Variant],
+               count: int = WARM_START) -> list[Variant]:
+    """The top `count` variants of the nearest shape tuned on this GPU model, adapted to run this shape."""
     tuned_here = [p for p in db.problems(problem.family)
                   if (p.gpu_model, p.dtype) == (problem.gpu_model, problem.dtype) and p.shape != problem.shape]
     if not tuned_here:
         return []
     nearest = min(tuned_here, key=lambda p: shape_distance(family.parse_shape(p.shape).dims, shape.dims))
     allowed, chosen = set(valid), []
-    for row in db.top(nearest, 3 * WARM_START):
+    for row in db.top(nearest, 3 * count):
         variant = family.runnable(family.variant_type.from_name(row.name), shape)
         if variant in allowed and variant not in chosen:
             chosen.append(variant)
-    return chosen[:WARM_START]
+    return chosen[:count]
