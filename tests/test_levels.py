@@ -19,6 +19,7 @@ from gen.core.errors import UsageError
 from gen.core.results import Row, Status, row_from_json
 from gen.evaluate.options import RunOptions
 from gen.families import MatmulVariant
+from gen.store.export import t4_result
 from gen.store.tuning_db import TuningDB
 
 from .fakes import OtherCompiler
@@ -113,3 +114,10 @@ def test_a_sweep_resumed_at_another_level_is_refused(compile_options, tmp_path: 
     capsys.readouterr()
     assert main([*common, "--resume"]) == 2
     assert "--compile-level" in capsys.readouterr().err
+
+
+def test_a_screening_row_exports_to_t4_with_its_level() -> None:
+    screened = measured_row(8, 1.0)
+    screened.compile_level = "ofc-mid"
+    assert t4_result(screened)["configuration"]["compile_level"] == "ofc-mid"
+    assert "compile_level" not in t4_result(measured_row(8, 1.0))["configuration"]  # full, as before levels
