@@ -12,6 +12,10 @@ from gen.cli.main import main
 from gen.core.errors import UsageError
 from gen.core.results import FULL_LEVEL
 from gen.evaluate.options import RunOptions
+from gen.core.results import Row, Status
+from gen.families import MatmulVariant
+from gen.search.proposers import Search
+from gen.search.strategies import SearchSpace, make_strategy
 from gen.search.tune import DEFAULT_SCREEN, TuneOptions, tune
 from gen.search.tune_result import describe
 from gen.store.tuning_db import TuningDB
@@ -106,3 +110,23 @@ def test_tune_kernel_screens_when_asked(tmp_path: Path, compile_options) -> None
                                    {"block_size_x": [32, 64, 128, 256]}, db=tmp_path / "t.sqlite", quiet=True,
                                    executor=fakes.FakeExecutor(), screen="ptxas-o1")
     assert env["screen"] == "ptxas-o1" and env["search_seconds"] >= 0 and len(results) == 4
+
+
+def test_a_screening_search_names_its_best_so_far_for_a_full_compile_as_they_change() -> None:
+    variants = [MatmulVariant(tile=tile, padding=padding) for tile in (8, 16, 32) for padding in (0, 1)]
+    search = Search(make_strategy("brute", SearchSpace(variants)), None, len(variants), all_at_once=True,
+                    level="ofc-max", confirm=2)
+    proposal = search.propose(4)
+    assert {p.level for p in proposal.points} == {"ofc-max"} and not proposal.likely
+    for point, ms in zip(proposal.points[:3], (3.0, 1.0, 2.0)):
+        search.tell(Row(point.variant.name, "matmul", {}, Status.OK, median_ms=ms, error=0.0))
+    named = search.propose(4).likely
+    assert [p.variant for p in named] == [proposal.points[1].variant, proposal.points[2].variant]
+    assert {p.level for p in named} == {None}  # the run's level: full
+    assert not search.propose(4).likely  # unchanged: not named again
+    search.tell(Row(proposal.points[3].variant.name, "matmul", {}, Status.OK, median_ms=0.5, error=0.0))
+    assert [p.variant for p in search.propose(4).likely][0] == proposal.points[3].variant
+    plain = Search(make_strategy("brute", SearchSpace(variants)), None, len(variants), all_at_once=True, confirm=2)
+    plain.propose(4)
+    plain.tell(Row(proposal.points[0].variant.name, "matmul", {}, Status.OK, median_ms=1.0, error=0.0))
+    assert not plain.propose(4).likely  # no screening: nothing to confirm ahead

@@ -68,7 +68,7 @@ class TuneOptions:
     max_points: int = MAX_POINTS  # refuse a larger space before expanding it
     early_stop: bool = True  # stop timing a variant clearly slower than the best so far (never a finalist's)
     objective: str = DEFAULT_OBJECTIVE  # what ranks the finalists: time, energy or edp (gen.core.objectives)
-    screen: str | None = DEFAULT_SCREEN  # search at this compile level, confirm the finalists at full; None: no screening
+    screen: str | None = DEFAULT_SCREEN  # search at this compile level, confirm the finalists at full; None: don't
 
     @property
     def screening(self) -> str | None:
@@ -251,7 +251,7 @@ def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates
     level = options.screening
     return Search(strategy, shape, chosen.budget, warm, db.measured(problem, level or FULL), deadline,
                   all_at_once=STRATEGY_TYPES[options.strategy].covers_space,
-                  early_stop=EARLY_STOP_MARGIN if options.early_stop else None, level=level)
+                  early_stop=EARLY_STOP_MARGIN if options.early_stop else None, level=level, confirm=options.top)
 
 
 def _energy_note(rows: list[Row]) -> str:
