@@ -6,7 +6,11 @@ each ranks variants against `full`.
 
 Measured with NVRTC 13 on one sgemm variant (H100 host): `ofc-max` compiles in 0.18 s against 1.96 s
 at `full`, but with 51 registers and 1048 bytes of stack where `full` gives 227 registers: its
-timings may rank variants otherwise; the ptxas levels keep NVVM's optimisation and most registers.
+timings may rank variants otherwise. The 180-point sgemm space of docs/results/h100-vs-kernel-tuner.md,
+cold, NVRTC 13.5 on 2 shared cores: full 41.2 s, ptxas-o1 34.2 s, ofc-mid 9.6 s, ofc-max 8.8 s;
+ofc-mid and ofc-max hold 30-44 registers and up to 944 bytes of stack, the ptxas levels about
+full's registers and no stack, and ofc-min compiles slower than full (1.0 s against 0.29 s a
+variant). scripts/bench_cold.py measures how each ranks variants on a GPU.
 """
 
 from __future__ import annotations
