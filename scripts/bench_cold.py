@@ -12,8 +12,9 @@ and registers and stack, say what the level costs and gives.
 (b) Cold tunes, each in a process of its own from an empty compile cache and database (the per-GPU
 ceilings file is kept, as scripts/bench_vs_kernel_tuner.py keeps it): brute force at full, brute
 force screened at each --screen level, and bayes (at full and screened). Wall time, the time until
-a variant within 1% of the space's best (by full-level times) was timed, the winner and its
-full-level time against the best, and the search strategy's own time.
+a variant within 1% of the space's best (by full-level times: the fidelity sweep's, else the cold
+brute force's) was timed, the winner and its full-level time against the best, and the search
+strategy's own time.
 
 The spaces: sgemm180, the 180-point sgemm space at 2048^3 of docs/results/h100-vs-kernel-tuner.md;
 sgemm3168, the default sgemm space (3168 valid points at 2048^3); transpose, the default transpose
@@ -79,7 +80,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     tables = Tables(args.out)
     for space in args.spaces.split(","):
-        reference = fidelity(space, args, tables) if args.only != "tunes" else {}
+        reference = fidelity(space, args, tables) if args.only != "tunes" else swept_full(space, args)
         if args.only != "fidelity":
             tunes(space, args, tables, reference)
 
@@ -128,6 +129,12 @@ def fidelity_row(space: str, level: str, rows: list[dict], full_rows: list[dict]
             "sweep_wall_s": round(wall, 1),
             "registers_median": statistics.median(row["registers"] for row in compiled) if compiled else None,
             "stack_max_bytes": max((row["stack_bytes"] or 0 for row in compiled), default=None)}
+
+
+def swept_full(space: str, args: argparse.Namespace) -> dict[str, float]:
+    """Full-level times of an earlier run's sweep of the space into the same folder, if any."""
+    log = args.out / "sweeps" / space / FULL / "results.jsonl"
+    return times_of([json.loads(line) for line in log.read_text().splitlines()]) if log.exists() else {}
 
 
 def times_of(rows: list[dict]) -> dict[str, float]:
@@ -238,10 +245,15 @@ def tune_row(space: str, strategy: str, screen: str | None, result: dict, refere
 # ---- output -----------------------------------------------------------------------------------------------
 
 class Tables:
-    """The rows so far: each appended to its CSV as it comes, and the Markdown rewritten whole."""
+    """The rows so far (an earlier run's into the same folder too): each appended to its CSV as it
+    comes, and the Markdown rewritten whole."""
 
     def __init__(self, out: Path):
         self.out, self.rows = out, {"fidelity": [], "tunes": []}
+        for table in self.rows:
+            if (path := out / f"{table}.csv").exists():
+                with path.open(newline="") as file:
+                    self.rows[table] = list(csv.DictReader(file))
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         self.rows[table].append(row)

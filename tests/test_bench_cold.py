@@ -56,3 +56,7 @@ def test_each_row_is_in_the_csv_and_the_markdown_as_it_comes(bench, tmp_path: Pa
     tables.add("fidelity", {"space": "s", "level": "ofc-max", "variants": 2, "spearman": 0.9})
     with (tmp_path / "fidelity.csv").open() as file:
         assert [row["level"] for row in csv.DictReader(file)] == ["full", "ofc-max"]
+    later = bench.Tables(tmp_path)  # another run into the same folder keeps the rows before it
+    later.add("tunes", {"space": "s", "strategy": "brute", "screen": ""})
+    text = (tmp_path / "bench_cold.md").read_text()
+    assert "| s | ofc-max | 2 | 0.9 |" in text and "| s | brute |" in text
