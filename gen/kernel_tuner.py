@@ -23,9 +23,9 @@ from .families.sourced import OUTPUT_DTYPES, evaluate_expression
 from .gpu.executor import Executor
 from .kernel_tuner_family import (MAX_THREADS, clean_tune_params, constants, describe_arguments, first_valid,
                                   include_flags, read_source, tags, write_family)
-from .search.tune import TuneOptions, tune
+from .search.tune import DEFAULT_SCREEN, TuneOptions, tune, tuned_rows
 from .search.tune_result import TuneResult
-from .store.tuning_db import TuningKey, TuningDB
+from .store.tuning_db import TuningDB
 
 STRATEGIES = {"brute_force": "brute", "random_sample": "random", "simulated_annealing": "anneal",
               "genetic_algorithm": "genetic", "bayes_opt": "bayes"}
@@ -45,11 +45,13 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
                 strategy: Any = None, strategy_options: Any = None, cache: Any = None, metrics: Any = None,
                 simulation_mode: Any = None, parallel: Any = None, observers: Any = None, objective: Any = None,
                 objective_higher_is_better: Any = None, objectives: Any = None, seed: Any = None, *,
-                db: Path | None = None, executor: Executor | None = None) -> tuple[list[dict], dict]:
+                db: Path | None = None, executor: Executor | None = None,
+                screen: str | None = DEFAULT_SCREEN) -> tuple[list[dict], dict]:
     """Tune `kernel_name` of `kernel_source` over `tune_params` as Kernel Tuner does, and return
     `(results, env)` shaped like Kernel Tuner's. The measurements go into tilegen's tuning database
     (`db`, else the default), so `tilegen best`, `gen.tuned` and `gen.kernel` find the winner under
-    the family named in `env["family"]`. `executor` replaces the local GPU workers (tests, clusters)."""
+    the family named in `env["family"]`. `executor` replaces the local GPU workers (tests, clusters).
+    `screen`: a compile level (gen.compiling.levels) to search at, the finalists confirmed at full."""
     given = dict(platform=platform, smem_args=smem_args, texmem_args=texmem_args, compiler=compiler,
                  log=log, metrics=metrics, simulation_mode=simulation_mode, parallel=parallel, observers=observers,
                  objective=objective, objective_higher_is_better=objective_higher_is_better, objectives=objectives)
@@ -60,7 +62,8 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     made = make_family(kernel_name, kernel_source, problem_size, arguments, tune_params,
                        (grid_div_x, grid_div_y, grid_div_z), restrictions, (answer, atol, verify), cmem_args,
                        compiler_options, defines, block_size_names, resumable=cache is not None)
-    options = tune_options(made.family, made.spec, strategy, strategy_options, iterations, device, quiet, seed, db)
+    options = replace(tune_options(made.family, made.spec, strategy, strategy_options, iterations, device, quiet, seed,
+                                   db), screen=screen)
     cached = _cache_file(cache, kernel_name, made.spec)
     result = run_tune(options, executor)
     results = kernel_tuner_results(result, made.spec, get_family(made.family).variant_type, options.db)
@@ -231,9 +234,9 @@ def _cache_file(cache: Any, kernel_name: str, spec: Mapping[str, Any]) -> Path |
 
 def kernel_tuner_results(result: TuneResult, spec: Mapping[str, Any], variant_type: type, db: Path | None) -> list[dict]:
     """One dict per configuration evaluated: its parameters, `time` (the median, in ms) or the
-    failure's name as Kernel Tuner writes it, and tilegen's own fields."""
-    problem: TuningKey = result.problem
-    rows = TuningDB(db, create=False).measured(problem)
+    failure's name as Kernel Tuner writes it (a screened one's, at the screening level, unless a
+    finalist), and tilegen's own fields."""
+    rows = tuned_rows(result, db)
     failures = {Status.COMPILE_ERROR: "CompilationFailedConfig", Status.SKIPPED: "InvalidConfig"}
     results = []
     for name, row in sorted(rows.items()):
@@ -251,5 +254,6 @@ def environment(result: TuneResult, made: Any, options: TuneOptions, seconds: fl
             "problem_size": made.spec["problem_size"], "tune_params": made.spec["tune_params"],
             "strategy": options.strategy, "iterations": options.run.timing.min_samples, "family": made.family,
             "family_folder": str(made.folder), "best": result.winner.name, "best_time": result.standings[0].median_ms,
-            "evaluations": result.evaluations, "tune_seconds": seconds, "gpu_seconds": result.gpu_seconds, "max_threads": MAX_THREADS,
+            "evaluations": result.evaluations, "tune_seconds": seconds, "gpu_seconds": result.gpu_seconds,
+            "search_seconds": result.search_seconds, "screen": result.screen, "max_threads": MAX_THREADS,
             "db": str(TuningDB(options.db, create=False).path)}

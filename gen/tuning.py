@@ -17,14 +17,13 @@ from typing import Any, Mapping, Sequence
 from .core.objectives import DEFAULT_OBJECTIVE
 from .core.results import Row, is_ok
 from .core.timing import TUNE_TIMING, TimingOptions
-from .evaluate.options import RunOptions
+from .evaluate.options import FULL, RunOptions
 from .families.space import MAX_POINTS
 from .gpu.executor import Executor
 from .search.sweep import SweepOptions
 from .search.sweep import sweep as run_sweep
-from .search.tune import TuneOptions
+from .search.tune import DEFAULT_SCREEN, TuneOptions, tuned_rows
 from .search.tune import tune as run_tune
-from .store.tuning_db import TuningDB
 
 
 def sweep(family: str, sizes: str | Sequence[str] = (), *, out: str | Path,
@@ -34,7 +33,7 @@ def sweep(family: str, sizes: str | Sequence[str] = (), *, out: str | Path,
           compile_jobs: int | None = None, gpus: Sequence[int] = (0,), cluster: str | None = None,
           timing_budget: float = 1.0, warm: bool = False, seed: int | None = None, sanitize: bool = False,
           silence_s: float = 30.0, progress: bool = True, executor: Executor | None = None,
-          energy: bool = False) -> list[dict[str, Any]]:
+          energy: bool = False, compile_level: str = FULL) -> list[dict[str, Any]]:
     """Check and time every variant of `family`'s space (its default space, with `params`
     replacing some parameters' values: {"tile": [16, 32]}; a value on its own is a list of one) at
     every size in `sizes` (the family's default sizes if empty), appending each row to
@@ -42,9 +41,11 @@ def sweep(family: str, sizes: str | Sequence[str] = (), *, out: str | Path,
     folder (resumed ones included), each a dict of gen.core.results.Row's fields. Without a GPU the
     variants compile and their rows say `compiled`. `executor` replaces this host's GPU workers
     (gen.gpu.executor.Executor: a test's fake, a cluster of your own). `energy`: also measure each
-    variant's joules per launch and average power (`energy_j`, `power_w`; NVML), as `--energy` does."""
+    variant's joules per launch and average power (`energy_j`, `power_w`; NVML), as `--energy` does.
+    `compile_level`: how hard the compiler optimises (gen.compiling.levels.LEVELS), as `--compile-level`."""
     timing = TimingOptions(budget_s=timing_budget, warm=warm, energy=energy)
-    run = _run_options(arch, compiler, compile_jobs, gpus, cluster, timing, silence_s, seed=seed, sanitize=sanitize)
+    run = _run_options(arch, compiler, compile_jobs, gpus, cluster, timing, silence_s, seed=seed, sanitize=sanitize,
+                       compile_level=compile_level)
     options = SweepOptions(family=family, out=out, params=params or {}, sizes=sizes, filter=filter, resume=resume,
                            cache_configs=cache_configs, keep_skipped=keep_skipped, max_points=max_points, run=run,
                            progress=progress)
@@ -61,31 +62,34 @@ def tune(family: str, size: str, *, params: Mapping[str, Any] | None = None, str
          compile_jobs: int | None = None, gpus: Sequence[int] = (0,), cluster: str | None = None,
          timing_budget: float = TUNE_TIMING.budget_s, warm: bool = False, silence_s: float = 30.0,
          progress: bool = True, executor: Executor | None = None,
-         objective: str = DEFAULT_OBJECTIVE) -> list[dict[str, Any]]:
+         objective: str = DEFAULT_OBJECTIVE, screen: str | None = DEFAULT_SCREEN) -> list[dict[str, Any]]:
     """Autotune `family` at one `size` on each GPU model among `gpus`, as `tilegen tune` does: the
     `strategy` (brute, random, anneal, genetic, bayes) evaluates up to `budget` variants (brute force
     without one: the whole space; the others: 100) or as many as fit in `time_s` seconds, the
     finalists are timed again, and everything goes into the tuning database `db` (default: $TILEGEN_DB,
     else tuning.sqlite in tilegen's cache folder), where gen.tuned and gen.kernel find the winner.
-    The finalists' energy is measured too; `objective` (time, energy or edp) ranks them.
+    The finalists' energy is measured too; `objective` (time, energy or edp) ranks them. `screen`: a
+    compile level (gen.compiling.levels) to search at, the finalists compiled and timed again at full.
 
     Returns the rows the database holds for this problem, one per variant measured (earlier tunes'
-    included), as dicts of gen.core.results.Row's fields plus `winner` (True for the tune's winner on
-    that GPU model) and `gpu_model`: for each GPU model tuned, the winner first, then the other
-    correct variants fastest first, then those that failed."""
+    included; a variant only screened: its screening row, whose `compile_level` says so), as dicts of
+    gen.core.results.Row's fields plus `winner` (True for the tune's winner on that GPU model),
+    `gpu_model` and `search_seconds` (the search strategy's own time on that model): for each GPU
+    model tuned, the winner first, then the other correct variants fastest first, then those that
+    failed."""
     run = _run_options(arch, compiler, compile_jobs, gpus, cluster, TimingOptions(budget_s=timing_budget, warm=warm),
                        silence_s)
     options = TuneOptions(family=family, size=size, params=params or {}, filter=filter, strategy=strategy,
                           budget=budget, time_s=time_s, db=db, seed=seed, top=top, run=run, progress=progress,
-                          max_points=max_points, early_stop=early_stop, objective=objective)
+                          max_points=max_points, early_stop=early_stop, objective=objective, screen=screen)
     options.run.compile_options()  # the arch, compiler and compile cache, before the database is made
     rows = []
     for result in run_tune(options, executor):
-        measured = TuningDB(options.db, create=False).measured(result.problem)
+        measured = tuned_rows(result, options.db)
         measured[result.winner.name] = result.winner  # its median round, as `best` and gen.tuned read it
         ranked = sorted(measured.values(), key=lambda row: _rank(row, result.winner.name))
-        rows += [{**row.to_dict(), "winner": row.name == result.winner.name,
-                  "gpu_model": str(result.problem.gpu_model)} for row in ranked]
+        rows += [{**row.to_dict(), "winner": row.name == result.winner.name, "gpu_model": str(result.problem.gpu_model),
+                  "search_seconds": result.search_seconds} for row in ranked]
     return rows
 
 

@@ -15,6 +15,8 @@
 #              replaces those flags (--executors dask ...)
 #   scale-dask the same on a local Dask cluster (1-32 workers; needs the Dask wheels in .whl/)
 #   early-stop scripts/bench_early_stop.py: a tune with and without the early stop (issue 21)
+#   cold       scripts/bench_cold.py: each compile level's fidelity and cold tunes with and without
+#              screening (issue 35), into $out/cold; $COLD_FLAGS adds flags (--spaces sgemm180, say)
 #   tests-k    the GPU tests whose names match $TESTS_K (pytest -k)
 #   launch     scripts/bench_launch.py: a kernel launch's host cost against CuPy's RawKernel and
 #              PyTorch's op (issue 31)
@@ -80,6 +82,7 @@ for name in "$@"; do
       part scale-dask timeout 300 python3 scripts/bench_scale.py --executors dask --workers 1,2,4,8,16,32 --max-jobs 1000 \
         --markdown "$out/scale-dask.md" ;;
     early-stop) part early-stop python3 scripts/bench_early_stop.py ;;
+    cold) part cold python3 scripts/bench_cold.py "$out/cold" ${COLD_FLAGS:-} ;;
     hgemm-check)
       # shellcheck disable=SC2086  # HGEMM_CHECK_FLAGS is several flags
       part hgemm-check python3 -m gen sweep hgemm -p dtype=f16,bf16 -p out=same,f32 -p bm=64,128 -p bn=128 -p bk=32,64 \

@@ -89,7 +89,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     family = get_family(args.family)
     space = Space.from_options(family, args.params)
     space.check_size(args.max_points)
-    with Session(RunOptions(arch=args.arch, compile_jobs=args.jobs, compiler=args.compiler), gpus=False) as session:
+    run_options = RunOptions(arch=args.arch, compile_jobs=args.jobs, compiler=args.compiler,
+                             compile_level=args.compile_level)
+    with Session(run_options, gpus=False) as session:
         progress = _progress(args)
         with (ResultLog(args.out, advice="choose another --out, or remove its results.jsonl",
                         again="compile again into another --out") if args.out else contextlib.nullcontext()) as log:
@@ -111,7 +113,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     options = SweepOptions(
         family=args.family, out=args.out, params=parse_options(family, args.params), sizes=args.sizes,
         filter=args.filter, resume=args.resume, cache_configs=_list(args.cache_configs), keep_skipped=args.keep_skipped,
-        max_points=args.max_points, run=_run_options(args, sanitize=args.sanitize, seed=args.seed),
+        max_points=args.max_points,
+        run=_run_options(args, sanitize=args.sanitize, seed=args.seed, compile_level=args.compile_level),
         progress=_progress(args))
     if args.dry_run:
         print(preview(options).preview())
@@ -136,7 +139,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
         family=args.family, size=args.size, params=parse_options(family, args.params), filter=args.filter,
         strategy=args.strategy, budget=args.budget, time_s=args.time, db=args.db, seed=args.seed,
         top=args.finalists, max_points=args.max_points, early_stop=not args.full_timing, progress=_progress(args),
-        objective=args.objective,
+        objective=args.objective, screen=args.screen,
         run=RunOptions(timing=TUNE_TIMING) if args.dry_run else _run_options(args))
     if args.dry_run:
         print(tune_preview(options))

@@ -11,13 +11,14 @@ from typing import Any, NoReturn
 from ..core import checks
 from ..core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from ..core.timing import TUNE_TIMING, TimingOptions
-from ..evaluate.options import CACHE_CONFIGS, COMPILER_ENV, COMPILERS, usable_cores
+from ..evaluate.options import CACHE_CONFIGS, COMPILE_LEVELS, COMPILER_ENV, COMPILERS, FULL, usable_cores
 from ..core.version import __version__
 from ..families.registry import FAMILY_PATH_ENV
 from ..families.space import MAX_POINTS
 from ..search.strategies import STRATEGIES
 from ..store.export import EXPORTERS
 from ..store.report import REPORT_STYLES
+from ..search.tune import DEFAULT_SCREEN
 from ..store.tuning_db import DB_ENV
 from ..core.errors import EXIT_USAGE
 from . import commands as run
@@ -130,6 +131,7 @@ def _compile_command(commands: Any) -> None:
                       help=f"compile a space to cubins ({COMPILER_WORDS}) and print their resources")
     _add_space_arguments(parser)
     _add_compile_arguments(parser)
+    _add_compile_level(parser)
     parser.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")
     parser.set_defaults(handler=run.cmd_compile)
 
@@ -156,6 +158,7 @@ def _sweep_command(commands: Any) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the points' count and a sample; run nothing")
     parser.add_argument("--budget", type=_moved_budget, help=argparse.SUPPRESS)
     _add_run_arguments(parser, TimingOptions().budget_s)
+    _add_compile_level(parser)
     parser.set_defaults(handler=run.cmd_sweep)
 
 
@@ -180,6 +183,13 @@ def _tune_command(commands: Any) -> None:
     parser.add_argument("--full-timing", action="store_true",
                         help="time every variant in full (by default, timing stops early once a variant's samples "
                              "are all 10%% slower than the best so far; the finalists are always timed in full)")
+    screen = parser.add_mutually_exclusive_group()
+    screen.add_argument("--screen", default=DEFAULT_SCREEN, choices=COMPILE_LEVELS, metavar="LEVEL",
+                        help=f"search at this compile level ({', '.join(COMPILE_LEVELS[1:])}: faster compiles, maybe "
+                             f"slower kernels), then compile the finalists at {FULL} and time them again to name the "
+                             f"winner (default: {DEFAULT_SCREEN or 'no screening'})")
+    screen.add_argument("--no-screen", dest="screen", action="store_const", const=None,
+                        help=f"search at {FULL}: no screening")
     parser.add_argument("--revalidate", action="store_true",
                         help="time the stored winners for this GPU again and flag those that moved")
     parser.add_argument("--dry-run", action="store_true", help="print the space's count and a sample; run nothing")
@@ -293,6 +303,12 @@ def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"nvrtc (in process) or nvcc (default: ${COMPILER_ENV}, else nvrtc where installed)")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress on stderr (without a terminal, progress is a line every few seconds)")
+
+
+def _add_compile_level(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--compile-level", default=FULL, choices=COMPILE_LEVELS, metavar="LEVEL",
+                        help=f"how hard the compiler optimises: {', '.join(COMPILE_LEVELS)} (default: {FULL}; the "
+                             f"others compile faster and may make slower kernels)")
 
 
 def _add_seed(parser: argparse.ArgumentParser) -> None:

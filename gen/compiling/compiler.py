@@ -34,6 +34,7 @@ from ..families import get_family
 from ..families.family import Family
 from ..families.variant import Variant
 from .compilers import COMPILERS, compiler_named
+from .levels import level_flags
 from .cache import CACHE_FORMAT, CacheEntry, CompileCache, cache_summary, clear_cache, cubin_cache, purge_failed
 from .nvcc import nvcc_path, nvcc_version, require_nvcc
 from .options import DEFAULT_ARCH, CompileOptions, check_arch, usable_cores
@@ -62,6 +63,7 @@ class Compiled:
     log: str
     cached: bool
     compiler: str  # what made it (or would have): the compiler's name and version, 'nvcc 13.0.88'
+    level: str  # the compile level (gen.compiling.levels): 'full', or a fast one
 
     @property
     def ok(self) -> bool:
@@ -96,7 +98,7 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions, children
                    zip(part, compile_batch(part, replace(options, arch=arch), children))}
         return [results[v] for v in variants]
     sources = {v: render(v) for v in variants}  # each checked to be a variant first
-    options = with_family_flags(options, variants)
+    options = with_level_flags(with_family_flags(options, variants))
     cache = CompileCache(options.cache)
     keys = {v: cache_key(source, options) for v, source in sources.items()}
     results: dict[Variant, Compiled] = {}
@@ -132,6 +134,13 @@ def family_arch(family: Family, arch: str) -> str:
     return own
 
 
+def with_level_flags(options: CompileOptions) -> CompileOptions:
+    """The options with their level's flags for their compiler last (none at `full`, so that the
+    cache keys of `full` are those of tilegen before levels)."""
+    extra = level_flags(options.level, options.compiler.name)
+    return replace(options, flags=(*options.flags, *extra)) if extra else options
+
+
 def provenance(options: CompileOptions, family: Family) -> dict[str, str]:
     """What made a compiled row: architecture, the compiler (its name, and its version under its
     name: 'nvcc': '13.0.88'), the template's hash and tilegen's version."""
@@ -146,7 +155,7 @@ def compiled_row(compiled: Compiled, shape: str = "", **extra: object) -> Row:
     row = Row(variant.name, variant.family, variant.params(),
               Status.COMPILED if compiled.ok else Status.COMPILE_ERROR, shape=shape,
               message="" if compiled.ok else compiled.log.strip(), compile_seconds=compiled.seconds,
-              dynamic_shared_bytes=variant.dynamic_shared_bytes, **extra)
+              dynamic_shared_bytes=variant.dynamic_shared_bytes, compile_level=compiled.level, **extra)
     if compiled.resources:
         row.registers = compiled.resources.registers
         row.static_shared_bytes = compiled.resources.static_shared_bytes
@@ -168,7 +177,8 @@ def _compile_alone(variant: Variant, source: str, key: str, options: CompileOpti
     attempt, verdict = judged(lambda: _run(options, {variant.name: source}, children), [variant.name], variant.name)
     if verdict.outcome in (Outcome.TIMED_OUT, Outcome.CRASHED):
         return Compiled(variant, options.arch, None, None, attempt.seconds,
-                        f"{verdict.reason}; not cached ({verdict.fix})", cached=False, compiler=made_by(options))
+                        f"{verdict.reason}; not cached ({verdict.fix})", cached=False, compiler=made_by(options),
+                        level=options.level)
     if verdict.outcome is Outcome.SOURCE_ERROR:
         entry = CacheEntry(attempt.log, attempt.seconds)
     else:
@@ -205,7 +215,7 @@ def _compiled(variant: Variant, options: CompileOptions, cache: CompileCache, en
               cached: bool) -> Compiled:
     cubin = cache.folder / entry.cubin.name if entry.cubin else None
     return Compiled(variant, options.arch, cubin, entry.resources, entry.seconds, entry.log, cached,
-                    made_by(options))
+                    made_by(options), options.level)
 
 
 def made_by(options: CompileOptions) -> str:

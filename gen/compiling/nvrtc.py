@@ -36,7 +36,7 @@ from .verdict import Attempt
 INSTALL = "pip install 'tilegen[nvrtc]' (cuda-python's bindings and the NVRTC library), or use --compiler nvcc"
 # nvcc flags NVRTC takes as they are, and those it spells otherwise.
 _SAME = re.compile(r"-lineinfo|-G|--use_fast_math|-[DUI]\S+|-std=\S+|--(maxrregcount|ftz|fmad|prec-div|prec-sqrt)=\S+|"
-                   r"--ptxas-options=\S+|--pre-include=\S+")
+                   r"--ptxas-options=\S+|--pre-include=\S+|--Ofast-compile=(0|min|mid|max)")
 # What the options with a value take: NVRTC refuses another value as an invalid option, which says nothing.
 _VALUES = {"--maxrregcount": ("[0-9]+", "a whole number of registers"),
            **{option: ("true|false", "true or false") for option in ("--ftz", "--fmad", "--prec-div", "--prec-sqrt")}}

@@ -15,6 +15,7 @@ from ..core.paths import as_path
 from .cache import cubin_cache
 from .compilers import Compiler, compiler_named, default_compiler
 from .deadlines import compile_timeout, seconds
+from .levels import FULL, check_level
 
 DEFAULT_ARCH = "sm_90"
 DEFAULT_FLAGS = ("-lineinfo",)
@@ -29,12 +30,15 @@ class CompileOptions:
     jobs: int = field(default_factory=lambda: usable_cores())  # capped at usable_cores(): more would only wait
     timeout_s: float | None = None  # one compile's deadline; None: $TILEGEN_COMPILE_TIMEOUT, else DEFAULT_TIMEOUT_S
     compiler: Compiler = field(default_factory=default_compiler)
+    level: str = FULL  # how hard the compiler optimises (gen.compiling.levels)
 
     @classmethod
-    def local(cls, arch: str | None = None, jobs: int | None = None, compiler: str | None = None) -> "CompileOptions":
+    def local(cls, arch: str | None = None, jobs: int | None = None, compiler: str | None = None,
+              level: str = FULL) -> "CompileOptions":
         """Options for this machine: the given architecture or the local GPU's, refused unless the
         compiler (named, else the default one) compiles for it; `jobs` or one per core."""
-        chosen = cls(arch=arch or local_arch(), compiler=compiler_named(compiler) if compiler else default_compiler())
+        chosen = cls(arch=arch or local_arch(), compiler=compiler_named(compiler) if compiler else default_compiler(),
+                     level=level)
         check_arch(chosen.arch, chosen.compiler)
         return replace(chosen, jobs=jobs) if jobs else chosen
 
@@ -51,6 +55,7 @@ class CompileOptions:
         if not isinstance(self.compiler, Compiler):
             raise UsageError(f"compiler must be a gen.compiling.compilers.Compiler, like gen.compiling.nvcc.Nvcc(); got "
                              f"{self.compiler!r}")
+        check_level(self.level)
         object.__setattr__(self, "flags", tuple(self.flags))
         object.__setattr__(self, "cache", cache)
         object.__setattr__(self, "jobs", min(self.jobs, usable_cores()))

@@ -5,7 +5,11 @@ compiles many variants at once (the engine, `compile_variants`, gen.kernels all 
     pool = CompilePool(options)
     future = pool.submit(variant)          # urgent: a point waits for it
     pool.prefetch(variants)                 # speculative: compiled when threads are free
+    pool.prefetch(likely, first=True)       # speculative, ahead of the other speculative ones
     compiled = future.result()
+
+Each request may name a compile level (gen.compiling.levels); left out, the options' level. A
+variant at two levels is two compiles; one compiler run holds variants of one level.
 
 The first wave compiles one variant per run, so that the first results come soon; later, when
 more wait than there are threads, several go to one run (`batch_size`). An error the compiler
@@ -16,10 +20,10 @@ and the queued ones end with Interrupted, never with a result.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections import deque
 from concurrent.futures import Future, as_completed
+from dataclasses import replace
 from typing import Callable, Iterable
 
 from ..core.errors import Interrupted
@@ -27,7 +31,10 @@ from ..core.processes import ProcessGroup
 from ..families.family import Family
 from ..families.variant import Variant
 from .compiler import CompileOptions, Compiled, batch_size, compile_batch, provenance
+from .levels import check_level
 from .options import check_arch
+
+Request = tuple[Variant, str]  # a variant and the level to compile it at
 
 
 class CompilePool:
@@ -35,9 +42,9 @@ class CompilePool:
         self.options = options
         self._children = ProcessGroup()  # the compiler runs, killed together
         self._lock = threading.Condition()
-        self._urgent: deque[Variant] = deque()
-        self._later: dict[Variant, None] = {}  # in order: a dict, so that one can leave it at once
-        self._futures: dict[Variant, Future[Compiled]] = {}
+        self._urgent: deque[Request] = deque()
+        self._later: dict[Request, None] = {}  # in order: a dict, so that one can leave it at once
+        self._futures: dict[Request, Future[Compiled]] = {}
         self._runs = 0  # compiler runs started: the first wave compiles one variant each
         self._provenance: dict[str, dict[str, str]] = {}
         self._stopped = False
@@ -56,22 +63,29 @@ class CompilePool:
             self._provenance[family.name] = provenance(self.options, family)
         return self._provenance[family.name]
 
-    def submit(self, variant: Variant) -> Future[Compiled]:
-        """The compile of `variant`, ahead of every speculative one; one future per variant."""
+    def submit(self, variant: Variant, level: str | None = None) -> Future[Compiled]:
+        """The compile of `variant` (at `level`, else the options'), ahead of every speculative one;
+        one future per variant and level."""
+        request = self._request_of(variant, level)
         with self._lock:
-            future = self._request(variant)
-            if variant in self._later:
-                del self._later[variant]
-                self._urgent.append(variant)
+            future = self._request(request)
+            if request in self._later:
+                del self._later[request]
+                self._urgent.append(request)
             return future
 
-    def prefetch(self, variants: Iterable[Variant]) -> None:
-        """Compile these when a thread is free: proposals to come (their futures are kept)."""
+    def prefetch(self, variants: Iterable[Variant], level: str | None = None, first: bool = False) -> None:
+        """Compile these when a thread is free: proposals to come (their futures are kept); `first`:
+        ahead of the speculative ones already waiting (what a search will most likely ask for next)."""
+        requests = [self._request_of(variant, level) for variant in variants]
         with self._lock:
-            for variant in variants:
-                if variant not in self._futures:
-                    self._futures[variant] = Future()
-                    self._later[variant] = None
+            for request in requests:
+                if request not in self._futures:
+                    self._futures[request] = Future()
+                    self._later[request] = None
+            if first:
+                ahead = {r: None for r in requests if r in self._later}
+                self._later = {**ahead, **{r: None for r in self._later if r not in ahead}}
             self._lock.notify_all()
 
     def close(self) -> None:
@@ -96,22 +110,26 @@ class CompilePool:
 
     # ---- inside ------------------------------------------------------------------------------
 
-    def _request(self, variant: Variant) -> Future[Compiled]:
-        """The future of a variant, queued as urgent when it is new (holding the lock)."""
-        if variant not in self._futures:
-            self._futures[variant] = Future()
-            self._urgent.append(variant)
+    def _request_of(self, variant: Variant, level: str | None) -> Request:
+        return variant, self.options.level if level is None else check_level(level)
+
+    def _request(self, request: Request) -> Future[Compiled]:
+        """The future of a request, queued as urgent when it is new (holding the lock)."""
+        if request not in self._futures:
+            self._futures[request] = Future()
+            self._urgent.append(request)
             self._lock.notify()
-        return self._futures[variant]
+        return self._futures[request]
 
     def _work(self) -> None:
         while (batch := self._next_batch()) is not None:
-            futures = [self._futures[v] for v in batch]
-            if not all(f.set_running_or_notify_cancel() for f in futures):
-                futures = [f for f in futures if not f.cancelled()]
-                batch = [v for v in batch if not self._futures[v].cancelled()]
+            batch = [request for request in batch if self._futures[request].set_running_or_notify_cancel()]
+            if not batch:
+                continue
+            futures = [self._futures[request] for request in batch]
+            options = replace(self.options, level=batch[0][1])
             try:
-                results = compile_batch(batch, self.options, self._children)
+                results = compile_batch([variant for variant, _ in batch], options, self._children)
             except BaseException as error:  # Interrupted when killed; else an error no row can hold
                 for future in futures:
                     future.set_exception(error)
@@ -121,8 +139,8 @@ class CompilePool:
             for future, compiled in zip(futures, results):
                 future.set_result(compiled)
 
-    def _next_batch(self) -> list[Variant] | None:
-        """The next variants to compile together; None when the pool stops."""
+    def _next_batch(self) -> list[Request] | None:
+        """The next requests to compile together (of one level); None when the pool stops."""
         with self._lock:
             while not self._stopped and not (self._urgent or self._later):
                 self._lock.wait()
@@ -132,11 +150,26 @@ class CompilePool:
             count = 1 if first_wave else batch_size(len(self._urgent or self._later), self.workers)
             self._runs += 1
             if self._urgent:
-                return [self._urgent.popleft() for _ in range(min(count, len(self._urgent)))]
-            batch = list(itertools.islice(self._later, count))
-            for variant in batch:
-                del self._later[variant]
+                batch = _same_level(self._urgent, count)
+                for request in batch:
+                    self._urgent.remove(request)
+                return batch
+            batch = _same_level(self._later, count)
+            for request in batch:
+                del self._later[request]
             return batch
+
+
+def _same_level(queue: Iterable[Request], count: int) -> list[Request]:
+    """Up to `count` requests from the head of `queue` at the level of its first, in order."""
+    batch: list[Request] = []
+    for request in queue:
+        if batch and request[1] != batch[0][1]:
+            continue
+        batch.append(request)
+        if len(batch) == count:
+            break
+    return batch
 
 
 def compile_variants(variants: Iterable[Variant], options: CompileOptions,

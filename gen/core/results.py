@@ -32,6 +32,7 @@ class Status(StrEnum):
     COMPILED = "compiled"
 
 
+FULL_LEVEL = "full"  # the compile level of every row made before levels (gen.compiling.levels owns the rest)
 _DISPLAYED = re.compile(r"(?P<name>.+) \(cc (?P<cc>[0-9.]+), (?P<sm_count>[0-9]+) SMs, (?P<memory_gib>[0-9]+) GiB\)")
 
 
@@ -120,6 +121,7 @@ class Row:
     spill_bytes: int | None = None
     stack_bytes: int | None = None
     compile_seconds: float | None = None
+    compile_level: str = ""  # the compile level (gen.compiling.levels); '': never compiled, or before levels (full)
     measure_seconds: float | None = None  # checking and timing on the GPU
     # correctness
     error: float | None = None  # worst ||out - ref|| / ||ref|| over the checks
@@ -147,6 +149,11 @@ class Row:
     def key(self) -> str:
         """What identifies the row in a run: variant, problem and cache preference."""
         return row_key(self.name, self.shape, self.cache_config)
+
+    @property
+    def level(self) -> str:
+        """The compile level it was compiled at: a row of tilegen before levels was compiled at full."""
+        return self.compile_level or FULL_LEVEL
 
     @property
     def points(self) -> int:

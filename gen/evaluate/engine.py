@@ -97,7 +97,7 @@ class Engine:
         self._after_sanitizer: dict[int, Job] = {}  # by a sanitizer job's ticket: the job it goes before
         self._hazards: dict[int, Measurement] = {}  # by a job's ticket: its sanitizer job's measurement
         self._in_flight = 0  # submitted points whose row has not been taken yet
-        self._counted: set[Variant] = set()
+        self._counted: set[tuple[Variant, str]] = set()  # compiles counted in the stats, with their level
         self._sanitized: set[Variant] = set()
         self._failure: BaseException | None = None
         self._cutoff_ms: float | None = None  # timing stops early above this (see stop_timing_above)
@@ -124,13 +124,20 @@ class Engine:
             count += 1
             with self._lock:
                 self._in_flight += 1
-            self.compiler.submit(point.variant).add_done_callback(partial(self._compiled, point))
+            self.compiler.submit(point.variant, point.level).add_done_callback(partial(self._compiled, point))
         return count
 
-    def compile_ahead(self, variants: Iterable[Variant]) -> None:
-        """Compile these now, ahead of their points (which come once there is room): never a row."""
-        for variant in variants:
-            self.compiler.submit(variant)
+    def compile_ahead(self, points: Iterable[Point]) -> None:
+        """Compile these points' variants now, ahead of the points (which come once there is room):
+        never a row."""
+        for point in points:
+            self.compiler.submit(point.variant, point.level)
+
+    def speculate(self, points: Sequence[Point]) -> None:
+        """Compile these points' variants when a compile thread is free, ahead of other speculative
+        compiles: what a search will most likely propose next. Never a row."""
+        for level in dict.fromkeys(point.level for point in points):
+            self.compiler.prefetch([p.variant for p in points if p.level == level], level, first=True)
 
     def stop_timing_above(self, cutoff_ms: float | None) -> None:
         """Jobs that start from now on stop timing once their samples are clearly slower than
@@ -211,8 +218,8 @@ class Engine:
 
     def _compiled_point(self, point: Point, compiled: Compiled) -> None:
         with self._lock:
-            if compiled.variant not in self._counted:
-                self._counted.add(compiled.variant)
+            if (compiled.variant, compiled.level) not in self._counted:
+                self._counted.add((compiled.variant, compiled.level))
                 self.stats.count_compile(compiled)
         row = compiled_row(compiled, shape_text(point.shape), cache_config=point.cache_config,
                            provenance=dict(self.compiler.provenance(get_family(compiled.variant.family))))

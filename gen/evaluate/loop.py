@@ -36,6 +36,7 @@ class Proposal:
     points: list[Point] = field(default_factory=list)  # to evaluate
     rows: list[Row] = field(default_factory=list)  # decided without evaluating (skipped points): recorded
     recalled: list[Row] = field(default_factory=list)  # measured before, kept elsewhere: told, not recorded
+    likely: list[Point] = field(default_factory=list)  # what it expects to propose next: compiled ahead, first
 
 
 class Proposer(Protocol):
@@ -115,7 +116,9 @@ def _run(proposer: Proposer, engine: Engine, sink: Sink, progress: Progress | No
         waiting.extend(proposal.points)
         engine.submit([waiting.popleft() for _ in range(min(room, len(waiting)))])
         if left := min(len(proposal.points), len(waiting)):  # more than the engine has room for: compiled meanwhile
-            engine.compile_ahead(dict.fromkeys(point.variant for point in proposal.points[-left:]))
+            engine.compile_ahead(proposal.points[-left:])
+        if proposal.likely:
+            engine.speculate(proposal.likely)
         if proposal.rows:
             sink.record(proposal.rows)
             _tell(proposer, proposal.rows, None, outcome)

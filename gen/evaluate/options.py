@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Sequence
 
-# COMPILERS, COMPILER_ENV, usable_cores, CACHE_CONFIGS and sanitizer_path: for search/ and cli/, which reach them here
+# COMPILERS, COMPILER_ENV, COMPILE_LEVELS, FULL, check_level, usable_cores, CACHE_CONFIGS and sanitizer_path: for search/ and cli/, which reach them here
 from ..compiling.compilers import COMPILER_ENV, COMPILERS, compiler_named
+from ..compiling.levels import COMPILE_LEVELS, FULL, check_level
 from ..compiling.options import CompileOptions, usable_cores
 from ..core import checks
 from ..core.errors import UsageError
@@ -32,6 +33,7 @@ class RunOptions:
     sanitize: bool = False  # compute-sanitizer on each variant (at a small size) before it is timed
     cluster: str | None = None  # a Dask cluster: 'local' or a scheduler's address (gen.gpu.dask)
     compiler: str | None = None  # nvrtc or nvcc; None: $TILEGEN_COMPILER, else NVRTC where installed, else nvcc
+    compile_level: str = FULL  # how hard the compiler optimises (gen.compiling.levels)
 
     def __post_init__(self) -> None:
         """Options from Python are refused as the command line would refuse them (gen.core.checks).
@@ -51,10 +53,11 @@ class RunOptions:
         checks.keep(self, "gpus", _gpu_indices(self.gpus))
         if self.compiler is not None:
             compiler_named(self.compiler, "compiler")
+        check_level(self.compile_level, "compile_level")
 
     def compile_options(self) -> CompileOptions:
         """How the points' variants compile: for --arch, else the local GPU's."""
-        return CompileOptions.local(self.arch, self.compile_jobs, self.compiler)
+        return CompileOptions.local(self.arch, self.compile_jobs, self.compiler, self.compile_level)
 
 
 def _gpu_indices(gpus: object) -> tuple[int, ...]:

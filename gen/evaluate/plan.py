@@ -22,12 +22,14 @@ SAMPLE = 5  # points a dry run shows
 @dataclass(frozen=True)
 class Point:
     """One evaluation: a variant on a shape (None: compile only) with a run-time cache preference,
-    and with its joules per launch where `energy` (a tune's finalists)."""
+    and with its joules per launch where `energy` (a tune's finalists), compiled at `level` (None:
+    the run's compile level; a tune's screening names its fast one)."""
 
     variant: Variant
     shape: Any = None
     cache_config: str = ""
     energy: bool = False
+    level: str | None = None
 
     @property
     def key(self) -> str:

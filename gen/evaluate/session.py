@@ -11,6 +11,7 @@ from functools import cache
 from typing import Iterator
 
 from ..compiling.compiler import made_by
+from ..compiling.levels import FULL
 from ..compiling.pool import CompilePool
 from ..core.errors import UsageError
 from ..core.results import DeviceInfo, GpuModel
@@ -39,8 +40,10 @@ class Session:
 
     @property
     def compiled_by(self) -> str:
-        """'nvrtc 13.0.88 for sm_90': the compiler, its version and the architecture."""
-        return f"{made_by(self.compiling)} for {self.compiling.arch}"
+        """'nvrtc 13.0.88 for sm_90': the compiler, its version and the architecture (and the compile
+        level where it is not full: 'nvrtc 13.0.88 for sm_90 at ofc-max')."""
+        level = f" at {self.compiling.level}" if self.compiling.level != FULL else ""
+        return f"{made_by(self.compiling)} for {self.compiling.arch}{level}"
 
     def engine(self) -> Engine:
         """The engine over the session's pool and GPUs."""

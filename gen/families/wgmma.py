@@ -71,7 +71,7 @@ class WgmmaVariant(Variant):
                                 f"so do they, their two consumers taking whole tiles in turn")
     group: int = choice(8, (1, 8, 16), tag="g", space=(8,), emitted=(8,),
                         help="rows of tiles taken together, column by column, for L2 reuse (1: row by row)")
-    cluster: int = choice(1, (1, 2), tag="cl", space=(1, 2), emitted=(1,),
+    cluster: int = choice(1, (1, 2), tag="cl", space=(1,), emitted=(1,),
                           help="blocks of a cluster, on tiles one above the other: each copies half of B's boxes into "
                                "both (TMA multicast)")
     store: str = choice("bulk", ("direct", "bulk"), space=("direct", "bulk"), emitted=("direct", "bulk"),

@@ -26,6 +26,9 @@ from ..families.variant import Variant
 from .strategies import Strategy
 
 
+LIKELY_AHEAD = 16  # variants a search's strategy expects to ask for next, compiled ahead of other speculation
+
+
 class PointList:
     """Fixed points, all proposed at once, after the rows decided beforehand."""
 
@@ -54,16 +57,21 @@ class PointList:
 class Search:
     """A strategy's proposals at one shape: first `warm` (the nearest tuned shape's winners), then
     what the strategy asks for, until `budget` evaluations are told, the space is exhausted or
-    `deadline` (time.monotonic) passes. `all_at_once` (brute force) proposes everything it may
-    at once; a model-guided strategy proposes only what keeps the engine busy, so that each
-    proposal knows of as many measurements as it can."""
+    `deadline` (time.monotonic) passes. `all_at_once` (brute force) proposes everything it may at
+    once; a model-guided strategy proposes only what keeps the engine busy, so that each proposal
+    knows of as many measurements as it can, and names what it will likely ask for next.
+
+    Each point is compiled at `level` (None: the run's). A screening search (a fast `level`) names
+    its best `confirm` variants so far as likely points at the run's level whenever they change:
+    the finalists' full compiles start before the search ends."""
 
     def __init__(self, strategy: Strategy, shape: Any, budget: int, warm: Sequence[Variant] = (),
                  known: Mapping[str, Row] | None = None, deadline: float | None = None, all_at_once: bool = False,
-                 early_stop: float | None = EARLY_STOP_MARGIN):
-        self.strategy, self.shape, self.budget = strategy, shape, budget
+                 early_stop: float | None = EARLY_STOP_MARGIN, level: str | None = None, confirm: int = 0):
+        self.strategy, self.shape, self.budget, self.level = strategy, shape, budget, level
         self.warm, self.known = list(warm), known or {}
         self.deadline, self.all_at_once, self.early_stop = deadline, all_at_once, early_stop
+        self.confirm = confirm if level is not None else 0
         self.trace: list[float | None] = []  # the median of each evaluation told, in order (None: failed)
         self.trace_times: list[float] = []  # when each was told (time.monotonic)
         self.evaluated = 0  # points proposed for the engine (the others were recalled)
@@ -71,21 +79,30 @@ class Search:
         self._best_ms: float | None = None  # the best median told so far
         self._exhausted = False
         self._by_name = {v.name: v for v in strategy.space.variants}
+        self._confirming: list[Variant] = []  # the best so far last named for a compile at the run's level
 
     def propose(self, room: int) -> Proposal:
         wanted = self.budget - len(self.trace) - self._pending
-        if self.done() or wanted <= 0:
-            return Proposal()
-        count = wanted if self.all_at_once else min(wanted, room)
+        count = 0 if self.done() else wanted if self.all_at_once else min(wanted, room)
         if count <= 0:
-            return Proposal()
+            return Proposal(likely=self._finalists_ahead())
         batch = [self.warm.pop(0) for _ in range(min(count, len(self.warm)))] or self.strategy.ask(count)
         self._exhausted = not batch
         recalled = [self.known[v.name] for v in batch if v.name in self.known]
-        points = [Point(v, self.shape, "none") for v in batch if v.name not in self.known]
+        points = [Point(v, self.shape, "none", level=self.level) for v in batch if v.name not in self.known]
         self._pending += len(batch)
         self.evaluated += len(points)
-        return Proposal(points, recalled=recalled)
+        likely = [] if self.all_at_once else self.strategy.likely_next(LIKELY_AHEAD)
+        return Proposal(points, recalled=recalled, likely=self._finalists_ahead() + [
+            Point(v, self.shape, "none", level=self.level) for v in likely if v.name not in self.known])
+
+    def _finalists_ahead(self) -> list[Point]:
+        """The best `confirm` so far at the run's level, when they changed since last named."""
+        best = self.finalists(self.confirm) if self.confirm else []
+        if best == self._confirming:
+            return []
+        self._confirming = best
+        return [Point(v, self.shape, "none") for v in best]
 
     def tell(self, row: Row) -> None:
         median = row.median_ms if is_ok(row) else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
@@ -70,8 +71,16 @@ class Strategy(ABC):
         self.space, self.rng = space, random.Random(seed)
         self.results: dict[Variant, float | None] = {}
         self.pending: set[Variant] = set()
+        self.seconds = 0.0  # its own time, in ask and tell: a model's fits and acquisitions
 
     def ask(self, count: int = 1) -> list[Variant]:
+        started = time.perf_counter()
+        try:
+            return self._ask(count)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _ask(self, count: int) -> list[Variant]:
         proposals: list[Variant] = []
         while len(proposals) < count and len(self.results) + len(self.pending) < len(self.space.variants):
             variant = self._propose()
@@ -83,14 +92,21 @@ class Strategy(ABC):
         return proposals
 
     def tell(self, variant: Variant, time_ms: float | None) -> None:
+        started = time.perf_counter()
         self.pending.discard(variant)
         self.results[variant] = time_ms
         self._learn(variant, time_ms)
+        self.seconds += time.perf_counter() - started
 
     @property
     def best(self) -> tuple[Variant, float] | None:
         measured = [(v, t) for v, t in self.results.items() if t is not None]
         return min(measured, key=lambda item: item[1]) if measured else None
+
+    def likely_next(self, count: int) -> list[Variant]:
+        """Up to `count` variants it expects to ask for next, most likely first, to compile ahead; its
+        state and its proposals stay as they are. None unless the strategy can say cheaply."""
+        return []
 
     def unseen(self) -> list[Variant]:
         return [v for v in self.space.variants if v not in self.results and v not in self.pending]
@@ -98,6 +114,17 @@ class Strategy(ABC):
     def random_unseen(self) -> Variant | None:
         unseen = self.unseen()
         return self.rng.choice(unseen) if unseen else None
+
+    def random_draws(self, count: int) -> list[Variant]:
+        """The next `count` draws of random_unseen, made on a copy of the generator: what it
+        proposes next while drawing at random."""
+        copy = random.Random()
+        copy.setstate(self.rng.getstate())
+        unseen, drawn = self.unseen(), []
+        while unseen and len(drawn) < count:
+            drawn.append(choice := copy.choice(unseen))
+            unseen.remove(choice)
+        return drawn
 
     @abstractmethod
     def _propose(self) -> Variant | None: ...
@@ -120,6 +147,9 @@ class RandomSampling(Strategy):
     def _propose(self) -> Variant | None:
         return self.random_unseen()
 
+    def likely_next(self, count: int) -> list[Variant]:
+        return self.random_draws(count)
+
 
 class SimulatedAnnealing(Strategy):
     """A walk over neighbours; worse steps are taken with probability exp(-Δ/T), T cooling geometrically,
@@ -140,6 +170,12 @@ class SimulatedAnnealing(Strategy):
             return self.random_unseen()
         fresh = [v for v in self.space.neighbours(self.current) if v not in self.results and v not in self.pending]
         return self.rng.choice(fresh) if fresh else self.random_unseen()
+
+    def likely_next(self, count: int) -> list[Variant]:
+        """The current point's unseen neighbours: the walk's next step is one of them."""
+        if self.current is None:
+            return []
+        return [v for v in self.space.neighbours(self.current) if v not in self.results and v not in self.pending][:count]
 
     def _learn(self, variant: Variant, time_ms: float | None) -> None:
         self.temperature *= self.COOLING
@@ -196,6 +232,10 @@ class BayesianOptimisation(Strategy):
     LENGTH_SCALES = (0.15, 0.25, 0.4, 0.7)
     NOISE = 1e-3
 
+    def __init__(self, space: SearchSpace, seed: int = 0):
+        super().__init__(space, seed)
+        self._ranked: list[Variant] | None = None  # the unseen points by its last acquisition, best first
+
     def _propose(self) -> Variant | None:
         measured = [v for v, t in self.results.items() if t is not None]
         if len(self.results) < self.INITIAL or not measured:
@@ -214,7 +254,15 @@ class BayesianOptimisation(Strategy):
         best = predict.best
         z = (best - mu) / sigma
         improvement = (best - mu) * _normal_cdf(z) + sigma * _normal_pdf(z)
-        return unseen[int(np.argmax(improvement))]
+        self._ranked = [unseen[i] for i in np.argsort(-improvement, kind="stable")]
+        return self._ranked[0]
+
+    def likely_next(self, count: int) -> list[Variant]:
+        """While it samples at random, its next draws; then the unseen points its last acquisition
+        ranked highest after the one it proposed (no model is fitted for this)."""
+        if self._ranked is None:
+            return self.random_draws(count)
+        return [v for v in self._ranked if v not in self.results and v not in self.pending][:count]
 
     def _model(self) -> "_Posterior":
         told, pending = list(self.results), list(self.pending)

@@ -22,7 +22,7 @@ from ..core.objectives import NO_ENERGY
 from ..core.results import Row, Status
 from ..evaluate.engine import Engine, EngineStats
 from ..evaluate.loop import evaluate
-from ..evaluate.options import CACHE_CONFIGS, RunOptions, sanitizer_path
+from ..evaluate.options import CACHE_CONFIGS, FULL, RunOptions, sanitizer_path
 from ..evaluate.plan import Plan, make_plan, space_line
 from ..families import get_family
 from ..families.family import Family
@@ -174,7 +174,8 @@ def run_settings(options: SweepOptions, space: Space, shapes: Sequence[Any], arc
             "--filter": options.filter, "--cache-config": list(options.cache_configs), "--arch": arch,
             "--timing-budget": options.run.timing.budget_s, "--warm": options.run.timing.warm,
             "--sanitize": options.run.sanitize,
-            **({"--energy": True} if options.run.timing.energy else {})}  # only when on: older run.json files match
+            **({"--energy": True} if options.run.timing.energy else {}),  # only when on: older run.json files match
+            **({"--compile-level": options.run.compile_level} if options.run.compile_level != FULL else {})}
 
 
 def summary(report: SweepReport, top: int = 10) -> str:

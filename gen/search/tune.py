@@ -6,6 +6,11 @@ than the noise, and the family's default variant is measured for comparison.
 Brute force proposes the whole budget at once; a model-guided strategy proposes only what keeps
 the engine busy, so that each proposal knows of as many measurements as it can. Spaces of up to
 SPECULATE points are compiled speculatively, from the start, while the GPU workers start.
+
+Screening (`screen`, a compile level of gen.compiling.levels): the search compiles and times its
+candidates at that fast level; the finalists are compiled at full and timed head to head in the
+interleaved rounds, which name the winner. The screening rows are kept in the database, where only
+full-level rows are winners. DEFAULT_SCREEN says whether a tune screens unless told.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from ..core.results import Row, is_ok
 from ..core.timing import EARLY_STOP_MARGIN, TUNE_TIMING
 from ..evaluate.engine import Engine
 from ..evaluate.loop import Outcome, evaluate
-from ..evaluate.options import RunOptions
+from ..evaluate.options import FULL, RunOptions, check_level
 from ..evaluate.plan import Plan, Point, make_plan
 from ..evaluate.session import Executor, Session
 from ..families import get_family
@@ -42,6 +47,7 @@ WARM_START = 10  # the nearest tuned shape's top variants, evaluated before the 
 SPECULATE = 4000  # spaces up to this many valid points are compiled ahead of the strategy
 DEFAULT_BUDGET = 100  # evaluations of a search strategy given neither a budget nor a time
 RESUME_HINT = "tune again to go on (what is measured is not measured again)"
+DEFAULT_SCREEN: str | None = None  # the compile level a tune screens at unless told (None: no screening)
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,12 @@ class TuneOptions:
     max_points: int = MAX_POINTS  # refuse a larger space before expanding it
     early_stop: bool = True  # stop timing a variant clearly slower than the best so far (never a finalist's)
     objective: str = DEFAULT_OBJECTIVE  # what ranks the finalists: time, energy or edp (gen.core.objectives)
+    screen: str | None = DEFAULT_SCREEN  # search at this compile level, confirm the finalists at full; None: don't
+
+    @property
+    def screening(self) -> str | None:
+        """The compile level the search runs at, where it is not full."""
+        return self.screen if self.screen not in (None, FULL) else None
 
     def __post_init__(self) -> None:
         """Options from Python are refused as the command line would refuse them (gen.core.checks)."""
@@ -85,6 +97,11 @@ def _check(tune: TuneOptions) -> None:
     checks.flag(tune.early_stop, "early_stop")
     checks.instance(tune.run, RunOptions, "run")
     check_objective(tune.objective)
+    if tune.screen is not None:
+        check_level(tune.screen, "screen")
+    if tune.run.compile_level != FULL:
+        raise UsageError(f"a tune compiles its finalists at {FULL}, not {tune.run.compile_level}; to search at a fast "
+                         f"level, screen at it (--screen {tune.run.compile_level}, screen={tune.run.compile_level!r})")
 
 
 @dataclass(frozen=True)
@@ -133,7 +150,8 @@ def preview(options: TuneOptions) -> str:
     """What `tune(options)` would evaluate, without compiling or writing anything."""
     family = get_family(options.family)
     shape = family.parse_shape(options.size)
-    return candidates(family, shape, options).describe(shape, options.strategy)
+    screened = f" at {options.screening}, the finalists compiled again at full" if options.screening else ""
+    return candidates(family, shape, options).describe(shape, options.strategy) + screened
 
 
 def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneResult]:
@@ -146,7 +164,7 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
     started = time.monotonic()
     with Session(replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31)), executor) as session:
         if len(chosen.variants) <= SPECULATE:
-            session.pool.prefetch(chosen.variants)
+            session.pool.prefetch(chosen.variants, options.screening)
         try:
             results, db = [], None
             for model, engine in session.per_model("tune"):
@@ -217,17 +235,23 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candid
     return TuneResult(problem, options.strategy, chosen_rows[standings[0].name], standings,
                       default.rows[0] if default else None, len(search.trace), on_gpu, time.monotonic() - started,
                       search.trace, [t - started for t in search.trace_times], engine.stats.gpu_seconds,
-                      len(chosen.variants), options.objective, _energy_note(finals.rows))
+                      len(chosen.variants), options.objective, _energy_note(finals.rows), options.screening,
+                      search.strategy.seconds)
 
 
 def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates, problem: TuningKey, db: TuningDB,
             started: float) -> Search:
     strategy = make_strategy(options.strategy, SearchSpace(chosen.variants), options.seed)
     warmed = options.budget is None or options.budget >= 2 * WARM_START  # a budget worth a warm start
-    warm = warm_start(db, problem, family, shape, chosen.variants)[:chosen.budget] if warmed else []
+    # a search of the whole space, in any order, starts with the nearest shape's ranking of all of it
+    whole = STRATEGY_TYPES[options.strategy].covers_space and chosen.budget >= len(chosen.variants)
+    count = len(chosen.variants) if whole else WARM_START
+    warm = warm_start(db, problem, family, shape, chosen.variants, count)[:chosen.budget] if warmed else []
     deadline = started + options.time_s if options.time_s is not None else None
-    return Search(strategy, shape, chosen.budget, warm, db.measured(problem), deadline,
-                  all_at_once=STRATEGY_TYPES[options.strategy].covers_space, early_stop=EARLY_STOP_MARGIN if options.early_stop else None)
+    level = options.screening
+    return Search(strategy, shape, chosen.budget, warm, db.measured(problem, level or FULL), deadline,
+                  all_at_once=STRATEGY_TYPES[options.strategy].covers_space,
+                  early_stop=EARLY_STOP_MARGIN if options.early_stop else None, level=level, confirm=options.top)
 
 
 def _energy_note(rows: list[Row]) -> str:
@@ -261,16 +285,25 @@ def _default_row(engine: Engine, family: Family, shape: Any, problem: TuningKey,
                     TuneSink(db, problem), resume_hint=RESUME_HINT)
 
 
-def warm_start(db: TuningDB, problem: TuningKey, family: Family, shape: Any, valid: list[Variant]) -> list[Variant]:
-    """The top variants of the nearest shape tuned on this GPU model, adapted to run this shape."""
+def tuned_rows(result: TuneResult, db: Path | None) -> dict[str, Row]:
+    """The latest row of each variant a tune's problem has measured: at full, else (a variant only
+    screened) at the tune's screening level."""
+    stored = TuningDB(db, create=False)
+    screened = stored.measured(result.problem, result.screen) if result.screen else {}
+    return {**screened, **stored.measured(result.problem)}
+
+
+def warm_start(db: TuningDB, problem: TuningKey, family: Family, shape: Any, valid: list[Variant],
+               count: int = WARM_START) -> list[Variant]:
+    """The top `count` variants of the nearest shape tuned on this GPU model, adapted to run this shape."""
     tuned_here = [p for p in db.problems(problem.family)
                   if (p.gpu_model, p.dtype) == (problem.gpu_model, problem.dtype) and p.shape != problem.shape]
     if not tuned_here:
         return []
     nearest = min(tuned_here, key=lambda p: shape_distance(family.parse_shape(p.shape).dims, shape.dims))
     allowed, chosen = set(valid), []
-    for row in db.top(nearest, 3 * WARM_START):
+    for row in db.top(nearest, 3 * count):
         variant = family.runnable(family.variant_type.from_name(row.name), shape)
         if variant in allowed and variant not in chosen:
             chosen.append(variant)
-    return chosen[:WARM_START]
+    return chosen[:count]

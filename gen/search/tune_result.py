@@ -29,6 +29,8 @@ class TuneResult:
     space: int  # variants the strategy searched among
     objective: str = DEFAULT_OBJECTIVE  # what ranked the finalists
     energy_note: str = ""  # why the finalists have no energy, where they have none
+    screen: str | None = None  # the compile level the search ran at (its finalists confirmed at full); None: full
+    search_seconds: float = 0.0  # the strategy's own time: its model's fits and acquisitions, summed
 
     @property
     def front(self) -> list[Standing]:
@@ -68,7 +70,8 @@ def describe(result: TuneResult) -> str:
     busy = result.gpu_seconds / result.seconds if result.seconds else 0.0
     lines = [f"{result.problem.gpu_model}, {result.problem.family} {result.problem.dtype} {result.problem.shape}: "
              f"{result.evaluations} evaluations ({result.gpu_evaluations} on the GPU) by {result.strategy} "
-             f"in {result.seconds:.1f} s (GPUs busy {busy:.0%} of it, their time summed over GPUs)",
+             f"in {result.seconds:.1f} s (GPUs busy {busy:.0%} of it, their time summed over GPUs; the search's own "
+             f"{result.search_seconds:.2f} s){_screened(result)}",
              f"winner{_by(result)}: {first.name}  {first.median_ms:.4g} ms, {winner.throughput:.2f} {winner.unit}"
              f"{_energy(first)}",
              f"  {_coverage(result)}", f"  compiled by {compiled_by(winner)}"]
@@ -83,6 +86,10 @@ def describe(result: TuneResult) -> str:
     if speedup is not None:
         lines.append(f"against the family's default variant {result.default.name}: {speedup:.2f}x faster")
     return "\n".join(lines)
+
+
+def _screened(result: TuneResult) -> str:
+    return f"; screened at {result.screen}, the finalists compiled and timed again at full" if result.screen else ""
 
 
 def _energy(standing: Standing) -> str:

@@ -20,7 +20,7 @@ from ..core.own_files import write_atomically
 from ..core.version import __version__
 from ..core.errors import UsageError
 from ..core.paths import writable_file
-from ..core.results import Row, Status
+from ..core.results import FULL_LEVEL, Row, Status
 from .files import write_failure
 from .run_folder import RUN_FILES, RUN_MARKER
 
@@ -50,6 +50,8 @@ def t4_result(row: Row, several: bool = False) -> dict[str, Any]:
     configuration = dict(row.params)
     if several:  # one file holding several problems: say which each result belongs to
         configuration.update(family=row.family, shape=row.shape, gpu=row.provenance.get("gpu_model", ""))
+    if row.level != FULL_LEVEL:  # a tune's screening row: not the same measurement as the full one
+        configuration.update(compile_level=row.level)
     result: dict[str, Any] = {
         "timestamp": row.provenance.get("measured_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
         "configuration": configuration,

@@ -2,7 +2,8 @@
 queries over it.
 
 Winners and the top k per problem (GPU model, family, element type, shape) are queries over the
-measurements (the latest measurement of each variant, ranked by median time, or by energy or
+full-level measurements (a tune's screening rows, compiled at a fast level, are kept but never win:
+gen.compiling.levels) (the latest measurement of each variant, ranked by median time, or by energy or
 energy-delay product: gen.core.objectives), so writers only
 ever insert and two tuning runs writing one file at once cannot disagree about a derived table.
 Each write is one transaction; WAL journaling lets readers go on while a writer commits.
@@ -28,13 +29,18 @@ from ..core.errors import UsageError
 from ..core.paths import as_path, cache_dir, existing_file, writable_folder
 from ..core.objectives import DEFAULT_OBJECTIVE, check_objective
 from ..core.objectives import ranked as ranked_by
-from ..core.results import GpuModel, Row, row_from_json
+from ..core.results import FULL_LEVEL, GpuModel, Row, row_from_json
 from ..families import element_type
 from .tuning_schema import (ELEMENT_TYPE, MODEL_COLUMNS, WRITE_WAIT_S, Layout, check_schema, connect, database_errors, layout, migrate,
                             model_values)
 
 DB_ENV = "TILEGEN_DB"
 FINALIST_KEY = "interleaved_rounds"  # the provenance key of a finalist's row: rounds it was measured in
+# A stored row's compile level: its own field, else (a row of tilegen before levels, or one that is not
+# JSON, which reading it refuses) full.
+ROW_LEVEL = (f"CASE WHEN json_valid(row) THEN COALESCE(NULLIF(json_extract(row, '$.compile_level'), ''), "
+             f"'{FULL_LEVEL}') ELSE '{FULL_LEVEL}' END")
+FULL_ROWS = f"{ROW_LEVEL} = '{FULL_LEVEL}'"
 
 
 @dataclass(frozen=True, order=True)
@@ -140,12 +146,13 @@ class TuningDB:
 
     # ---- reading -----------------------------------------------------------------------------
 
-    def measured(self, problem: TuningKey) -> dict[str, Row]:
-        """The latest row of every variant measured for this problem (any status)."""
+    def measured(self, problem: TuningKey, level: str = FULL_LEVEL) -> dict[str, Row]:
+        """The latest row of every variant measured for this problem (any status) compiled at `level`."""
         with self._reading() as (connection, found):
             where, parameters = _of_problem(found, problem)
-            query = f"SELECT id, row FROM measurements WHERE id IN ({_latest(found, where)}) ORDER BY id"
-            return {row.name: row for row in self._rows(connection, query, parameters)}
+            query = f"SELECT id, row FROM measurements WHERE id IN ({_latest(found, f'{where} AND {ROW_LEVEL} = ?')}) " \
+                    "ORDER BY id"
+            return {row.name: row for row in self._rows(connection, query, (*parameters, level))}
 
     def top(self, problem: TuningKey, count: int = 5, objective: str = DEFAULT_OBJECTIVE) -> list[Row]:
         """The best correct variants by `objective` (gen.core.objectives; by energy, only those
@@ -155,8 +162,8 @@ class TuningDB:
         is no rival for it."""
         with self._reading() as (connection, found):
             where, parameters = _of_problem(found, problem)
-            query = (f"SELECT id, row FROM measurements WHERE id IN ({_latest(found, where)}) AND status = 'ok' "
-                     "AND median_ms IS NOT NULL ORDER BY median_ms, id")
+            query = (f"SELECT id, row FROM measurements WHERE id IN ({_latest(found, f'{where} AND {FULL_ROWS}')}) "
+                     "AND status = 'ok' AND median_ms IS NOT NULL ORDER BY median_ms, id")
             ranked = self._rows(connection, query, parameters)
             confirmed = {name for (name,) in connection.execute(
                 f"SELECT DISTINCT variant FROM measurements WHERE {where} AND row LIKE '%\"{FINALIST_KEY}\"%'",
@@ -171,7 +178,7 @@ class TuningDB:
     def problems(self, family: str | None = None) -> list[TuningKey]:
         """Every problem with at least one correct measurement."""
         with self._reading() as (connection, found):
-            latest = _latest(found, "(? IS NULL OR family = ?)")
+            latest = _latest(found, f"(? IS NULL OR family = ?) AND {FULL_ROWS}")
             query = (f"SELECT DISTINCT {found.columns}, family, {ELEMENT_TYPE}, shape FROM measurements "
                      f"WHERE id IN ({latest}) AND status = 'ok' AND median_ms IS NOT NULL")
             values = connection.execute(query, (family, family)).fetchall()
@@ -205,10 +212,10 @@ class TuningDB:
             return self._rows(connection, query, (family, family, *parameters))
 
     def latest_rows(self, family: str | None = None) -> list[Row]:
-        """The latest measurement of every variant of every problem."""
+        """The latest full-level measurement of every variant of every problem."""
         with self._reading() as (connection, found):
-            query = f"SELECT id, row FROM measurements WHERE id IN ({_latest(found, '(? IS NULL OR family = ?)')}) " \
-                    "ORDER BY id"
+            latest = _latest(found, f"(? IS NULL OR family = ?) AND {FULL_ROWS}")
+            query = f"SELECT id, row FROM measurements WHERE id IN ({latest}) ORDER BY id"
             return self._rows(connection, query, (family, family))
 
     def count(self) -> int:
