@@ -66,7 +66,7 @@ class WgmmaVariant(Variant):
                             help="consumer warp groups, each multiplying bm / consumers rows (64 or 128)")
     stages: int = choice(3, (2, 3, 4, 5, 6), tag="s", space=(3, 4, 5), emitted=(3,),
                          help="tiles in shared memory at once; the producer refills each as soon as it is free")
-    schedule: str = choice("persistent", SCHEDULES, space=SCHEDULES, emitted=SCHEDULES,
+    schedule: str = choice("persistent", SCHEDULES, space=SCHEDULES, emitted=("persistent",),
                            help=f"grid: a block per tile; persistent: {PERSISTENT_BLOCKS} blocks walk the tiles; pingpong: "
                                 f"so do they, their two consumers taking whole tiles in turn")
     group: int = choice(8, (1, 8, 16), tag="g", space=(8,), emitted=(8,),
