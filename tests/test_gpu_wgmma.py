@@ -1,8 +1,8 @@
 """Hopper's wgmma family on a real GPU (marker `gpu`; sm_90 only): every rung of the ladder (one or
 two consumer warp groups, two to six stages, a block per tile, persistent blocks or ping-pong,
-stores from registers or bulk, clusters of two with TMA multicast, every block tile) right at odd,
-tiny and many-tile shapes in both element types and both output types, before anything is timed;
-and gen.kernel calling it on PyTorch's float16 tensors, views included."""
+stores from registers or bulk, clusters of two with TMA multicast, no producer warp group, every
+block tile) right at odd, tiny and many-tile shapes in both element types and both output types,
+before anything is timed; and gen.kernel calling it on PyTorch's float16 tensors with padded rows."""
 
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ RUNGS = {"dtype": ["f16", "bf16"], "out": ["same", "f32"], "bm": ["64", "128", "
 CLUSTERED = {"dtype": ["f16", "bf16"], "out": ["same", "f32"], "bm": ["64", "128", "256"], "bn": ["128", "256"],
              "consumers": ["1", "2"], "stages": ["3"], "schedule": ["grid", "persistent", "pingpong"],
              "store": ["direct", "bulk"], "cluster": ["2"]}
+UNSPECIALIZED = {"dtype": ["f16", "bf16"], "bm": ["64", "128", "256"], "bn": ["128", "256"], "consumers": ["1", "2"],
+                 "stages": ["2", "4"], "schedule": ["grid", "persistent"], "store": ["direct", "bulk"],
+                 "specialize": ["none"]}
 DEEP = {"bm": ["128"], "bn": ["128"], "stages": ["2", "3", "4", "5", "6"], "group": ["1", "8", "16"], "store": ["bulk"]}
 
 
@@ -45,9 +48,11 @@ def test_every_wgmma_rung_is_right_at_odd_tiny_and_many_tile_shapes(tmp_path: Pa
     assert _only_skipped_and_ok(rows) == runnable("wgmma", RUNGS, WGMMA_SIZES) > 300
     clustered = run(tmp_path / "clustered", "wgmma", CLUSTERED, WGMMA_SIZES)
     assert _only_skipped_and_ok(clustered) == runnable("wgmma", CLUSTERED, WGMMA_SIZES) > 100
+    unspecialized = run(tmp_path / "none", "wgmma", UNSPECIALIZED, WGMMA_SIZES)
+    assert _only_skipped_and_ok(unspecialized) == runnable("wgmma", UNSPECIALIZED, WGMMA_SIZES) > 50
     deep = run(tmp_path / "deep", "wgmma", DEEP, WGMMA_SIZES)
     assert _only_skipped_and_ok(deep) == runnable("wgmma", DEEP, WGMMA_SIZES) > 30
-    for row in [*rows.values(), *clustered.values(), *deep.values()]:
+    for row in [*rows.values(), *clustered.values(), *unspecialized.values(), *deep.values()]:
         if row.status == Status.OK:
             assert row.error <= row.tolerance
             if row.params["out"] == "f32":  # the float64 reference is exact for the rounded inputs

@@ -26,6 +26,13 @@ def test_a_consumer_multiplies_64_or_128_rows_and_keeps_its_sums_in_registers() 
         WGMMA.variant_type(bm=128, bn=256, consumers=2, stages=5).check()
 
 
+def test_without_a_producer_the_multiplying_warps_neither_take_turns_nor_wait_for_another_block() -> None:
+    assert WGMMA.variant({"specialize": "none"}).threads_per_block == 256  # two consumer warp groups, no producer
+    for other in ({"schedule": "pingpong", "bm": 128, "bn": 128}, {"cluster": 2}):
+        with pytest.raises(InvalidVariant, match="specialize=none has the multiplying warps copy too"):
+            WGMMA.variant_type(**{"specialize": "none", **other}).check()
+
+
 def test_rows_of_a_and_b_off_16_byte_multiples_are_refused_with_the_family_to_use() -> None:
     variant = WGMMA.default_variant()
     assert WGMMA.refusal(variant, WGMMA.parse_shape("999x1001x1003:1008,1008,1001")) is None

@@ -71,6 +71,9 @@ class WgmmaVariant(Variant):
                                 f"so do they, their two consumers taking whole tiles in turn")
     group: int = choice(8, (1, 8, 16), tag="g", space=(8,), emitted=(8,),
                         help="rows of tiles taken together, column by column, for L2 reuse (1: row by row)")
+    specialize: str = choice("producer", ("producer", "none"), space=("producer",), emitted=("producer",),
+                             help="producer: a warp group of its own copies, the others multiply; none: the "
+                                  "multiplying warps' first thread asks for the copies too")
     cluster: int = choice(1, (1, 2), tag="cl", space=(1,), emitted=(1,),
                           help="blocks of a cluster, on tiles one above the other: each copies half of B's boxes into "
                                "both (TMA multicast)")
@@ -88,7 +91,7 @@ class WgmmaVariant(Variant):
 
     @property
     def threads_per_block(self) -> int:
-        return 128 * (self.consumers + 1)  # the consumers and one producer warp group
+        return 128 * (self.consumers + (self.specialize == "producer"))  # the consumers and a producer warp group
 
     @property
     def persistent_blocks(self) -> int:
@@ -117,6 +120,9 @@ class WgmmaVariant(Variant):
 
     def check_combination(self) -> None:
         rows = self.rows_per_consumer
+        if self.specialize == "none" and (self.schedule == "pingpong" or self.cluster > 1):
+            raise InvalidVariant(f"specialize=none has the multiplying warps copy too, so they cannot take turns or "
+                                 f"wait for another block (use schedule=grid or persistent and cluster=1)")
         if self.schedule == "pingpong" and self.consumers != 2:
             raise InvalidVariant(f"schedule=pingpong takes turns between two consumer warp groups; consumers is "
                                  f"{self.consumers} (use consumers=2)")
