@@ -36,6 +36,11 @@ UNSUPPORTED = {"platform": 0, "smem_args": None, "texmem_args": None, "compiler"
                "objective": (None, "time"), "objective_higher_is_better": (None, False), "objectives": None}
 
 
+# Kernel Tuner's names for CUDA and its CUDA backends: one language to tilegen, which compiles and runs
+# every CUDA kernel its own way.
+CUDA_LANGS = ("CUDA", "PYCUDA", "NVCUDA", "CUPY")
+
+
 def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, arguments: list, tune_params: Mapping,
                 grid_div_x: Any = None, grid_div_y: Any = None, grid_div_z: Any = None, restrictions: Any = None,
                 answer: Any = None, atol: float = 1e-6, verify: Any = None, verbose: bool = False, lang: Any = None,
@@ -56,8 +61,9 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
                  log=log, metrics=metrics, simulation_mode=simulation_mode, parallel=parallel, observers=observers,
                  objective=objective, objective_higher_is_better=objective_higher_is_better, objectives=objectives)
     refuse_unsupported(given)
-    if lang is not None and str(lang).upper() != "CUDA":
-        raise UsageError(f"lang={lang!r}: tilegen tunes CUDA kernels only (lang='CUDA')")
+    if lang is not None and str(lang).upper() not in CUDA_LANGS:
+        raise UsageError(f"lang={lang!r}: tilegen tunes CUDA kernels only (lang='CUDA', or Kernel Tuner's CUDA "
+                         f"backends' names: {', '.join(repr(n) for n in CUDA_LANGS[1:])})")
     started = time.monotonic()
     made = make_family(kernel_name, kernel_source, problem_size, arguments, tune_params,
                        (grid_div_x, grid_div_y, grid_div_z), restrictions, (answer, atol, verify), cmem_args,

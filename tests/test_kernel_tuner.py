@@ -175,7 +175,7 @@ def test_a_jinja_template_file_gets_the_parameters_as_names(tmp_path: Path) -> N
     template.write_text(VECTOR_ADD.replace("block_size_x + threadIdx.x", "{{ block_size_x }} + threadIdx.x"))
     a = np.ones(N, np.float32)
     _, env = gen.tune_kernel("vector_add", str(template), N, [np.zeros_like(a), a, a, np.int32(N)],
-                             {"block_size_x": [64, 128]}, lang="CUDA", db=tmp_path / "t.sqlite",
+                             {"block_size_x": [64, 128]}, lang="cupy", db=tmp_path / "t.sqlite",
                              executor=fakes.FakeExecutor(), quiet=True)
     assert "blockIdx.x * 128 + threadIdx.x" in source_of(env, block_size_x=128)
 
