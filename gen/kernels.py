@@ -12,7 +12,6 @@ caller's stream, with no copy of device arrays and no synchronisation. The drive
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +25,7 @@ from .families import MatmulShape, gemm_families, get_family
 from .families.family import Family
 from .families.problem import Scalar, element_type_of, numpy_dtype
 from .families.variant import Variant
-from .search.lookup import shape_text, tuned_with_reason
+from .search.lookup import runs_on, shape_text, tuned_with_reason
 
 VECTOR_BYTES = 16  # vector loads (float4) need every array to start on a 16-byte boundary
 LAUNCHES_KEPT = 8  # prepared launches kept per kernel (by the arrays' addresses: they keep no array alive)
@@ -115,8 +114,9 @@ class Kernel:
             if where != device:
                 raise UsageError(f"{name} is {'not in GPU memory' if where is None else f'on GPU {where}'}, but the "
                                  f"current CUDA context is GPU {device}'s: make that GPU current, or move {name}")
-        launch = self.family.launch(variant, shape)
-        problem, output = self.family.problem, described[self.output]
+        family = get_family(variant.family)  # the fallback's, where this family does not run here (Family.fallback)
+        launch = family.launch(variant, shape)
+        problem, output = family.problem, described[self.output]
         arguments = problem.kernel_arguments(shape, {name: array.pointer for name, array in described.items()})
         clears = native_spans(output, problem.output_region(shape)) if launch.clears_output else ()
         function = loaded(variant, context)
@@ -144,7 +144,7 @@ class Kernel:
         if output.readonly or (output.kind == "numpy" and not output.owner.flags.writeable):
             raise UsageError(f"{self.output} is read-only; give an array the result can be written into")
         if any(array.pointer % VECTOR_BYTES for array in described.values()):
-            variant = _aligned(self.family, variant, shape)
+            variant = _aligned(get_family(variant.family), variant, shape)
         return variant, shape
 
     def _shape_of(self, described: dict[str, DeviceArray]) -> Any:
@@ -214,7 +214,7 @@ def kernel(family: str, *dims: int | str, dtype: str | None = None) -> Kernel:
         return Kernel(chosen, dtype=None if dtype is None else chosen.check_dtype(dtype))
     shape = chosen.parse_shape(shape_text(dims))
     variant, reason = _choice(chosen.name, str(shape), chosen.check_dtype(dtype))
-    return Kernel(chosen, variant, shape, reason=reason)
+    return Kernel(chosen, variant, shape, reason=reason)  # the variant may be of the family's fallback
 
 
 def shape_from_dims(family: Family, dims: dict[str, tuple[int, ...]]) -> Any:
@@ -270,7 +270,7 @@ def _takes(family: Family, shape: MatmulShape, dtype: str, arrays: dict[str, Dev
     this GPU's architecture, does not refuse the shape, and takes the arrays where they start."""
     if family.target_arch is not None:
         device = _native().current_device_info()
-        if device is None or f"sm_{device.cc.replace('.', '')}" != re.sub(r"[af]$", "", family.target_arch):
+        if device is None or not runs_on(family, device.cc):
             return False
     if family.refusal(family.default_variant().with_element_type(dtype), shape) is not None:
         return False

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gen.families import MatmulVariant, SgemmVariant
+from gen.families.hgemm import HgemmVariant
 from gen.core.results import DeviceInfo
 from gen.search.lookup import tuned, tuned_with_reason
 from gen.core.results import Row, Status
@@ -79,3 +80,13 @@ def test_nothing_applicable_gives_the_safe_default_of_that_element_type(db: Path
 def test_the_sgemm_safe_default_drops_to_scalar_loads_on_misaligned_shapes(db: Path) -> None:
     assert tuned("sgemm", 1000, 1000, 1000, db=db, device=A100) == SgemmVariant()
     assert tuned("sgemm", 1001, 999, 1001, db=db, device=A100) == SgemmVariant(vec=1)
+
+
+def test_a_family_made_for_another_gpu_answers_with_its_fallback(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite"
+    hgemm = HgemmVariant(bm=64, bn=128)
+    TuningDB(path).record([_row(hgemm, "4096x4096x4096", 1.0, A100)])
+    variant, reason = tuned_with_reason("wgmma", 4096, 4096, 4096, dtype="f16", db=path, device=A100)
+    assert variant == hgemm and reason.endswith("wgmma's fallback on cc 8.0 (wgmma runs on sm_90a)")
+    variant, reason = tuned_with_reason("wgmma", 4096, 4096, 4096, dtype="f16", db=path, device=H100)
+    assert variant.family == "wgmma" and "fallback" not in reason  # it runs here: its own (here, its default)

@@ -98,6 +98,9 @@ class Family(ABC):
     # The one architecture the family's kernels compile for, where they use its own instructions
     # ('sm_90a': wgmma, TMA); run on a GPU of that base (sm_90) only. None: the run's architecture.
     target_arch: ClassVar[str | None] = None
+    # The family gen.tuned, `tilegen best` and gen.kernel answer with on a GPU that target_arch rules
+    # out (wgmma's: hgemm); None: none.
+    fallback: ClassVar[str | None] = None
     # The element types gen.matmul multiplies with this family (a GEMM family's Problem: A, B, C,
     # M, N, K, lda, ldb, ldc); the first registered family that declares a type gets it.
     matmul_dtypes: ClassVar[tuple[str, ...]] = ()

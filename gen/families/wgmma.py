@@ -150,6 +150,7 @@ class WgmmaFamily(Family):
     heatmap_axes = ("bm", "bn")
     heatmap_panels = "stages"
     target_arch = "sm_90a"
+    fallback = "hgemm"  # round 1, on mma.sync: what runs elsewhere
     matmul_dtypes = ("f16", "bf16")  # gen.matmul's family for these types on sm_90, else hgemm's
 
     def launch(self, variant: WgmmaVariant, shape: MatmulShape) -> Launch:
