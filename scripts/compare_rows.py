@@ -12,8 +12,9 @@ the recorded rows in docs/results/data. OLD_TREE is a checkout, e.g. `git worktr
 d878fc8`. With two files, only those rows are compared.
 
 Rows are matched by (name, shape, cache_config) and compared on every field but the run's
-durations (compile_seconds, measure_seconds); text is compared line by line with durations, paths
-and the temporary folders written as placeholders. Prints each check's counts and the first
+durations (compile_seconds, measure_seconds) and the columns only the new tree writes (listed with
+their values: a column added on purpose, like compile_level, is no difference in a row); text is
+compared line by line with durations, paths and the temporary folders written as placeholders. Prints each check's counts and the first
 differences; exits 0 when nothing differs, 1 otherwise (2 on unreadable input).
 """
 from __future__ import annotations
@@ -81,10 +82,11 @@ def read_rows(path: Path) -> tuple[dict[Key, Row], list[Key]]:
     return rows, repeated
 
 
-def field_differences(old: Row, new: Row) -> list[str]:
-    """One line per field whose values differ (a missing field reads as None), durations aside."""
-    return [f"{field}: old {old.get(field)!r} new {new.get(field)!r}"
-            for field in sorted(set(old) | set(new)) if field not in IGNORED and old.get(field) != new.get(field)]
+def field_differences(old: Row, new: Row, added: set[str] = frozenset()) -> list[str]:
+    """One line per field whose values differ (a missing field reads as None), durations and the
+    columns the new tree added aside."""
+    return [f"{field}: old {old.get(field)!r} new {new.get(field)!r}" for field in sorted(set(old) | set(new))
+            if field not in IGNORED and field not in added and old.get(field) != new.get(field)]
 
 
 def compare(old_path: Path, new_path: Path, show: int) -> bool:
@@ -93,12 +95,18 @@ def compare(old_path: Path, new_path: Path, show: int) -> bool:
     new, new_repeated = read_rows(new_path)
     only_old = sorted(set(old) - set(new))
     only_new = sorted(set(new) - set(old))
+    added = {f for row in new.values() for f in row} - {f for row in old.values() for f in row}
     differing = [(key, lines) for key in sorted(set(old) & set(new))
-                 if (lines := field_differences(old[key], new[key]))]
+                 if (lines := field_differences(old[key], new[key], added))]
     identical = len(set(old) & set(new)) - len(differing)
     print(f"rows: old {len(old)}, new {len(new)}; identical {identical}, differing {len(differing)}, "
           f"only old {len(only_old)}, only new {len(only_new)}, "
           f"repeated keys old {len(old_repeated)} new {len(new_repeated)}")
+    for field in sorted(added):  # a column the old tree did not write: its values, not a difference
+        values: dict[str, int] = {}
+        for row in new.values():
+            values[repr(row.get(field))] = values.get(repr(row.get(field)), 0) + 1
+        print(f"  added column {field}: " + ", ".join(f"{v} in {n}" for v, n in sorted(values.items())))
     for label, keys in (("only old", only_old), ("only new", only_new),
                         ("repeated old", old_repeated), ("repeated new", new_repeated)):
         for key in keys[:show]:
