@@ -25,7 +25,7 @@ from .families import MatmulShape, gemm_families, get_family
 from .families.family import Family
 from .families.problem import Scalar, element_type_of, numpy_dtype
 from .families.variant import Variant
-from .search.lookup import runs_on, shape_text, tuned_with_reason
+from .search.lookup import shape_text, tuned_with_reason
 
 VECTOR_BYTES = 16  # vector loads (float4) need every array to start on a 16-byte boundary
 LAUNCHES_KEPT = 8  # prepared launches kept per kernel (by the arrays' addresses: they keep no array alive)
@@ -270,7 +270,7 @@ def _takes(family: Family, shape: MatmulShape, dtype: str, arrays: dict[str, Dev
     this GPU's architecture, does not refuse the shape, and takes the arrays where they start."""
     if family.target_arch is not None:
         device = _native().current_device_info()
-        if device is None or not runs_on(family, device.cc):
+        if device is None or not family.runs_on(device.cc):
             return False
     if family.refusal(family.default_variant().with_element_type(dtype), shape) is not None:
         return False

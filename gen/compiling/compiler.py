@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -31,7 +30,7 @@ from ..core.processes import ProcessGroup
 from ..core.results import Row, Status
 from ..core.version import __version__
 from ..families import get_family
-from ..families.family import Family
+from ..families.family import Family, arch_base
 from ..families.variant import Variant
 from .compilers import COMPILERS, compiler_named
 from .levels import level_flags
@@ -128,7 +127,7 @@ def family_arch(family: Family, arch: str) -> str:
     own = family.target_arch
     if own is None or own == arch:
         return arch
-    if re.sub(r"[af]$", "", own) != re.sub(r"[af]$", "", arch):
+    if arch_base(own) != arch_base(arch):
         raise UsageError(f"{family.name} kernels use {own}'s own instructions and run on {own[:-1]} GPUs only; this "
                          f"run compiles for {arch} (use another family there)")
     return own

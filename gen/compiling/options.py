@@ -12,6 +12,7 @@ from pathlib import Path
 from ..core import nvidia_smi
 from ..core.errors import UsageError
 from ..core.paths import as_path
+from ..families.family import arch_base
 from .cache import cubin_cache
 from .compilers import Compiler, compiler_named, default_compiler
 from .deadlines import compile_timeout, seconds
@@ -74,7 +75,7 @@ def _items(value: object) -> list:
 def check_arch(arch: str, compiler: Compiler) -> None:
     """UsageError unless `compiler` compiles for `arch` (sm_90a and sm_100f by their base)."""
     archs = compiler.archs()
-    base = re.sub(r"[af]$", "", arch)
+    base = arch_base(arch)
     if arch not in archs and base not in archs:
         raise UsageError(f"--arch {arch}: {compiler.name} {compiler.version()} does not compile for it; it compiles "
                          f"for {', '.join(archs)}")

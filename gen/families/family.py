@@ -15,6 +15,7 @@ renderer renders, both by asking these objects. CUDA's launch limits are checked
 from __future__ import annotations
 
 import math
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +132,11 @@ class Family(ABC):
         """A small problem this variant can run, for compute-sanitizer."""
         return self.problem.small_size
 
+    def runs_on(self, cc: str) -> bool:
+        """Whether the kernels run on a GPU of compute capability `cc` ('9.0'): any does, unless
+        the family names its own architecture (target_arch 'sm_90a' runs on 9.0 only)."""
+        return self.target_arch is None or arch_base(self.target_arch) == "sm_" + cc.replace(".", "")
+
     # ---- conveniences, the same for every family ----
 
     @property
@@ -203,6 +209,11 @@ def point_refusal(family: Family, variant: Variant, shape: Any = None) -> str | 
 
 
 # ---- helpers for families -------------------------------------------------------------------------
+
+def arch_base(arch: str) -> str:
+    """The GPUs an architecture's code runs on: 'sm_90' for 'sm_90', 'sm_90a' and 'sm_90f'."""
+    return re.sub(r"[af]$", "", arch)
+
 
 def blocks(extent: int, tile: int) -> int:
     """Blocks needed to cover `extent` with tiles of `tile` (the last one may be partial)."""

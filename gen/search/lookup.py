@@ -11,7 +11,6 @@ if no adaptation runs either, the next in its ranking is tried.
 from __future__ import annotations
 
 import math
-import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -52,13 +51,6 @@ def gpu_model_named(db: TuningDB, name: str, argument: str) -> GpuModel:
     return found[0]
 
 
-def runs_on(family: Family, cc: str) -> bool:
-    """Whether the family's kernels run on a GPU of compute capability `cc` ('9.0'): any does,
-    unless the family names its own architecture (Family.target_arch: 'sm_90a' runs on 9.0 only)."""
-    own = family.target_arch
-    return own is None or re.sub(r"[af]$", "", own) == "sm_" + cc.replace(".", "")
-
-
 def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
                       device: DeviceInfo | None = None, gpu_model: GpuModel | None = None,
                       objective: str = DEFAULT_OBJECTIVE) -> tuple[Variant, str]:
@@ -77,7 +69,7 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
 
         device = current_device()
     model = gpu_model or device.model  # type: ignore[union-attr]
-    if not runs_on(chosen_family, model.cc) and chosen_family.fallback:
+    if not chosen_family.runs_on(model.cc) and chosen_family.fallback:
         variant, reason = tuned_with_reason(chosen_family.fallback, *dims, dtype=dtype, db=db, device=device,
                                             gpu_model=gpu_model, objective=objective)
         return variant, f"{reason}; {family}'s fallback on cc {model.cc} ({family} runs on {chosen_family.target_arch})"
