@@ -17,7 +17,7 @@ from gen.families import MatmulVariant, get_family
 from gen.families.space import Space
 from gen.search.proposers import Search
 from gen.search.strategies import STRATEGIES, SearchSpace, make_strategy
-from gen.search.tune import TuneOptions, tune, warm_start
+from gen.search.tune import TuneOptions, candidates, tune, warm_start
 from gen.store.tuning_db import TuningDB
 
 from . import fakes
@@ -120,3 +120,13 @@ def test_a_whole_space_search_starts_with_the_nearest_shapes_ranking_of_it(tmp_p
          executor)
     # A point compiled speculatively may overtake one still compiling, by at most the points in flight.
     assert set(v.name for v in ranking[:10]) <= {job.name for job in executor.ran[:15]}
+
+
+def test_a_whole_space_search_started_warm_proposes_every_variant_once() -> None:
+    family = get_family("sgemm")
+    shape = family.parse_shape("512x512x512")
+    variants = candidates(family, shape, TuneOptions(family="sgemm", size="512x512x512", strategy="brute")).variants[:40]
+    search = Search(make_strategy("brute", SearchSpace(variants), 0), shape, len(variants),
+                    warm=list(reversed(variants[:20])), all_at_once=True)  # the nearest shape's ranking of half
+    names = [p.variant.name for room in (4, 4) for p in search.propose(room).points]
+    assert sorted(names) == sorted(v.name for v in variants)  # each once: the warm ones are not asked for again

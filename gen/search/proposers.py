@@ -86,7 +86,9 @@ class Search:
         count = 0 if self.done() else wanted if self.all_at_once else min(wanted, room)
         if count <= 0:
             return Proposal(likely=self._finalists_ahead())
-        batch = [self.warm.pop(0) for _ in range(min(count, len(self.warm)))] or self.strategy.ask(count)
+        batch = [self.warm.pop(0) for _ in range(min(count, len(self.warm)))]
+        self.strategy.pending.update(batch)  # asked for, as the strategy's own are: it proposes none of them again
+        batch = batch or self.strategy.ask(count)
         self._exhausted = not batch
         recalled = [self.known[v.name] for v in batch if v.name in self.known]
         points = [Point(v, self.shape, "none", level=self.level) for v in batch if v.name not in self.known]
