@@ -20,7 +20,7 @@ import numpy as np
 from .arrays import (LEGACY_STREAM, DeviceArray, allocate, caller_stream, describe, from_dlpack, stream_handle,
                      stream_source)
 from .compiling.compiler import CompileOptions, compile_variant
-from .core.errors import UsageError
+from .core.errors import TilegenError, UsageError
 from .families import MatmulShape, gemm_families, get_family
 from .families.family import Family
 from .families.problem import Scalar, element_type_of, numpy_dtype
@@ -267,17 +267,19 @@ def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
 
 def _takes(family: Family, shape: MatmulShape, dtype: str, arrays: dict[str, DeviceArray]) -> bool:
     """Whether gen.matmul may give these arrays to `family` rather than to a later one: it runs on
-    this GPU's architecture, does not refuse the shape, and takes the arrays where they start."""
+    this GPU's architecture, writes the output's type, does not refuse the shape, and takes the
+    arrays where they start."""
     if family.target_arch is not None:
         device = _native().current_device_info()
         if device is None or not family.runs_on(device.cc):
             return False
-    if family.refusal(family.default_variant().with_element_type(dtype), shape) is not None:
+    variant = family.default_variant().with_element_type(dtype)
+    if numpy_dtype(variant.output_dtype) != arrays["out"].dtype or family.refusal(variant, shape) is not None:
         return False
     try:
         family.problem.kernel_arguments(shape, {"A": arrays["a"].pointer, "B": arrays["b"].pointer,
                                                 "C": arrays["out"].pointer})
-    except UsageError:
+    except TilegenError:  # arrays it cannot take (UsageError), or a driver that refuses them
         return False
     return True
 

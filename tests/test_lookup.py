@@ -90,3 +90,12 @@ def test_a_family_made_for_another_gpu_answers_with_its_fallback(tmp_path: Path)
     assert variant == hgemm and reason.endswith("wgmma's fallback on cc 8.0 (wgmma runs on sm_90a)")
     variant, reason = tuned_with_reason("wgmma", 4096, 4096, 4096, dtype="f16", db=path, device=H100)
     assert variant.family == "wgmma" and "fallback" not in reason  # it runs here: its own (here, its default)
+
+
+def test_with_no_tuning_database_yet_the_fallback_still_answers(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEGEN_DB", str(tmp_path / "never-made.sqlite"))
+    variant, reason = tuned_with_reason("wgmma", 4096, 4096, 4096, dtype="f16", device=A100)
+    assert variant.family == "hgemm" and reason.startswith("the family's safe default")
+    assert "wgmma's fallback on cc 8.0" in reason
+    assert tuned_with_reason("wgmma", 4096, 4096, 4096, dtype="f16", device=H100)[0].family == "wgmma"

@@ -169,6 +169,13 @@ BAD_PLUGINS = {
     "None in a space": ("reduce.py", "space=(1, 2, 4, 8)", "space=(None,)",
                         ["reduce.py: parameter 'items' of reduce: its space holds None, which it does not allow "
                          "(items must be an integer, got None); fix the space"]),
+    "an architecture that is none": ("reduce.py", '    heatmap_axes = ("block", "items")',
+                                     '    heatmap_axes = ("block", "items")\n    target_arch = "90a"',
+                                     ["reduce.py: reduce.target_arch '90a' must be an architecture like 'sm_90a'"]),
+    "a fallback without an architecture": ("reduce.py", '    heatmap_axes = ("block", "items")',
+                                           '    heatmap_axes = ("block", "items")\n    fallback = "copy"',
+                                           ["reduce.py: reduce.fallback 'copy' must name another family, and only "
+                                            "with a target_arch"]),
     "launch over the limits": ("reduce.py", "block=(variant.block,)", "block=(variant.block * 8,)",
                                ["reduce.py: reduce's launch() of reduce_f32_b256_i1_shuffle_v1 at 37x1001", "a block of 2048 x 1 x 1 gives "
                                 "2048 threads per block; the CUDA limit is 1024", "add a constraint"]),

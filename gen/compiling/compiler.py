@@ -30,7 +30,7 @@ from ..core.processes import ProcessGroup
 from ..core.results import Row, Status
 from ..core.version import __version__
 from ..families import get_family
-from ..families.family import Family, arch_base
+from ..families.family import Family, arch_base, arch_cc, runs_on
 from ..families.variant import Variant
 from .compilers import COMPILERS, compiler_named
 from .levels import level_flags
@@ -127,9 +127,9 @@ def family_arch(family: Family, arch: str) -> str:
     own = family.target_arch
     if own is None or own == arch:
         return arch
-    if arch_base(own) != arch_base(arch):
-        raise UsageError(f"{family.name} kernels use {own}'s own instructions and run on {own[:-1]} GPUs only; this "
-                         f"run compiles for {arch} (use another family there)")
+    if not runs_on(own, arch_cc(arch)):
+        raise UsageError(f"{family.name} kernels use {own}'s own instructions and run on {arch_base(own)} GPUs only; "
+                         f"this run compiles for {arch} (use another family there)")
     return own
 
 

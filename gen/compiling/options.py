@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..core import nvidia_smi
 from ..core.errors import UsageError
 from ..core.paths import as_path
-from ..families.family import arch_base
+from ..families.family import ARCH_PATTERN, arch_base
 from .cache import cubin_cache
 from .compilers import Compiler, compiler_named, default_compiler
 from .deadlines import compile_timeout, seconds
@@ -20,7 +19,6 @@ from .levels import FULL, check_level
 
 DEFAULT_ARCH = "sm_90"
 DEFAULT_FLAGS = ("-lineinfo",)
-_ARCH_PATTERN = re.compile(r"sm_[0-9]{2,3}[af]?")  # whole: "sm_90\n" is none
 
 
 @dataclass(frozen=True)
@@ -44,7 +42,7 @@ class CompileOptions:
         return replace(chosen, jobs=jobs) if jobs else chosen
 
     def __post_init__(self) -> None:
-        if not isinstance(self.arch, str) or not _ARCH_PATTERN.fullmatch(self.arch):
+        if not isinstance(self.arch, str) or not ARCH_PATTERN.fullmatch(self.arch):
             raise UsageError(f"--arch {self.arch!r} is not a GPU architecture like sm_90 or sm_90a")
         if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
             raise UsageError(f"--jobs must be a whole number of parallel compiles, at least 1; got {self.jobs!r}")

@@ -26,7 +26,8 @@ def box_map(address: int, rows: int, columns: int, row_bytes: int, name: str) ->
     if address % ALIGNMENT or row_bytes % ALIGNMENT:
         raise UsageError(f"{name} must start at a 16-byte boundary and have rows of a multiple of 16 bytes (8 "
                          f"elements) for TMA; it starts at {address:#x} with rows {row_bytes} bytes apart")
-    bits = (ctypes.c_uint64 * 16)()
+    room = (ctypes.c_uint8 * (TENSOR_MAP.itemsize + 64))()  # the driver writes the map at a 64-byte boundary
+    bits = (ctypes.c_uint64 * 16).from_buffer(room, -ctypes.addressof(room) % 64)
     status = _encode()(ctypes.byref(bits), _UINT16, 2, ctypes.c_void_p(address), (ctypes.c_uint64 * 2)(columns, rows),
                        (ctypes.c_uint64 * 1)(row_bytes), (ctypes.c_uint32 * 2)(BOX, BOX), (ctypes.c_uint32 * 2)(1, 1),
                        0, _SWIZZLE_128B, _L2_256B, 0)

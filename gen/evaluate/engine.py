@@ -36,7 +36,7 @@ from ..families.variant import Variant
 from ..gpu.feed import JobFeed
 from ..gpu.jobs import Job, job_for, sanitizer_job
 from ..gpu.executor import Executor, GpuUnavailable
-from .options import runs_on
+from ..families.family import runs_on
 from .plan import Point, shape_text
 
 POLL_S = 0.1  # how long a wait lasts before it looks for a stop

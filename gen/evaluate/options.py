@@ -68,16 +68,6 @@ def _gpu_indices(gpus: object) -> tuple[int, ...]:
     return tuple(int(g) for g in listed)
 
 
-def runs_on(arch: str, cc: str) -> bool:
-    """Whether a cubin for `arch` (sm_86, sm_90a) loads on a GPU of compute capability `cc` (8.9):
-    the same major version and no newer minor; an `a` architecture only on its own."""
-    digits = arch.removeprefix("sm_").removesuffix("f")
-    major, minor = cc.split(".")
-    if digits.endswith("a"):
-        return digits[:-1] == major + minor
-    return digits[:-1] == major and int(digits[-1]) <= int(minor)
-
-
 def _dask(options: RunOptions) -> Executor:
     from ..gpu.dask import DaskExecutor  # distributed is imported only for a cluster
 

@@ -103,7 +103,8 @@ class Family(ABC):
     # out (wgmma's: hgemm); None: none.
     fallback: ClassVar[str | None] = None
     # The element types gen.matmul multiplies with this family (a GEMM family's Problem: A, B, C,
-    # M, N, K, lda, ldb, ldc); the first registered family that declares a type gets it.
+    # M, N, K, lda, ldb, ldc). Of the families that declare a type, gen.matmul takes the first that
+    # runs on the GPU and takes the arrays, those with a target_arch tried before the others.
     matmul_dtypes: ClassVar[tuple[str, ...]] = ()
     # Set when the family is registered: where it was defined and where its template is found.
     source: str = ""
@@ -135,7 +136,7 @@ class Family(ABC):
     def runs_on(self, cc: str) -> bool:
         """Whether the kernels run on a GPU of compute capability `cc` ('9.0'): any does, unless
         the family names its own architecture (target_arch 'sm_90a' runs on 9.0 only)."""
-        return self.target_arch is None or arch_base(self.target_arch) == "sm_" + cc.replace(".", "")
+        return self.target_arch is None or runs_on(self.target_arch, cc)
 
     # ---- conveniences, the same for every family ----
 
@@ -210,9 +211,28 @@ def point_refusal(family: Family, variant: Variant, shape: Any = None) -> str | 
 
 # ---- helpers for families -------------------------------------------------------------------------
 
+ARCH_PATTERN = re.compile(r"sm_[0-9]{2,3}[af]?")  # a GPU architecture, matched whole ("sm_90\n" is none)
+
+
 def arch_base(arch: str) -> str:
-    """The GPUs an architecture's code runs on: 'sm_90' for 'sm_90', 'sm_90a' and 'sm_90f'."""
+    """An architecture without its suffix: 'sm_90' for 'sm_90', 'sm_90a' and 'sm_90f'."""
     return re.sub(r"[af]$", "", arch)
+
+
+def arch_cc(arch: str) -> str:
+    """The compute capability an architecture is named for: '9.0' for 'sm_90a', '10.3' for 'sm_103'."""
+    digits = arch_base(arch).removeprefix("sm_")
+    return f"{digits[:-1]}.{digits[-1]}"
+
+
+def runs_on(arch: str, cc: str) -> bool:
+    """Whether a cubin for `arch` (sm_86, sm_90a, sm_100f) loads on a GPU of compute capability `cc`
+    (8.9): the same major version and no newer minor; an `a` architecture only on its own."""
+    digits = arch.removeprefix("sm_").removesuffix("f")
+    major, minor = cc.split(".")
+    if digits.endswith("a"):
+        return digits[:-1] == major + minor
+    return digits[:-1] == major and int(digits[-1]) <= int(minor)
 
 
 def blocks(extent: int, tile: int) -> int:

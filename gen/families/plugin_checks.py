@@ -12,7 +12,7 @@ import numpy as np
 
 from ..core.errors import InvalidVariant, TilegenError
 from ..core.limits import DTYPE_CTYPE
-from .family import Family, Launch, launch_refusal
+from .family import ARCH_PATTERN, Family, Launch, launch_refusal
 from .problem import SCALAR_TYPES, Input, Output, Problem, Scalar
 from .space import Space
 from .variant import Variant
@@ -45,11 +45,22 @@ def check_family(family: Family) -> None:
     if not isinstance(getattr(family, "problem", None), Problem):
         raise PluginProblem(f"{where}: {name}.problem must be an instance of a gen.api.Problem subclass")
     _check_arguments(family)
+    _check_architecture(family)
     if not any((folder / family.template).is_file() for folder in family.template_dirs):
         folders = ", ".join(str(f) for f in family.template_dirs)
         raise PluginProblem(f"{where}: template {family.template!r} of {name} is not in {folders}; put it beside "
                             f"the module")
     _check_contract(family)
+
+
+def _check_architecture(family: Family) -> None:
+    """A target_arch is an architecture like 'sm_90a'; a fallback, another family's name, only with one."""
+    where, name, own, fallback = family.source, family.name, family.target_arch, family.fallback
+    if own is not None and not (isinstance(own, str) and ARCH_PATTERN.fullmatch(own)):
+        raise PluginProblem(f"{where}: {name}.target_arch {own!r} must be an architecture like 'sm_90a' (or None)")
+    if fallback is not None and (own is None or not isinstance(fallback, str) or fallback == name):
+        raise PluginProblem(f"{where}: {name}.fallback {fallback!r} must name another family, and only with a "
+                            f"target_arch (the GPUs the family does not run on are where the fallback answers)")
 
 
 # ---- loading -------------------------------------------------------------------------------------

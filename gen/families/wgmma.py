@@ -68,7 +68,7 @@ class WgmmaVariant(Variant):
                          help="tiles in shared memory at once; the producer refills each as soon as it is free")
     schedule: str = choice("persistent", SCHEDULES, space=SCHEDULES, emitted=("persistent",),
                            help=f"grid: a block per tile; persistent: {PERSISTENT_BLOCKS} blocks walk the tiles; pingpong: "
-                                f"so do they, their two consumers taking whole tiles in turn")
+                                "so do they, their two consumers taking whole tiles in turn")
     group: int = choice(8, (1, 8, 16), tag="g", space=(8,), emitted=(8,),
                         help="rows of tiles taken together, column by column, for L2 reuse (1: row by row)")
     specialize: str = choice("producer", ("producer", "none"), space=("producer",), emitted=("producer",),
@@ -121,8 +121,8 @@ class WgmmaVariant(Variant):
     def check_combination(self) -> None:
         rows = self.rows_per_consumer
         if self.specialize == "none" and (self.schedule == "pingpong" or self.cluster > 1):
-            raise InvalidVariant(f"specialize=none has the multiplying warps copy too, so they cannot take turns or "
-                                 f"wait for another block (use schedule=grid or persistent and cluster=1)")
+            raise InvalidVariant("specialize=none has the multiplying warps copy too, so they cannot take turns or "
+                                 "wait for another block (use schedule=grid or persistent and cluster=1)")
         if self.schedule == "pingpong" and self.consumers != 2:
             raise InvalidVariant(f"schedule=pingpong takes turns between two consumer warp groups; consumers is "
                                  f"{self.consumers} (use consumers=2)")

@@ -25,13 +25,18 @@ def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays
     that takes a structure by value (np.void: a TMA tensor map) runs as `load_native()` (the same
     kernel loaded through the driver API, gen.gpu.native) instead: the driver does not deliver such
     a parameter from the one packed buffer pycuda launches with (on an H100 and an H200 with driver
-    580, the kernel saw no tensor map), but does from cuLaunchKernel's array of parameters."""
+    580, the kernel saw no tensor map), but does from cuLaunchKernel's array of parameters. That
+    copy of the kernel gets no cache preference and no constants (refused)."""
     arguments = problem.kernel_arguments(shape, {name: array.gpudata for name, array in arrays.items()})
     output = arrays[problem.output.name]
     clear = region_clearer(output, problem.output_region(shape)) if launch.clears_output else None
     if any(a.dtype.kind == "V" for a in arguments):
         if load_native is None:
             raise UsageError(f"{problem.__class__.__name__} passes a structure by value: launch it with load_native")
+        if problem.constants(shape):  # they would fill pycuda's copy of the module, not the one launched
+            raise UsageError(f"{problem.__class__.__name__} passes a structure by value and fills __constant__ "
+                             f"arrays: tilegen launches such kernels from a second copy of the module, which it "
+                             f"does not fill yet; pass the constants as an input array instead")
         from . import native
 
         run = native.Launch(load_native(), launch.grid, launch.block, launch.dynamic_shared_bytes, arguments)

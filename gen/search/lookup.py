@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.checks import is_whole
 from ..core.objectives import DEFAULT_OBJECTIVE, check_objective, needs_energy
-from ..core.errors import UsageError
+from ..core.errors import TilegenError, UsageError
 from ..families import get_family
 from ..families.family import Family
 from ..core.results import DeviceInfo, GpuModel
@@ -62,17 +62,26 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
         raise UsageError(f"device must be a gen.core.results.DeviceInfo (or None: the current GPU), got {device!r}")
     if gpu_model is not None and not isinstance(gpu_model, GpuModel):
         raise UsageError(f"gpu_model must be a gen.core.results.GpuModel (or None: the device's), got {gpu_model!r}")
-    if db is None and not default_db_path().exists():  # nothing tuned on this machine yet
-        return chosen_family.safe_variant(shape, dtype), "the family's safe default (no tuning database yet)"
+    untuned = (chosen_family.safe_variant(shape, dtype), "the family's safe default (no tuning database yet)")
+    no_database = db is None and not default_db_path().exists()  # nothing tuned on this machine yet
+    if no_database and not chosen_family.fallback:
+        return untuned
     if gpu_model is None and device is None:
         from ..evaluate.session import current_device  # imported only when a GPU is asked: gen.kernels stays light
 
-        device = current_device()
+        try:
+            device = current_device()
+        except TilegenError:
+            if no_database:  # no GPU to judge the fallback by either
+                return untuned
+            raise
     model = gpu_model or device.model  # type: ignore[union-attr]
     if not chosen_family.runs_on(model.cc) and chosen_family.fallback:
         variant, reason = tuned_with_reason(chosen_family.fallback, *dims, dtype=dtype, db=db, device=device,
                                             gpu_model=gpu_model, objective=objective)
         return variant, f"{reason}; {family}'s fallback on cc {model.cc} ({family} runs on {chosen_family.target_arch})"
+    if no_database:
+        return untuned
     database = TuningDB(db, create=False)
     tuned_here = [p for p in database.problems(family) if p.dtype == dtype]
     models = set(database.models())
