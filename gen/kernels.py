@@ -257,7 +257,9 @@ def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
         raise UsageError(f"out must be a {out_dtype} {m} x {n} matrix, got {arrays['out'].dtype} {arrays['out'].shape}")
     lda, ldb, ldc = (_leading(x, label) for label, x in arrays.items())
     shape = MatmulShape(m, n, k, lda, ldb, ldc)
-    family = next(f for f in families if f is families[-1] or _takes(f, shape, dtype, arrays))
+    family = families[0] if len(families) == 1 else get_family(_matmul_family(
+        str(arrays["a"].dtype), str(shape), dtype, str(arrays["out"].dtype),
+        tuple(arrays[label].pointer for label in ("a", "b", "out")), _native().current_context(arrays["a"].device)[1]))
     chosen = _gemm_kernel(family.name, str(shape), dtype)
     views = [_allocated(arrays[label], rows, lead) for label, rows, lead in (("a", m, lda), ("b", k, ldb),
                                                                             ("out", m, ldc))]
@@ -265,23 +267,27 @@ def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
     return out
 
 
-def _takes(family: Family, shape: MatmulShape, dtype: str, arrays: dict[str, DeviceArray]) -> bool:
-    """Whether gen.matmul may give these arrays to `family` rather than to a later one: it runs on
-    this GPU's architecture, writes the output's type, does not refuse the shape, and takes the
-    arrays where they start."""
-    if family.target_arch is not None:
-        device = _native().current_device_info()
-        if device is None or not family.runs_on(device.cc):
-            return False
-    variant = family.default_variant().with_element_type(dtype)
-    if numpy_dtype(variant.output_dtype) != arrays["out"].dtype or family.refusal(variant, shape) is not None:
-        return False
-    try:
-        family.problem.kernel_arguments(shape, {"A": arrays["a"].pointer, "B": arrays["b"].pointer,
-                                                "C": arrays["out"].pointer})
-    except TilegenError:  # arrays it cannot take (UsageError), or a driver that refuses them
-        return False
-    return True
+@functools.lru_cache(maxsize=256)
+def _matmul_family(element: str, size: str, dtype: str, out_dtype: str, pointers: tuple[int, int, int],
+                   device: int) -> str:
+    """gen.matmul's family for these arrays (their element type, shape, output type and addresses)
+    on GPU `device`, decided once per such call: of the families that declare the type, the first
+    that runs on the GPU's architecture, writes the output's type, does not refuse the shape and
+    takes the arrays where they start (gemm_families says in which order they are tried)."""
+    families = gemm_families(np.dtype(element))
+    for family in families[:-1]:
+        if family.target_arch is not None and not family.runs_on(_native().compute_capability(device)):
+            continue
+        variant = family.default_variant().with_element_type(dtype)
+        shape = family.parse_shape(size)
+        if str(numpy_dtype(variant.output_dtype)) != out_dtype or family.refusal(variant, shape) is not None:
+            continue
+        try:
+            family.problem.kernel_arguments(shape, dict(zip(("A", "B", "C"), pointers)))
+        except TilegenError:  # arrays it cannot take (UsageError), or a driver that refuses them
+            continue
+        return family.name
+    return families[-1].name
 
 
 @functools.lru_cache(maxsize=64)

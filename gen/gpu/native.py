@@ -6,6 +6,7 @@ once per launch (an array of pointers to their values). Importing this module ma
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import numpy as np
@@ -66,6 +67,16 @@ def current_device_info() -> DeviceInfo | None:
                       cc=f"{asked['COMPUTE_CAPABILITY_MAJOR']}.{asked['COMPUTE_CAPABILITY_MINOR']}",
                       memory_bytes=int(_checked(driver.cuDeviceTotalMem(device), "cuDeviceTotalMem")),
                       l2_bytes=asked["L2_CACHE_SIZE"], driver=driver_version(index), index=index)
+
+
+@functools.cache
+def compute_capability(device: int) -> str:
+    """'9.0': GPU `device`'s compute capability, asked of the driver once."""
+    handle = _checked(driver.cuDeviceGet(device), "cuDeviceGet")
+    attribute = driver.CUdevice_attribute
+    major, minor = (_checked(driver.cuDeviceGetAttribute(getattr(attribute, f"CU_DEVICE_ATTRIBUTE_{which}"), handle),
+                             which) for which in ("COMPUTE_CAPABILITY_MAJOR", "COMPUTE_CAPABILITY_MINOR"))
+    return f"{major}.{minor}"
 
 
 def pointer_device(pointer: int) -> int | None:
