@@ -23,7 +23,11 @@ tilegen (it includes cub/cub.cuh, whose host code NVRTC does not take), over 96 
 configurations, with lang="PYCUDA" (Kernel Tuner's cuda-python backend, its default, fails to load
 this module on an H100 with CUDA 13: CUDA_ERROR_INVALID_IMAGE; its pycuda backend compiles with nvcc).
 
+With --params JSON (an example's tune_params, replaced), a few configurations can be timed by both
+tools over several --rounds, to see whether two near-equal winners are apart beyond each tool's noise.
+
 Usage: scripts/bench_vs_kernel_tuner_examples.py --examples DIR [--rounds 1] [--only NAME,...] [--markdown FILE]
+                                                 [--params JSON]
 """
 
 from __future__ import annotations
@@ -106,13 +110,15 @@ def _expdist(folder: Path, rng: np.random.Generator) -> tuple[tuple, dict]:
              "lang": "PYCUDA"})  # Kernel Tuner's pycuda backend: its cuda-python one fails to load this module
 
 
-def child(tool: str, example: str, folder: Path) -> dict[str, Any]:
-    """One cold tune in this process; what it found."""
+def child(tool: str, example: str, folder: Path, params: dict | None) -> dict[str, Any]:
+    """One cold tune in this process (over `params` when given); what it found."""
     if tool == "kernel_tuner":
         from kernel_tuner import tune_kernel
     else:
         from gen import tune_kernel
     positional, keywords = call(example, folder)
+    if params:
+        positional = (*positional[:4], params)
     started = time.perf_counter()
     results, env = tune_kernel(*positional, strategy="brute_force", **keywords, **(
         {} if tool == "tilegen" else {"verbose": False}))  # tilegen's progress and summary: on stderr, logged
@@ -130,12 +136,13 @@ def child(tool: str, example: str, folder: Path) -> dict[str, Any]:
             "times": {json.dumps({n: r[n] for n in names}): r["time"] for r in timed}}
 
 
-def run_child(tool: str, example: str, folder: Path, log_folder: Path | None) -> dict[str, Any]:
+def run_child(tool: str, example: str, folder: Path, log_folder: Path | None, params: str | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as scratch:
         env = dict(os.environ, TILEGEN_CACHE=f"{scratch}/cache", TILEGEN_DB=f"{scratch}/tuning.sqlite")
         if example == "expdist":
             env["TILEGEN_COMPILER"] = "nvcc"
-        done = subprocess.run([sys.executable, __file__, "--child", tool, example, "--examples", str(folder)],
+        done = subprocess.run([sys.executable, __file__, "--child", tool, example, "--examples", str(folder),
+                               *(["--params", params] if params else [])],
                               env=env, capture_output=True, text=True)
     if log_folder is not None:
         (log_folder / f"{tool}-{example}.log").write_text(done.stderr)
@@ -173,10 +180,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="times each tool runs each example, alternating")
     parser.add_argument("--only", type=lambda text: text.split(","), help=f"examples, comma-separated: {', '.join(EXAMPLES)}")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
+    parser.add_argument("--params", help="JSON: tune_params to use instead of the example's own")
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "EXAMPLE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args.examples.resolve())))
+        print(json.dumps(child(args.child[0], args.child[1], args.examples.resolve(),
+                              json.loads(args.params) if args.params else None)))
         return
     unknown = sorted(set(args.only or ()) - set(EXAMPLES))
     if unknown:
@@ -186,8 +195,9 @@ def main() -> None:
         for round_ in range(args.rounds):
             order = ("kernel_tuner", "tilegen") if round_ % 2 == 0 else ("tilegen", "kernel_tuner")
             for tool in order:
-                found.append(run_child(tool, example, args.examples.resolve(), args.markdown.parent if args.markdown else None))
-                print(json.dumps({k: v for k, v in found[-1].items() if k != "times"}), flush=True)
+                found.append(run_child(tool, example, args.examples.resolve(), args.markdown.parent if args.markdown else None,
+                                       args.params))
+                print(json.dumps(found[-1]), flush=True)
     text = table(found)
     print(text)
     if args.markdown:

@@ -3,7 +3,10 @@
 and (with --ncu SIZE, on a GPU) Nsight Compute's bank conflicts, occupancy and DRAM throughput for
 one launch.
 
-Usage: scripts/inspect_variant.py NAME [NAME ...] [--ncu SIZE]
+With --ncu-report DIR as well, Nsight Compute's full set for that launch is kept as DIR/NAME.ncu-rep
+and its details page as DIR/NAME.txt (throughputs, warp stall reasons, the tensor pipe's use).
+
+Usage: scripts/inspect_variant.py NAME [NAME ...] [--ncu SIZE [--ncu-report DIR]]
 Needs cuobjdump (and ncu for --ncu) from the CUDA toolkit.
 """
 
@@ -60,11 +63,23 @@ def ncu_metrics(name: str, cubin: str, size: str) -> dict[str, str]:
     return values
 
 
+def ncu_report(name: str, cubin: str, size: str, folder: str) -> None:
+    job = Job(name, variant_from_name(name).family, cubin, size, timing=None)
+    report = f"{folder}/{name}"
+    subprocess.run(["ncu", "--set", "full", "-f", "-o", report, "--kernel-name", name, "-c", "1", *once_command(job)],
+                   capture_output=True, check=True)
+    details = subprocess.run(["ncu", "--import", f"{report}.ncu-rep", "--page", "details"],
+                             capture_output=True, text=True, check=True).stdout
+    with open(f"{report}.txt", "w") as out:
+        out.write(details)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="+")
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--ncu", metavar="SIZE", help="also profile one launch at this size with Nsight Compute")
+    parser.add_argument("--ncu-report", metavar="DIR", help="with --ncu: keep Nsight Compute's full report in DIR")
     args = parser.parse_args()
     if shutil.which("cuobjdump") is None:
         sys.exit("inspect_variant: cuobjdump not found: put the CUDA toolkit's bin/ on PATH")
@@ -83,6 +98,8 @@ def main() -> None:
         if args.ncu:
             for metric, value in ncu_metrics(name, str(compiled.cubin), args.ncu).items():
                 print(f"{name} @ {args.ncu}: {metric} = {value}")
+            if args.ncu_report:
+                ncu_report(name, str(compiled.cubin), args.ncu, args.ncu_report)
     print(text_table(["variant", "compiler", "regs", "spill", "SASS", "FFMA share", *WATCHED], rows))
 
 

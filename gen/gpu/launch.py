@@ -4,6 +4,7 @@ copies to and from NumPy). Importing this module makes no context."""
 
 from __future__ import annotations
 
+import atexit
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -115,8 +116,20 @@ def to_device(array: np.ndarray) -> Any:
 
 
 def _require_context() -> None:
-    if cuda.Context.get_current() is None:
-        raise UsageError("running a tilegen kernel needs a current CUDA context: import pycuda.autoprimaryctx first")
+    """pycuda's copies work in its own stack of contexts, which knows nothing of the context PyTorch
+    or CuPy made current: where that is the device's primary context, pycuda joins it (once per thread,
+    left at exit as pycuda.autoprimaryctx leaves it)."""
+    if cuda.Context.get_current() is not None:
+        return
+    from . import native
+
+    handle, device = native.current_context(None)  # refuses in one line where no context is current
+    primary = cuda.Device(device).retain_primary_context()
+    if primary.handle != handle:
+        raise UsageError("the current CUDA context is not its device's primary one, which tilegen copies NumPy "
+                         "arrays through: make it current with pycuda, or pass device arrays")
+    primary.push()
+    atexit.register(primary.pop)
 
 
 def synchronize() -> None:
