@@ -26,7 +26,7 @@ LAYOUTS = ("swizzle", "pad", "none")
 CHUNK = 8  # elements of a 16-byte chunk: the unit of cp.async and of an ldmatrix row
 MAX_ACCUMULATORS = 128  # float32 outputs per thread: beyond a 64 x 64 warp tile, registers spill
 # Registers a thread needs beside its sums (operands, addresses, the pipeline's counters): seen in
-# ptxas's reports of this template at bk 32 (64 x 64 warp tile: 242 in all; 64 x 32: 146; 32 x 32: 88).
+# ptxas's reports of this template (64 x 64 warp tile: 226-240 in all; 64 x 32: 146-160; 32 x 32: 92-106).
 OTHER_REGISTERS = 96
 
 

@@ -14,7 +14,7 @@
 //   group     8
 //   bounds    none
 //   copy      async
-//   template  hgemm.cu.j2 (sha256 ff4eae9a0a02)
+//   template  hgemm.cu.j2 (sha256 82f26ea31e3c)
 //
 // Reproduce with:
 //   tilegen render hgemm -p dtype=bf16 -p out=same -p bm=128 -p bn=128 -p bk=32 -p wm=64 -p wn=64 -p stages=3 -p pipeline=overlap -p layout=none -p group=8 -p bounds=none -p copy=async
@@ -67,11 +67,11 @@ __device__ __forceinline__ int b_offset(int row, int col)
     return row * 128 + col;
 }
 
-// 16 bytes from global to shared memory without passing through registers; when `inside` is false
-// nothing is read and the 16 bytes are zero-filled (a tile's part beyond the matrix adds nothing).
-__device__ __forceinline__ void copy16(void* shared_target, const void* source, bool inside)
+// 16 bytes from global memory to shared byte address `target` without passing through registers;
+// when `inside` is false nothing is read and the 16 bytes are zero-filled (a tile's part beyond the
+// matrix adds nothing).
+__device__ __forceinline__ void copy16(unsigned target, const void* source, bool inside)
 {
-    const unsigned target = static_cast<unsigned>(__cvta_generic_to_shared(shared_target));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(target), "l"(source), "r"(inside ? 16 : 0));
 }
 
@@ -148,42 +148,65 @@ extern "C" __global__ void __launch_bounds__(128, 1) hgemm_bf16_csame_bm128_bn12
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int warp_m = warp / (BN / WN) * WM, warp_n = warp % (BN / WN) * WN;  // the warp's piece of the block tile
 
-    // Global memory -> shared stage s, for the tile starting at column k0 of A: consecutive threads
-    // take consecutive 16-byte chunks of a row, so the reads are coalesced.
+    // Global memory -> shared memory. Consecutive threads take consecutive 16-byte chunks of a row, so
+    // the reads are coalesced; a thread copies chunk column c0 of rows r0, r0 + PASS, r0 + 2 PASS, ...
+    // of each tile. Its addresses are worked out once: per tile, the global ones move along K and the
+    // shared ones by a stage. PASS is a multiple of 8 rows wherever the block has the threads for it,
+    // and then the swizzle puts each of those rows' chunk at the same column: one offset per row.
+    constexpr int A_PASS = THREADS / (BK / 8), B_PASS = THREADS / (BN / 8);  // rows one pass of the threads copies
+    constexpr int A_PITCH = A_TILE / BM * 2, B_PITCH = B_TILE / BK * 2;  // bytes from one shared row to the next
+    constexpr int A_STAGE = A_TILE * 2, B_STAGE = B_TILE * 2;  // bytes of one stage's tile
+    const int a_r0 = threadIdx.x / (BK / 8), a_c0 = threadIdx.x % (BK / 8) * 8;
+    const int b_r0 = threadIdx.x / (BN / 8), b_c0 = threadIdx.x % (BN / 8) * 8;
+    const unsigned a_to = a_shared + 2 * a_offset(a_r0, a_c0), b_to = b_shared + 2 * b_offset(b_r0, b_c0);
+    const unsigned short* a_from = a_bits + static_cast<size_t>(block_m + a_r0) * lda + a_c0;  // + k0 each tile
+    const unsigned short* b_from = b_bits + static_cast<size_t>(b_r0) * ldb + block_n + b_c0;  // + k0 rows each tile
+    const size_t a_pass = static_cast<size_t>(A_PASS) * lda, b_pass = static_cast<size_t>(B_PASS) * ldb;
+    auto a_shared_row = [&](int i) { return A_PASS % 8 == 0 ? a_to + i * A_PASS * A_PITCH : a_shared + 2 * a_offset(a_r0 + i * A_PASS, a_c0); };
+    auto b_shared_row = [&](int i) { return B_PASS % 8 == 0 ? b_to + i * B_PASS * B_PITCH : b_shared + 2 * b_offset(b_r0 + i * B_PASS, b_c0); };
+    // Stage s's tiles, for the tile starting at column k0 of A (row k0 of B).
     auto load_tiles = [&](int s, int k0) {
         #pragma unroll
-        for (int i = 0; i < (A_CHUNKS + THREADS - 1) / THREADS; ++i) {
-            const int chunk = threadIdx.x + i * THREADS;
-            if (A_CHUNKS % THREADS == 0 || chunk < A_CHUNKS) {
-                const int row = chunk / (BK / 8), col = chunk % (BK / 8) * 8;
-                const int global_row = block_m + row, global_col = k0 + col;
-                copy16(As + s * A_TILE + a_offset(row, col), a_bits + global_row * lda + global_col, true);
+        for (int i = 0; i < (BM + A_PASS - 1) / A_PASS; ++i)
+            if (BM % A_PASS == 0 || a_r0 + i * A_PASS < BM) {
+                copy16(a_shared_row(i) + s * A_STAGE, (a_from + i * a_pass + k0), true);
             }
-        }
         #pragma unroll
-        for (int i = 0; i < (B_CHUNKS + THREADS - 1) / THREADS; ++i) {
-            const int chunk = threadIdx.x + i * THREADS;
-            if (B_CHUNKS % THREADS == 0 || chunk < B_CHUNKS) {
-                const int row = chunk / (BN / 8), col = chunk % (BN / 8) * 8;
-                const int global_row = k0 + row, global_col = block_n + col;
-                copy16(Bs + s * B_TILE + b_offset(row, col), b_bits + global_row * ldb + global_col, true);
+        for (int i = 0; i < (BK + B_PASS - 1) / B_PASS; ++i)
+            if (BK % B_PASS == 0 || b_r0 + i * B_PASS < BK) {
+                copy16(b_shared_row(i) + s * B_STAGE, (b_from + i * b_pass + static_cast<size_t>(k0) * ldb), true);
             }
-        }
     };
 
     float acc[MI][NI][4] = {};  // this warp's pieces of C, 4 values per lane each
+
+    // Shared memory -> registers. Each lane gives ldmatrix one row address per k-step and piece:
+    // lanes 0-15 rows 0-15 of A's piece at k, lanes 16-31 the same rows at k + 8; for B, lanes 0-15
+    // rows k .. k + 15 of two neighbouring 8-column pieces, lanes 16-31 the second piece. Those
+    // addresses are this lane's first one plus constants: 16 rows further (a piece of A further down,
+    // a k-step of B further) keep the swizzle's pattern, which repeats every 8 rows; 16 columns
+    // further (a k-step of A, a piece pair of B) add 32 bytes.
+    const unsigned a_lane = 2 * a_offset(warp_m + lane % 16, lane / 16 * 8);  // bytes into a stage's tile
+    const unsigned b_lane = 2 * b_offset(lane % 16, warp_n + lane / 16 * 8);
+    unsigned a_at[BK / 16], b_at[NI / 2];  // this lane's ldmatrix address per k-step of A, per piece pair of B
+    #pragma unroll
+    for (int step = 0; step < BK / 16; ++step)
+        a_at[step] = a_shared + (a_lane + 32 * step);
+    #pragma unroll
+    for (int j = 0; j < NI / 2; ++j)
+        b_at[j] = b_shared + (b_lane + 32 * j);
 
     // This warp's operands of one k-step (16 columns of A, 16 rows of B) from shared stage s, into
     // register set `set`: there are two, so that the products of one step never wait for the loads
     // of the next.
     unsigned a[2][MI][4], b[2][NI / 2][4];
-    auto load_operands = [&](int set, int s, int kk) {
+    auto load_operands = [&](int set, int s, int step) {
         #pragma unroll
-        for (int i = 0; i < MI; ++i)  // lanes 0-15 give rows 0-15 at k, lanes 16-31 the same rows at k + 8
-            load_matrices(a[set][i], a_shared + 2 * (s * A_TILE + a_offset(warp_m + i * 16 + lane % 16, kk + lane / 16 * 8)));
+        for (int i = 0; i < MI; ++i)
+            load_matrices(a[set][i], a_at[step] + s * A_STAGE + i * 16 * A_PITCH);
         #pragma unroll
-        for (int j = 0; j < NI / 2; ++j)  // rows k .. k + 15 of two neighbouring 8-column pieces of B
-            load_matrices_transposed(b[set][j], b_shared + 2 * (s * B_TILE + b_offset(kk + lane % 16, warp_n + j * 16 + lane / 16 * 8)));
+        for (int j = 0; j < NI / 2; ++j)
+            load_matrices_transposed(b[set][j], b_at[j] + s * B_STAGE + step * 16 * B_PITCH);
     };
 
     // The products of one k-step, on register set `set`.
@@ -214,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) hgemm_bf16_csame_bm128_bn12
         #pragma unroll
         for (int step = 0; step < BK / 16; ++step) {
             if (step + 1 < BK / 16) {
-                load_operands((step + 1) % 2, t % STAGES, (step + 1) * 16);
+                load_operands((step + 1) % 2, t % STAGES, step + 1);
             } else {
                 asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2));  // this thread's copies of tile t + 1 have landed
                 // Barrier: every thread's copies of tile t + 1 have landed, and every warp has loaded
