@@ -14,7 +14,7 @@
 //   group     8
 //   bounds    guard
 //   copy      async
-//   template  hgemm.cu.j2 (sha256 82f26ea31e3c)
+//   template  hgemm.cu.j2 (sha256 bf9f41d208cb)
 //
 // Reproduce with:
 //   tilegen render hgemm -p dtype=f16 -p out=same -p bm=128 -p bn=128 -p bk=32 -p wm=64 -p wn=64 -p stages=3 -p pipeline=overlap -p layout=pad -p group=8 -p bounds=guard -p copy=async
@@ -125,7 +125,6 @@ extern "C" __global__ void __launch_bounds__(128, 1) hgemm_f16_csame_bm128_bn128
     constexpr int MI = WM / 16, NI = WN / 8;  // mma pieces per warp: 4 x 8
     constexpr int THREADS = 128, STAGES = 3;
     constexpr int A_TILE = 5120, B_TILE = 4352;  // elements of one stage's tiles, layout included
-    constexpr int A_CHUNKS = BM * BK / 8, B_CHUNKS = BK * BN / 8;  // 16-byte chunks of one stage's tiles
 
     // Shared memory sized at launch: STAGES copies of A's tile and of B's.
     extern __shared__ __align__(128) unsigned short shared_buffer[];
