@@ -9,12 +9,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..core import nvidia_smi
+from ..core.checks import text_seconds
 from ..core.errors import UsageError
 from ..core.paths import as_path
 from ..families.family import ARCH_PATTERN, arch_base
 from .cache import cubin_cache
 from .compilers import Compiler, compiler_named, default_compiler
-from .deadlines import compile_timeout, seconds
+from .deadlines import compile_timeout
 from .levels import FULL, check_level
 
 DEFAULT_ARCH = "sm_90"
@@ -59,7 +60,7 @@ class CompileOptions:
         object.__setattr__(self, "cache", cache)
         object.__setattr__(self, "jobs", min(self.jobs, usable_cores()))
         object.__setattr__(self, "timeout_s", compile_timeout() if self.timeout_s is None
-                           else seconds(self.timeout_s, "timeout_s"))
+                           else text_seconds(self.timeout_s, "timeout_s"))
 
 
 def _items(value: object) -> list:
