@@ -9,8 +9,6 @@ caller's stream, with no copy of device arrays and no synchronisation. The drive
     print(softmax.explain(x, y))                   # which variant for these arrays, and why
 """
 
-from __future__ import annotations
-
 import functools
 from dataclasses import replace
 from typing import Any

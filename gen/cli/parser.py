@@ -1,8 +1,6 @@
 """The `tilegen` command line: its parser, one function per command, and the argument types that
 refuse what the Python API refuses (gen.core.checks)."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 from pathlib import Path
@@ -92,38 +90,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tilegen {__version__}")
     _add_family_path(parser, "family_path")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    _list_command(commands)
-    _render_command(commands)
-    _emit_command(commands)
-    _compile_command(commands)
-    _sweep_command(commands)
-    _tune_command(commands)
-    _best_command(commands)
-    _export_command(commands)
-    _report_command(commands)
-    _worker_command(commands)
-    _cache_command(commands)
+    for add_command in (_list_command, _render_command, _emit_command, _compile_command, _sweep_command,
+                        _tune_command, _best_command, _export_command, _report_command, _worker_command,
+                        _cache_command):
+        add_command(commands)
     return parser
 
 
 def _list_command(commands: Any) -> None:
     parser = _command(commands, "list", help="families, their parameters, allowed values and defaults")
     parser.add_argument("family", nargs="?")
-    parser.set_defaults(handler=run.cmd_list)
 
 
 def _render_command(commands: Any) -> None:
     parser = _command(commands, "render", help="print one variant's CUDA source")
     parser.add_argument("family")
     _add_params(parser, "name=value; left out: the family's default")
-    parser.set_defaults(handler=run.cmd_render)
 
 
 def _emit_command(commands: Any) -> None:
     parser = _command(commands, "emit", help="write each family's golden record (variants/) from scratch")
     parser.add_argument("families", nargs="*", metavar="FAMILY", help="only these families (default: all)")
     parser.add_argument("--out", type=Path, default=Path("variants"), help="folder (default: variants)")
-    parser.set_defaults(handler=run.cmd_emit)
 
 
 def _compile_command(commands: Any) -> None:
@@ -133,7 +121,6 @@ def _compile_command(commands: Any) -> None:
     _add_compile_arguments(parser)
     _add_compile_level(parser)
     parser.add_argument("--out", type=Path, help="write result rows to DIR/results.jsonl and .csv")
-    parser.set_defaults(handler=run.cmd_compile)
 
 
 def _sweep_command(commands: Any) -> None:
@@ -159,7 +146,6 @@ def _sweep_command(commands: Any) -> None:
     parser.add_argument("--budget", type=_moved_budget, help=argparse.SUPPRESS)
     _add_run_arguments(parser, TimingOptions().budget_s)
     _add_compile_level(parser)
-    parser.set_defaults(handler=run.cmd_sweep)
 
 
 def _tune_command(commands: Any) -> None:
@@ -194,7 +180,6 @@ def _tune_command(commands: Any) -> None:
                         help="time the stored winners for this GPU again and flag those that moved")
     parser.add_argument("--dry-run", action="store_true", help="print the space's count and a sample; run nothing")
     _add_run_arguments(parser, TUNE_TIMING.budget_s)
-    parser.set_defaults(handler=run.cmd_tune)
 
 
 def _best_command(commands: Any) -> None:
@@ -205,7 +190,6 @@ def _best_command(commands: Any) -> None:
     _add_gpu_model(parser, "a GPU model, or part of its name (default: this machine's GPU)")
     parser.add_argument("--db", type=Path, help="tuning database")
     _add_objective(parser, "what 'best' means (energy and edp: among variants measured with energy)")
-    parser.set_defaults(handler=run.cmd_best)
 
 
 def _export_command(commands: Any) -> None:
@@ -220,7 +204,6 @@ def _export_command(commands: Any) -> None:
     parser.add_argument("--force", action="store_true",
                            help="replace FILE even if it is not a file of that format tilegen wrote (never a "
                                 "database or a run's results)")
-    parser.set_defaults(handler=run.cmd_export)
 
 
 def _report_command(commands: Any) -> None:
@@ -237,14 +220,12 @@ def _report_command(commands: Any) -> None:
     parser.add_argument("--plot", type=Path, metavar="OUT.png",
                            help="also draw throughput heatmaps, one file per family, shape and GPU, and strategy "
                                 "convergence (needs matplotlib)")
-    parser.set_defaults(handler=run.cmd_report)
 
 
 def _worker_command(commands: Any) -> None:
     parser = _command(commands, "worker", help="serve this host's GPUs to a Dask scheduler (for --cluster)")
     parser.add_argument("address", help="the scheduler, e.g. tcp://HOST:8786")
     parser.add_argument("--gpus", default="all", help="GPU numbers, e.g. 0,1, or 'all' (default: all)")
-    parser.set_defaults(handler=run.cmd_worker)
 
 
 def _cache_command(commands: Any) -> None:
@@ -253,14 +234,15 @@ def _cache_command(commands: Any) -> None:
     action.add_argument("--clear", action="store_true", help="remove every cached compile (tilegen's files only)")
     action.add_argument("--purge-failed", action="store_true",
                         help="remove the cached compile errors and damaged entries, so those variants compile again")
-    parser.set_defaults(handler=run.cmd_cache)
 
 
 def _command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
-    """A subcommand's parser. The global options are taken after the command too, into their own
-    field: argparse would let the command's default replace what was given before it."""
-    return _add_family_path(commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + "."),
-                            "family_path_after")
+    """A subcommand's parser, run by gen.cli.commands.cmd_<name>. The global options are taken after
+    the command too, into their own field: argparse would let the command's default replace what was
+    given before it."""
+    parser = commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+    parser.set_defaults(handler=getattr(run, f"cmd_{name}"))
+    return _add_family_path(parser, "family_path_after")
 
 
 def _add_family_path(parser: argparse.ArgumentParser, dest: str) -> argparse.ArgumentParser:

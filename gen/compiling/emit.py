@@ -1,7 +1,5 @@
 """Write the golden record: every variant of each family's emitted space to <out>/<family>/."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Iterable
 

@@ -1,20 +1,19 @@
 """What a compile is asked for (`CompileOptions`): the architecture, the flags, the cache, how many
 compiles at once, each one's deadline, and the compiler; each field checked when made."""
 
-from __future__ import annotations
-
 import functools
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..core import nvidia_smi
+from ..core.checks import text_seconds
 from ..core.errors import UsageError
 from ..core.paths import as_path
 from ..families.family import ARCH_PATTERN, arch_base
 from .cache import cubin_cache
 from .compilers import Compiler, compiler_named, default_compiler
-from .deadlines import compile_timeout, seconds
+from .deadlines import compile_timeout
 from .levels import FULL, check_level
 
 DEFAULT_ARCH = "sm_90"
@@ -59,7 +58,7 @@ class CompileOptions:
         object.__setattr__(self, "cache", cache)
         object.__setattr__(self, "jobs", min(self.jobs, usable_cores()))
         object.__setattr__(self, "timeout_s", compile_timeout() if self.timeout_s is None
-                           else seconds(self.timeout_s, "timeout_s"))
+                           else text_seconds(self.timeout_s, "timeout_s"))
 
 
 def _items(value: object) -> list:

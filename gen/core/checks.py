@@ -3,11 +3,10 @@ be: text typed by people is read by `whole_text` (parameter values, sizes, count
 line's argument types check text as typed (`*_problem`); the Python API's options check numbers
 (`seconds`, `whole`, numpy's included); each options class checks its own fields with these."""
 
-from __future__ import annotations
-
 import json
 import math
 import numbers
+import os
 import re
 from typing import Any
 
@@ -79,6 +78,24 @@ def seconds(value: Any, what: str) -> float:
     if problem := seconds_problem(None if isinstance(value, str) else value):
         raise UsageError(f"{what} {problem}, got {value!r}")
     return float(value)
+
+
+def text_seconds(value: Any, what: str, hint: str = "") -> float:
+    """A positive, finite number of seconds, from a number or its text (an environment variable's);
+    UsageError naming `what` otherwise, with `hint` after the problem."""
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        number = math.nan
+    if problem := seconds_problem(number):
+        raise UsageError(f"{what} {problem}{hint}, got {value!r}")
+    return number
+
+
+def env_seconds(name: str, default: float, hint: str = "") -> float:
+    """Seconds from the environment variable `name` (text_seconds), else `default` where it is unset or empty."""
+    text = os.environ.get(name, "").strip()
+    return text_seconds(text, f"${name}", hint) if text else default
 
 
 def whole(value: Any, what: str, minimum: int = 0) -> int:

@@ -2,8 +2,6 @@
 seconds ($TILEGEN_PROGRESS_S; 0: a line per item, naming it) with the counts so far and the ETA;
 nothing at all when it is turned off (--quiet)."""
 
-from __future__ import annotations
-
 import os
 import shutil
 import sys
@@ -11,8 +9,7 @@ import time
 from collections import Counter
 from typing import Callable, TextIO
 
-from .checks import seconds_problem
-from .errors import UsageError
+from .checks import env_seconds
 
 BAR_WIDTH = 24
 LOG_EVERY_S = 5.0  # without a terminal: a line at most this often, and one at the end
@@ -21,12 +18,9 @@ EVERY_ENV = "TILEGEN_PROGRESS_S"  # sets that period
 
 def log_every_s() -> float:
     """Seconds between progress lines without a terminal: $TILEGEN_PROGRESS_S, else LOG_EVERY_S."""
-    text = os.environ.get(EVERY_ENV, "").strip()
-    if not text or text == "0":
-        return 0.0 if text else LOG_EVERY_S
-    if problem := seconds_problem(text):
-        raise UsageError(f"${EVERY_ENV} {problem} (0: a line per item), got {text!r}")
-    return float(text)
+    if os.environ.get(EVERY_ENV, "").strip() == "0":
+        return 0.0
+    return env_seconds(EVERY_ENV, LOG_EVERY_S, " (0: a line per item)")
 
 
 class Progress:

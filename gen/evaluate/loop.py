@@ -16,8 +16,6 @@ timed from then on stop early once clearly slower than it. Interrupts and failur
 here, once for every command, with one line saying what was kept and how to go on.
 """
 
-from __future__ import annotations
-
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -61,7 +59,8 @@ class Sink(Protocol):
         """Rows made by this evaluation (kept as they come: a killed run loses none)."""
 
     def recall(self, rows: list[Row]) -> None:
-        """Rows measured before and given to the proposer again."""
+        """Rows measured before and given to the proposer again (a sink that subclasses Sink
+        ignores them unless it says otherwise)."""
 
     def kept(self) -> str:
         """What is kept, in a few words, for the line an interrupt ends with."""
@@ -73,7 +72,7 @@ class Outcome:
     fresh: int  # rows the engine made
 
 
-class ListSink:
+class ListSink(Sink):
     """A sink that keeps rows in memory (a compile without --out, finals, revalidate)."""
 
     def __init__(self) -> None:
@@ -81,9 +80,6 @@ class ListSink:
 
     def record(self, rows: list[Row]) -> None:
         self.rows.extend(rows)
-
-    def recall(self, rows: list[Row]) -> None:
-        pass
 
     def kept(self) -> str:
         return f"{len(self.rows)} rows evaluated"

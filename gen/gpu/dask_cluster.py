@@ -4,16 +4,13 @@ it cannot be within $TILEGEN_CONNECT_TIMEOUT seconds (Dask distributed is an opt
 results of finished jobs, gathered with a deadline.
 """
 
-from __future__ import annotations
-
 import logging
-import os
 import queue
 import threading
 import time
 from typing import Any, Sequence
 
-from ..core.checks import seconds_problem
+from ..core.checks import env_seconds
 from ..core.errors import Interrupted, UsageError
 
 GPU = "GPU"  # the Dask worker resource: one per GPU, so one job per GPU at a time
@@ -46,12 +43,7 @@ def connect(address: str) -> Any:
 
 def connect_timeout() -> float:
     """How long a scheduler is tried: $TILEGEN_CONNECT_TIMEOUT seconds, else CONNECT_TIMEOUT_S."""
-    text = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
-    if not text:
-        return CONNECT_TIMEOUT_S
-    if problem := seconds_problem(text):
-        raise UsageError(f"${CONNECT_TIMEOUT_ENV} {problem}, got {text!r}")
-    return float(text)
+    return env_seconds(CONNECT_TIMEOUT_ENV, CONNECT_TIMEOUT_S)
 
 
 def check_reachable(address: str) -> None:

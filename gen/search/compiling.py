@@ -1,8 +1,6 @@
 """`tilegen compile`: every point of a space compiled (no GPU), rows kept as they come (in a results
 log with --out), and a table of the resources each variant uses."""
 
-from __future__ import annotations
-
 import sys
 from dataclasses import dataclass
 
@@ -10,7 +8,7 @@ from ..core.progress import Progress
 from ..core.results import Row, Status
 from ..core.table import text_table
 from ..evaluate.engine import EngineStats
-from ..evaluate.loop import evaluate
+from ..evaluate.loop import Sink, evaluate
 from ..evaluate.plan import make_plan, space_line
 from ..evaluate.session import Session
 from ..families.space import Space
@@ -27,7 +25,7 @@ class CompileReport:
     filtered: int = 0  # points the name pattern left out
 
 
-class CompileSink:
+class CompileSink(Sink):
     """The rows of a compile, kept in memory and, with --out, in its results log as they come."""
 
     def __init__(self, total: int, log: ResultLog | None):
@@ -38,9 +36,6 @@ class CompileSink:
         self.rows.extend(rows)
         for row in rows if self.log else ():
             self.log.append(row)
-
-    def recall(self, rows: list[Row]) -> None:
-        pass
 
     def kept(self) -> str:
         compiled = sum(row.status != Status.SKIPPED for row in self.rows)

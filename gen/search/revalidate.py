@@ -2,13 +2,11 @@
 model's on that model's GPUs with cubins for its architecture; a change larger than the noise
 means the winner moved (a new driver or compiler, other clocks)."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, replace
 
 from ..core.results import GpuModel, Row, is_ok
 from ..evaluate.engine import Engine
-from ..evaluate.loop import evaluate
+from ..evaluate.loop import Sink, evaluate
 from ..evaluate.options import RunOptions
 from ..evaluate.plan import Point
 from ..evaluate.session import Executor, Session
@@ -50,7 +48,7 @@ def _retime_model(db: TuningDB, model: GpuModel, engine: Engine) -> list[Retimed
     return [_retimed(problem, winners[problem], new[point.key]) for problem, point in points.items()]
 
 
-class RetimeSink:
+class RetimeSink(Sink):
     """The new timings, each recorded under its own problem."""
 
     def __init__(self, db: TuningDB, problems: dict[str, TuningKey]):
@@ -61,9 +59,6 @@ class RetimeSink:
         for row in rows:
             record_measured(self.db, [row], self.problems[row.key])
         self.count += len(rows)
-
-    def recall(self, rows: list[Row]) -> None:
-        pass
 
     def kept(self) -> str:
         return f"{self.count} stored winners re-timed and kept in {self.db.path}"

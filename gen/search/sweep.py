@@ -7,8 +7,6 @@ unless `keep_skipped` asks for a row per point. Everything the options say is ch
 anything is written.
 """
 
-from __future__ import annotations
-
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +19,7 @@ from ..core.progress import Progress
 from ..core.objectives import NO_ENERGY
 from ..core.results import Row, Status
 from ..evaluate.engine import Engine, EngineStats
-from ..evaluate.loop import evaluate
+from ..evaluate.loop import Sink, evaluate
 from ..evaluate.options import CACHE_CONFIGS, FULL, RunOptions, sanitizer_path
 from ..evaluate.plan import Plan, make_plan, space_line
 from ..families import get_family
@@ -95,7 +93,7 @@ class SweepReport:
                 f"over {threads}, the GPUs busy {self.stats.gpu_seconds:.1f} s summed over GPUs")
 
 
-class LogSink:
+class LogSink(Sink):
     """The sweep's rows, appended to its results log as they come. A point that only compiled
     before (no GPU) and only compiles again gets no second row."""
 
@@ -106,9 +104,6 @@ class LogSink:
         for row in rows:
             if row.status is not Status.COMPILED or row.key not in self.only_compiled:
                 self.log.append(row)
-
-    def recall(self, rows: list[Row]) -> None:
-        pass
 
     def kept(self) -> str:
         return f"{len(self.log.rows)} rows kept in {self.log.path} (and results.csv)"

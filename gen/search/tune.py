@@ -13,8 +13,6 @@ interleaved rounds, which name the winner. The screening rows are kept in the da
 full-level rows are winners. DEFAULT_SCREEN says whether a tune screens unless told.
 """
 
-from __future__ import annotations
-
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -28,7 +26,7 @@ from ..core.progress import Progress
 from ..core.results import Row, is_ok
 from ..core.timing import EARLY_STOP_MARGIN, TUNE_TIMING
 from ..evaluate.engine import Engine
-from ..evaluate.loop import Outcome, evaluate
+from ..evaluate.loop import Outcome, Sink, evaluate
 from ..evaluate.options import FULL, RunOptions, check_level
 from ..evaluate.plan import Plan, Point, make_plan
 from ..evaluate.session import Executor, Session
@@ -188,7 +186,7 @@ def record_measured(db: TuningDB, rows: list[Row], problem: TuningKey) -> None:
     db.record(rows, problem.gpu_model)
 
 
-class TuneSink:
+class TuneSink(Sink):
     """A tune's rows, recorded in the tuning database as they come; with a `session`, every
     evaluation (recalled ones too) also goes into that session's trace."""
 
