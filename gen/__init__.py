@@ -4,6 +4,8 @@
 from their modules when first used (gen.__getattr__). Families from outside tilegen: `load_families(folder)` (or $TILEGEN_FAMILY_PATH).
 """
 
+from __future__ import annotations
+
 import importlib
 from pathlib import Path
 from typing import Any

@@ -5,6 +5,8 @@ host). CuPy and PyTorch are never imported here: an array of theirs means they a
 their fast accessors are used instead of building the interface's dict on every call.
 """
 
+from __future__ import annotations
+
 import ctypes
 import sys
 from dataclasses import dataclass

@@ -4,6 +4,8 @@ that isolation, L2-flushed timing, checks, the compile cache and the tuning data
 Options tilegen does not support are refused in one line that names the option.
 """
 
+from __future__ import annotations
+
 import json
 import math
 import time

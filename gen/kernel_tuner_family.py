@@ -7,6 +7,8 @@ name and a hash of everything but the arrays' values, so the same call tunes the
 (and what the tuning database holds of it is recalled, not measured again).
 """
 
+from __future__ import annotations
+
 import glob
 import hashlib
 import itertools

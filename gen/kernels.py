@@ -9,6 +9,8 @@ caller's stream, with no copy of device arrays and no synchronisation. The drive
     print(softmax.explain(x, y))                   # which variant for these arrays, and why
 """
 
+from __future__ import annotations
+
 import functools
 from dataclasses import replace
 from typing import Any

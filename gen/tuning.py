@@ -8,6 +8,8 @@ return the rows as dicts. They build the options the command line builds and cal
     best = rows[0]                    # the winner first: rows[0]["name"], rows[0]["median_ms"]
 """
 
+from __future__ import annotations
+
 import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence

@@ -2,6 +2,8 @@
 that evaluates something builds its options and hands them to its driver in gen.search; the
 evaluation loop handles interrupts and failures for all of them."""
 
+from __future__ import annotations
+
 import argparse
 import contextlib
 import sys

@@ -5,6 +5,8 @@ closed terminal at any moment ends as `tilegen: interrupted`, exit code 130, nev
 This module imports nothing heavy (gen.core.processes, for the handlers): it is what runs first.
 """
 
+from __future__ import annotations
+
 import sys
 
 from ..core.processes import EXIT_INTERRUPTED, install_stop_handlers

@@ -3,6 +3,8 @@ run that cannot finish (a tool that fails twice, a full disk) with one line and 
 Ctrl-C, SIGTERM or a closed terminal (SIGHUP) stops any command within seconds, keeps what finished
 and says so (exit 130). The entry point, gen.cli.entry, handles those signals before this module loads."""
 
+from __future__ import annotations
+
 import os
 import signal
 import sys

@@ -1,6 +1,8 @@
 """The `tilegen` command line: its parser, one function per command, and the argument types that
 refuse what the Python API refuses (gen.core.checks)."""
 
+from __future__ import annotations
+
 import argparse
 import sys
 from pathlib import Path

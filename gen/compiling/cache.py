@@ -5,6 +5,8 @@ before it is trusted; one that fails the proof is removed, with a note on stderr
 again. Only tilegen's own files here are ever removed.
 """
 
+from __future__ import annotations
+
 import errno
 import functools
 import hashlib

@@ -16,6 +16,8 @@ more before the run stops (RunFailed). A compile stopped by an interrupt raises 
 leaves nothing in the cache.
 """
 
+from __future__ import annotations
+
 import hashlib
 import math
 from dataclasses import dataclass, replace

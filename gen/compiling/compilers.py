@@ -6,6 +6,8 @@ two: NVRTC (nvrtc.Nvrtc, in process, the default where cuda-python's bindings ar
 nvcc (nvcc.Nvcc).
 """
 
+from __future__ import annotations
+
 import os
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 

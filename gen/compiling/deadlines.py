@@ -2,6 +2,8 @@
 unless set); a question to the compiler (its version, its architectures), QUERY_TIMEOUT_S and
 never more than a compile. The same for every compiler."""
 
+from __future__ import annotations
+
 from ..core.checks import env_seconds
 
 TIMEOUT_ENV = "TILEGEN_COMPILE_TIMEOUT"

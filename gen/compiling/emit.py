@@ -1,5 +1,7 @@
 """Write the golden record: every variant of each family's emitted space to <out>/<family>/."""
 
+from __future__ import annotations
+
 from pathlib import Path
 from typing import Iterable
 

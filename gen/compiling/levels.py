@@ -13,6 +13,8 @@ full's registers and no stack, and ofc-min compiles slower than full (1.0 s agai
 variant). scripts/bench_cold.py measures how each ranks variants on a GPU.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
 
 from ..core.errors import UsageError

@@ -7,6 +7,8 @@ Each run has a temporary folder of its own that is nvcc's $TMPDIR too, so its in
 go with the folder whatever stops it. A run stopped by an interrupt raises Interrupted.
 """
 
+from __future__ import annotations
+
 import functools
 import os
 import re

@@ -17,6 +17,8 @@ NVRTC takes fewer options than nvcc. The nvcc flags it has an equivalent of are 
 other is refused in one line that says to use nvcc.
 """
 
+from __future__ import annotations
+
 import os
 import re
 import sys

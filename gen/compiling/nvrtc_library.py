@@ -5,6 +5,8 @@ so the driver never compiles anything), with ptxas's report (`--ptxas-options=-v
 Used in whatever process compiles: a compile worker (nvrtc_process) or, for measurements, the
 caller's own threads (the bindings release the GIL while NVRTC works)."""
 
+from __future__ import annotations
+
 import functools
 import importlib.metadata
 import re

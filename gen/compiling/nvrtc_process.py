@@ -2,6 +2,8 @@
 compiles programs it is sent over the socket FD, one at a time, until the socket closes. A crash
 or a hang of NVRTC ends this process, never tilegen (gen.compiling.nvrtc says what to do then)."""
 
+from __future__ import annotations
+
 import signal
 import sys
 from multiprocessing.connection import Connection

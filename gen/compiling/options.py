@@ -1,6 +1,8 @@
 """What a compile is asked for (`CompileOptions`): the architecture, the flags, the cache, how many
 compiles at once, each one's deadline, and the compiler; each field checked when made."""
 
+from __future__ import annotations
+
 import functools
 import os
 from dataclasses import dataclass, field, replace

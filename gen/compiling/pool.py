@@ -18,6 +18,8 @@ the future's exception. `kill()` stops it all: running compiles are killed, and 
 and the queued ones end with Interrupted, never with a result.
 """
 
+from __future__ import annotations
+
 import threading
 from collections import deque
 from concurrent.futures import Future, as_completed

@@ -1,6 +1,8 @@
 """Several variants as one program: each rendered source in a namespace of its own (extern "C" keeps
 each kernel's symbol), for compilers that compile a batch in one run."""
 
+from __future__ import annotations
+
 import hashlib
 from typing import Mapping
 

@@ -1,6 +1,8 @@
 """ptxas's report (`-Xptxas -v`): what each kernel uses, read the same from any compiler that runs
 ptxas and keeps its report in the log."""
 
+from __future__ import annotations
+
 import re
 from dataclasses import dataclass
 

@@ -8,6 +8,8 @@ Every template gets: `v` (the variant), `name` (its kernel symbol), `ctype`, `pa
 (the kernel's parameter list, made from the family's arguments) and what the banner needs.
 """
 
+from __future__ import annotations
+
 import difflib
 import functools
 import hashlib

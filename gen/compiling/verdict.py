@@ -11,6 +11,8 @@
   after one, and a second one stops the run (RunFailed) naming the variant, the cause and the fix.
 """
 
+from __future__ import annotations
+
 import os
 import re
 import signal

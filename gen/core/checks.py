@@ -3,6 +3,8 @@ be: text typed by people is read by `whole_text` (parameter values, sizes, count
 line's argument types check text as typed (`*_problem`); the Python API's options check numbers
 (`seconds`, `whole`, numpy's included); each options class checks its own fields with these."""
 
+from __future__ import annotations
+
 import json
 import math
 import numbers

@@ -1,6 +1,8 @@
 """What a cubin (an ELF file) declares, read without a GPU or a CUDA library: the names in its
 symbol table. Kernels are among them, under their C++-mangled names where they have C++ linkage."""
 
+from __future__ import annotations
+
 import struct
 
 ELF64_LITTLE = b"\x7fELF\x02\x01"

@@ -5,6 +5,8 @@ nvidia-smi is an external tool like nvcc: it runs in a session of its own with a
 machine without it (or whose driver does not answer) is an answer too: nothing.
 """
 
+from __future__ import annotations
+
 import os
 import subprocess
 from typing import Sequence

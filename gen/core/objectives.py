@@ -7,6 +7,8 @@
 A row measured without energy has no energy or edp score: it can be ranked by time only.
 """
 
+from __future__ import annotations
+
 from typing import Protocol, Sequence, TypeVar
 
 from .errors import UsageError

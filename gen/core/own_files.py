@@ -3,6 +3,8 @@ did not make, and never a folder, device or pipe where a file should be. `open_o
 in; `write_atomically` writes a file whole, through a temporary file of its own moved into place
 (a reader never sees half a file, and a link at the path is replaced, not followed)."""
 
+from __future__ import annotations
+
 import errno
 import os
 import stat

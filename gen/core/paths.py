@@ -3,6 +3,8 @@ where its own templates are, and the checks every command makes before it writes
 path no file system takes (a name over 255 bytes), and a folder or file tilegen cannot write, are
 refused in one line before anything on disk changes."""
 
+from __future__ import annotations
+
 import os
 import tempfile
 from pathlib import Path

@@ -9,6 +9,8 @@ that comes while the main thread starts a child waits until the child is known, 
 killed with the rest: a child is never left running on its own.
 """
 
+from __future__ import annotations
+
 import os
 import signal
 import socket

@@ -2,6 +2,8 @@
 seconds ($TILEGEN_PROGRESS_S; 0: a line per item, naming it) with the counts so far and the ETA;
 nothing at all when it is turned off (--quiet)."""
 
+from __future__ import annotations
+
 import os
 import shutil
 import sys

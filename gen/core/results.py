@@ -4,6 +4,8 @@ Pure data: this module imports neither jinja2 nor pycuda (nor any other part of 
 store, reports, strategies and the tuning database never pull in rendering or the GPU.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import functools
 import json

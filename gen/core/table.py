@@ -1,5 +1,7 @@
 """Plain-text tables for the terminal and Markdown tables for docs/results."""
 
+from __future__ import annotations
+
 from typing import Any, Sequence
 
 

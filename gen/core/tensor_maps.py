@@ -3,6 +3,8 @@ describes a row-major matrix of 16-bit elements and the 64 x 64 box one copy mov
 memory with the 128-byte swizzle. Encoded on the host by the driver's cuTensorMapEncodeTiled (libcuda
 through ctypes: a host function that needs no context), passed to a kernel by value."""
 
+from __future__ import annotations
+
 import ctypes
 import functools
 

@@ -2,6 +2,8 @@
 defaults and a tune's `TUNE_TIMING`), the warm-up, when timing a loser may stop early, and the
 statistics of the samples. The loop that applies them runs in the GPU worker (gen.gpu.timing)."""
 
+from __future__ import annotations
+
 import math
 import statistics
 from dataclasses import dataclass, replace

@@ -15,6 +15,8 @@ not render, a compiler that keeps failing, GPUs that cannot load the cubins) com
 interrupt) kills the compiler runs and the GPU workers: work cut short gives no row.
 """
 
+from __future__ import annotations
+
 import itertools
 import queue
 import threading

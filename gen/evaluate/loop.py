@@ -16,6 +16,8 @@ timed from then on stop early once clearly slower than it. Interrupts and failur
 here, once for every command, with one line saying what was kept and how to go on.
 """
 
+from __future__ import annotations
+
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol

@@ -1,6 +1,8 @@
 """How points are evaluated: the options sweep, tune, compile and revalidate share, and the GPUs
 they run on (this host's isolated workers, or a Dask cluster)."""
 
+from __future__ import annotations
+
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Sequence

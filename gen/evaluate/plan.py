@@ -6,6 +6,8 @@ others are counted per reason, size and cache preference, so that they become `s
 (one per reason, or one per point with `keep`), never silence.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 

@@ -2,6 +2,8 @@
 reach compiling/ and gpu/ only through evaluate/): the compile cache, templates rendered and emitted,
 a Dask worker served and a cluster's scheduler reached (`distributed` imported only then)."""
 
+from __future__ import annotations
+
 from typing import Sequence
 
 from ..compiling.compiler import cache_summary, cached_by_another, clear_cache, cubin_cache, made_by, purge_failed

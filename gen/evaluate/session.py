@@ -2,6 +2,8 @@
 compile options and pool, the GPUs (an executor), the checking, and an engine, or one per GPU
 model with cubins for its architecture (`for model, engine in session.per_model("tune")`)."""
 
+from __future__ import annotations
+
 import random
 import sys
 from dataclasses import replace

@@ -3,6 +3,8 @@
 
 This package's face: the registry's lookups."""
 
+from __future__ import annotations
+
 from .builtin import BUILTIN_FAMILIES
 from .copy import CopyFamily, CopyVariant
 from .gemm import GEMM, MatmulShape

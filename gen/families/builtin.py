@@ -2,6 +2,8 @@
 written with the same public API (gen.api) a plugin uses; families that compute the same thing
 share a Problem (gemm, matrix)."""
 
+from __future__ import annotations
+
 from .copy import CopyFamily
 from .family import Family
 from .hgemm import HgemmFamily

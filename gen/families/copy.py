@@ -4,6 +4,8 @@
 transpose, without the transposition, so the gap between the two is the transpose's own cost.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, replace
 from typing import ClassVar
 

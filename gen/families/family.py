@@ -12,6 +12,8 @@ Nothing here touches the GPU or a template engine: the runner allocates arrays a
 renderer renders, both by asking these objects. CUDA's launch limits are checked here, once.
 """
 
+from __future__ import annotations
+
 import math
 import re
 from abc import ABC, abstractmethod

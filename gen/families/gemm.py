@@ -1,5 +1,7 @@
 """The GEMM problem, C = A·B row-major with leading dimensions, shared by matmul and sgemm."""
 
+from __future__ import annotations
+
 from dataclasses import dataclass
 from typing import Mapping
 

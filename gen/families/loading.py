@@ -2,6 +2,8 @@
 the modules of the family-path folders, each folder a package of its own. Each family is checked
 (plugin_checks) as it is registered; one that fails is left out with its one-line problem."""
 
+from __future__ import annotations
+
 import ast
 import contextlib
 import hashlib

@@ -5,6 +5,8 @@ tile at a time, each thread loading one element of A's tile and one of B's, then
 times one column out of shared memory.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, replace
 from typing import ClassVar
 

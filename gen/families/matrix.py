@@ -1,5 +1,7 @@
 """The H x W matrix problems, transpose and copy, and the tile launch their families share."""
 
+from __future__ import annotations
+
 from typing import Any, Mapping
 
 import numpy as np

@@ -2,6 +2,8 @@
 template, and every point of its default space (rules, launch, shared memory, reference). A family
 that fails one is left out with a PluginProblem: one line naming its file, the variant and the fix."""
 
+from __future__ import annotations
+
 import dataclasses
 import itertools
 from typing import Any, Callable

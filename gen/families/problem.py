@@ -3,6 +3,8 @@ reference and its tolerance, the work one launch does) and the ceilings its thro
 measured against. Families that compute the same thing share one Problem (matmul and sgemm share
 the GEMM). Nothing here touches the GPU: the runner allocates and compares by asking these objects."""
 
+from __future__ import annotations
+
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass

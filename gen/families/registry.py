@@ -7,6 +7,8 @@ that fails is left out with a one-line problem naming its file and the fix, and 
 family keeps working.
 """
 
+from __future__ import annotations
+
 import functools
 import inspect
 import os

@@ -11,6 +11,8 @@ With splitk=S, blockIdx.z takes one of S slices of K and adds its partial sums i
 launch zeroes first: more blocks for shapes whose M x N tiles alone cannot fill the GPU.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, replace
 from typing import ClassVar
 

@@ -11,6 +11,8 @@ that no parameter's name can clash with them). The kernel keeps its own linkage:
 is `#define`d to the variant's name, and the GPU worker finds the symbol, mangled or not.
 """
 
+from __future__ import annotations
+
 import functools
 import json
 import math

@@ -5,6 +5,8 @@ list is the user's mistake: UsageError). Combinations that break a rule or a CUD
 out of the expansion with their reason, so that they become `skipped` rows, not silence.
 """
 
+from __future__ import annotations
+
 import fnmatch
 import itertools
 import numbers

@@ -2,6 +2,8 @@
 tiles are declared static (sized when compiled) or extern (sized at launch); a GEMM's block tile is
 cut into warp tiles."""
 
+from __future__ import annotations
+
 from ..core.limits import WARP_SIZE
 
 SMEM = ("static", "dynamic")

@@ -6,6 +6,8 @@ tile in shared memory so that both the reads and the writes are coalesced. With 
 (tile / 4) x rows threads and every global access is a 16-byte float4.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, replace
 from typing import ClassVar
 

@@ -12,6 +12,8 @@ stored results is declared with `omit=` its default: variants at the default kee
 names, and old names parse to the default. `Variant.name_format()` shows the format.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import functools
 from dataclasses import dataclass

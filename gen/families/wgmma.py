@@ -10,6 +10,8 @@ next tile's copies overlap this one's stores), or has its two consumers take who
 (ping-pong: one's stores overlap the other's products); `group` orders the tiles for L2 reuse.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 

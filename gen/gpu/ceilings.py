@@ -13,6 +13,8 @@ Importing this module needs no pycuda (the measurers import it when they run), s
 and the family's own measurers work in a stand-in worker too.
 """
 
+from __future__ import annotations
+
 import fcntl
 import json
 import math

@@ -19,6 +19,8 @@ in a task of its own, at most MAX_RESENDS times. When no worker of the run's GPU
 none joins within the hang timeout, the run stops with an error that names them.
 """
 
+from __future__ import annotations
+
 import queue
 import sys
 import threading

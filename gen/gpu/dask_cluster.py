@@ -4,6 +4,8 @@ it cannot be within $TILEGEN_CONNECT_TIMEOUT seconds (Dask distributed is an opt
 results of finished jobs, gathered with a deadline.
 """
 
+from __future__ import annotations
+
 import logging
 import queue
 import threading

@@ -10,6 +10,8 @@ only its own row says so. A task lost with its workers counts as a loss for each
 (`lost_verdict`); a task of several that failed does not, since which job failed is not known.
 """
 
+from __future__ import annotations
+
 import math
 import queue
 from dataclasses import dataclass

@@ -7,6 +7,8 @@ subprocess (gen.gpu.isolated.IsolatedWorker) with the same hang timeout as on on
 crashing kernel never kills a Dask worker.
 """
 
+from __future__ import annotations
+
 import atexit
 import hashlib
 import os

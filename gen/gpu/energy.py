@@ -10,6 +10,8 @@ that power times the time per launch of the same back-to-back loop (for a kernel
 the host takes to launch it, the loop's time includes the GPU's waits for the host).
 """
 
+from __future__ import annotations
+
 import time
 from collections import deque
 from dataclasses import dataclass

@@ -22,6 +22,8 @@ takes them as its GPUs can hold them, until the feed is closed and empty. `capac
 jobs that is at once.
 """
 
+from __future__ import annotations
+
 from typing import Iterable, Iterator, Protocol
 
 from ..core.errors import TilegenError

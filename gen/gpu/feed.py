@@ -12,6 +12,8 @@ while at a time. A feed has one taker at a time.
     feed.close()                          # no more jobs: takers end once the feed is empty
 """
 
+from __future__ import annotations
+
 import threading
 from collections import deque
 from typing import Callable, Iterable, Iterator

@@ -15,6 +15,8 @@ waiting on all of them at once: `send`, `receive` whenever the worker's socket i
 `time_out` once its `deadline` passed.
 """
 
+from __future__ import annotations
+
 import os
 import pickle
 import select

@@ -1,5 +1,7 @@
 """What the sweep hands a GPU worker and what comes back: plain, picklable data, no pycuda."""
 
+from __future__ import annotations
+
 from dataclasses import dataclass, field, replace
 from typing import Any
 

@@ -6,6 +6,8 @@ One thread feeds every worker (gen.gpu.table says how), so that feeding 64 GPUs 
 feeding one does: a thread per GPU spent more on handing the interpreter lock around than on the
 jobs (scripts/bench_scale.py measures it)."""
 
+from __future__ import annotations
+
 import threading
 from typing import Iterable, Iterator, Sequence
 

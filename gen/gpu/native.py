@@ -4,6 +4,8 @@ prepared calls take only pycuda streams; cuLaunchKernel takes a handle, with the
 once per launch (an array of pointers to their values). Importing this module makes no context.
 """
 
+from __future__ import annotations
+
 import functools
 from typing import Any, Sequence
 

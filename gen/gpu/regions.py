@@ -2,6 +2,8 @@
 (gen.gpu.launch) and the driver's (gen.gpu.native) both zero before a kernel that adds into its
 output. Pure arithmetic: no CUDA here."""
 
+from __future__ import annotations
+
 from typing import Sequence
 
 import numpy as np

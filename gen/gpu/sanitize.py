@@ -5,6 +5,8 @@ A numerically right answer does not make a variant safe: a race may simply not h
 time. Each tool runs the variant once, in a process of its own under the sanitizer.
 """
 
+from __future__ import annotations
+
 import functools
 import os
 import re

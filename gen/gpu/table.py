@@ -12,6 +12,8 @@ the GPU to itself. When a worker dies or hangs, the job it was running gets the 
 queued behind it are sent again, in order, to the worker started afresh: none is lost or run twice.
 """
 
+from __future__ import annotations
+
 import os
 import queue
 import select

@@ -8,6 +8,8 @@ With --serve, the process runs MODULE:FUNCTION (`WORKER`, or a stand-in a test n
 it inherited, as descriptor FD; it ignores Ctrl-C, which only tilegen, its parent, acts on.
 """
 
+from __future__ import annotations
+
 import importlib
 import json
 import signal

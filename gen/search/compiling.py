@@ -1,6 +1,8 @@
 """`tilegen compile`: every point of a space compiled (no GPU), rows kept as they come (in a results
 log with --out), and a table of the resources each variant uses."""
 
+from __future__ import annotations
+
 import sys
 from dataclasses import dataclass
 

@@ -8,6 +8,8 @@ family's safe default. A stored winner that cannot run the shape (bounds=none on
 if no adaptation runs either, the next in its ranking is tried.
 """
 
+from __future__ import annotations
+
 import math
 import warnings
 from pathlib import Path

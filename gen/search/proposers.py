@@ -10,6 +10,8 @@ what they propose:
 A point whose variant a store already measured (`known`) is recalled, not evaluated again.
 """
 
+from __future__ import annotations
+
 import statistics
 import time
 from dataclasses import dataclass, field, replace

@@ -1,6 +1,8 @@
 """A strategy replayed against recorded measurements, without a GPU: how the tuning study and the
 tests compare strategies on spaces measured once in full."""
 
+from __future__ import annotations
+
 from typing import Mapping
 
 from .strategies import SearchSpace, make_strategy

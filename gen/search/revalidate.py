@@ -2,6 +2,8 @@
 model's on that model's GPUs with cubins for its architecture; a change larger than the noise
 means the winner moved (a new driver or compiler, other clocks)."""
 
+from __future__ import annotations
+
 from dataclasses import dataclass, replace
 
 from ..core.results import GpuModel, Row, is_ok

@@ -7,6 +7,8 @@ list. The interface is ask/tell: `ask(n)` returns up to n variants not yet told,
 time_ms)` reports a measurement (None when the variant failed). Lower time is better.
 """
 
+from __future__ import annotations
+
 import math
 import random
 import time

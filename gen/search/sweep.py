@@ -7,6 +7,8 @@ unless `keep_skipped` asks for a row per point. Everything the options say is ch
 anything is written.
 """
 
+from __future__ import annotations
+
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -13,6 +13,8 @@ interleaved rounds, which name the winner. The screening rows are kept in the da
 full-level rows are winners. DEFAULT_SCREEN says whether a tune screens unless told.
 """
 
+from __future__ import annotations
+
 import random
 import time
 from dataclasses import dataclass, field, replace

@@ -1,6 +1,8 @@
 """What a tune found on one GPU model, and the report it prints: the finalists ranked by the
 objective, with their energy where measured, and their time-energy front."""
 
+from __future__ import annotations
+
 from dataclasses import dataclass
 
 from ..core.objectives import DEFAULT_OBJECTIVE, needs_energy, pareto_front

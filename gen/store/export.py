@@ -7,6 +7,8 @@ An export writes over a T4 file tilegen wrote; another existing file only with `
 never an SQLite database or a run's results, even then. The file is written whole or not at all.
 """
 
+from __future__ import annotations
+
 import json
 import re
 import time

@@ -1,6 +1,8 @@
 """Lines appended whole or taken back, and a failed write said in one line (a full disk is a failed
 run; anything else needs another place). A whole file is written by gen.core.own_files.write_atomically."""
 
+from __future__ import annotations
+
 import contextlib
 import os
 from pathlib import Path

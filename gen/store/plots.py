@@ -3,6 +3,8 @@ throughput heatmaps over the family's two heatmap axes (one per value of its hea
 parameter, if it names one), and how fast each tuning strategy converged on that problem. Needs
 matplotlib (pip install 'tilegen[plot]')."""
 
+from __future__ import annotations
+
 import re
 import statistics
 from pathlib import Path

@@ -1,5 +1,7 @@
 """Tables from result rows: status counts, the best variant per problem, the top N."""
 
+from __future__ import annotations
+
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path

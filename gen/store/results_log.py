@@ -12,6 +12,8 @@ The folder itself (the names of its files, the marker that says it is tilegen's,
 while a run writes it) is run_folder's; writing files whole is files'.
 """
 
+from __future__ import annotations
+
 import csv
 import io
 import json

@@ -8,6 +8,8 @@ wrote no marker: it is given one). A folder is locked while a run writes it (Fol
 second writer, or a resume of a live run, is refused, naming the process that holds it.
 """
 
+from __future__ import annotations
+
 import contextlib
 import fcntl
 import os

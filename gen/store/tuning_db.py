@@ -15,6 +15,8 @@ held too long, a file that cannot be written, a full disk, a file that is not a 
 one line that names the file.
 """
 
+from __future__ import annotations
+
 import os
 import sqlite3
 import time

@@ -11,6 +11,8 @@ change a database (no migration, no journal switch); a writer migrates an old on
 transaction, keeping every row and its id.
 """
 
+from __future__ import annotations
+
 import functools
 import os
 import sqlite3
