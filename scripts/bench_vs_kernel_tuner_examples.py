@@ -17,10 +17,11 @@ every configuration; the matmul space without the configurations whose static sh
 48 KiB (Kernel Tuner stops at them); the convolution's filter fixed at its source's 17x17 and a space of
 84 points instead of its 3 million, without the 512-thread blocks (64x8: on an H100 8 of their 12
 configurations fail to launch in tilegen, launch_error rows, and Kernel Tuner stops the whole tune
-at the first of them, reading it as a wrong result); expdist's first kernel only, without an answer (each block
-writes its partial sum; the sums' layout depends on the configuration), compiled by nvcc in
-tilegen (it includes cub/cub.cuh, whose host code NVRTC does not take), over 96 of its 960
-configurations, with lang="PYCUDA" (Kernel Tuner's cuda-python backend, its default, fails to load
+at the first of them, reading it as a wrong result); expdist's first kernel only, checked by a verify
+function (each block writes its partial sum, laid out by the configuration, so the check is that
+they add up to the float64 total; cloudpickle must be installed, to send it to tilegen's workers),
+compiled by nvcc in tilegen (it includes cub/cub.cuh, whose host code NVRTC does not take), over 96
+of its 960 configurations, with lang="PYCUDA" (Kernel Tuner's cuda-python backend, its default, fails to load
 this module on an H100 with CUDA 13: CUDA_ERROR_INVALID_IMAGE; its pycuda backend compiles with nvcc).
 
 With --params JSON (an example's tune_params, replaced), a few configurations can be timed by both
@@ -104,10 +105,22 @@ def _expdist(folder: Path, rng: np.random.Generator) -> tuple[tuple, dict]:
     b = a + 0.00001 * rng.standard_normal(alloc * ndim)
     scale_a, scale_b = np.absolute(0.01 * rng.standard_normal(alloc)), np.absolute(0.01 * rng.standard_normal(alloc))
     blocks = int(np.ceil(size / 32.0) * np.ceil(size / 1.0))
+    m = int(size)  # the kernel reads dimension d of point i at A[d * m + i]
+    distance = sum((a[d * m:(d + 1) * m, None] - b[None, d * m:(d + 1) * m]) ** 2 for d in range(ndim))
+    expected = np.zeros(blocks)
+    expected[0] = np.exp(-distance / (scale_a[:m, None] + scale_b[None, :m])).sum()  # the partial sums' total
     return (("ExpDist", str(folder / "expdist.cu"), (size, size),
              [a, b, size, size, scale_a, scale_b, np.zeros(blocks)], params),
             {"grid_div_x": ["block_size_x", "tile_size_x"], "grid_div_y": ["block_size_y", "tile_size_y"],
+             "answer": [None] * 6 + [expected], "verify": same_total,
              "lang": "PYCUDA"})  # Kernel Tuner's pycuda backend: its cuda-python one fails to load this module
+
+
+def same_total(answer: list, result: list, atol: float | None = None) -> bool:
+    """expdist's check: the blocks' partial sums (laid out by the configuration) add up to the
+    float64 total of every pair's term (tilegen sends this function to its workers with cloudpickle)."""
+    total = answer[-1].sum()
+    return bool(abs(result[-1].sum() - total) <= 1e-9 * abs(total))
 
 
 def child(tool: str, example: str, folder: Path, params: dict | None) -> dict[str, Any]:
