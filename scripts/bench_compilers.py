@@ -6,7 +6,9 @@ For each space and compiler: the wall time of a cold compile (an empty cache) an
 second; then, variant by variant, whether NVRTC's resources (registers, shared bytes, spills, stack)
 equal nvcc's. NVRTC runs as tilegen runs it (a warm worker process per compile thread) and, for
 comparison, in the compile threads themselves (`Nvrtc(isolated=False)`: the bindings release the
-GIL). Prints tables and writes them as Markdown with --markdown; asserts nothing.
+GIL), and with batches as large as nvcc's (up to 8 variants to a program as soon as more wait
+than there are threads: tilegen's NVRTC before issue 35, whose threads finished far apart).
+Prints tables and writes them as Markdown with --markdown; asserts nothing.
 
 Usage: scripts/bench_compilers.py [--arch sm_90] [--markdown FILE]
 """
@@ -36,8 +38,17 @@ from gen.families.variant import Variant  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_vs_kernel_tuner import SPACE  # noqa: E402
 
+
+
+class BatchedAsNvcc(Nvrtc):
+    """NVRTC given batches as large as nvcc's (tilegen's NVRTC before issue 35)."""
+
+    runs_per_thread = 1
+
+
 COMPILERS: dict[str, Callable[[], Compiler]] = {
-    "nvrtc (worker processes)": Nvrtc, "nvrtc (threads)": lambda: Nvrtc(isolated=False), "nvcc": Nvcc}
+    "nvrtc (worker processes)": Nvrtc, "nvrtc (threads)": lambda: Nvrtc(isolated=False),
+    "nvrtc (batched as nvcc)": BatchedAsNvcc, "nvcc": Nvcc}
 
 
 def spaces() -> dict[str, list[Variant]]:

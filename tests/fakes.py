@@ -457,8 +457,8 @@ class OtherCompiler:
     """The real nvcc under another name, version or batching (a gen.compiling.compilers.Compiler that
     tilegen has not met); notes the kernels of each run it is asked for."""
 
-    def __init__(self, name: str = "nvcc", version: str | None = None, batches: bool = True):
-        self.name, self.release, self.batches = name, version, batches
+    def __init__(self, name: str = "nvcc", version: str | None = None, batches: bool = True, runs_per_thread: int = 1):
+        self.name, self.release, self.batches, self.runs_per_thread = name, version, batches, runs_per_thread
         self.nvcc = Nvcc()
         self.runs: list[list[str]] = []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from gen.compiling import compiler, nvcc
 from gen.compiling.compiler import (CompileOptions, Compiled, compile_batch, compile_variant, nvcc_version, parse_ptxas,
                                 provenance)
-from gen.compiling.pool import compile_variants
+from gen.compiling.pool import CompilePool, compile_variants
 from gen.core.processes import ProcessGroup
 from gen.compiling.nvcc import Nvcc
 from gen.core.errors import ToolMissing
@@ -93,6 +94,50 @@ def test_variants_compile_together_only_where_the_compiler_batches(compile_optio
         assert all(c.ok and not c.cached for c in compile_batch(variants, options, ProcessGroup()))
     assert batching.runs == [[v.name for v in variants]]
     assert alone.runs == [[v.name] for v in variants]
+
+
+class _GatedCompiler(OtherCompiler):
+    """A compiler whose first run (and third, where `hold_third`) waits until the test opens its gate."""
+
+    def __init__(self, hold_third: bool = False, **kind) -> None:
+        super().__init__(**kind)
+        self.gates = {0: threading.Event(), **({2: threading.Event()} if hold_third else {})}
+
+    def compile(self, sources, arch, flags, deadline_s, children):
+        gate = self.gates.get(len(self.runs))
+        if gate is not None:
+            assert gate.wait(60), "the test never opened this run's gate"
+        return super().compile(sources, arch, flags, deadline_s, children)
+
+
+def _pool_runs(compiler: _GatedCompiler, cache: Path) -> list[list[str]]:
+    """The runs a one-thread pool gives `compiler` for six variants asked for while its first run waits."""
+    variants = [MatmulVariant(tile=tile, padding=padding) for tile in (8, 16) for padding in (0, 1, 2)]
+    pool = CompilePool(CompileOptions(arch="sm_90", cache=cache, jobs=1, compiler=compiler))
+    try:
+        futures = [pool.submit(variant) for variant in variants]
+        compiler.gates[0].set()
+        if 2 in compiler.gates:
+            assert futures[1].result(60).ok  # done while the third run waits: not held back in a batch with it
+            assert not futures[2].done()
+            compiler.gates[2].set()
+        assert all(future.result(60).ok for future in futures)
+        return compiler.runs
+    finally:
+        pool.kill()
+
+
+def test_a_pool_sizes_batches_by_the_runs_each_thread_should_have(compile_options, tmp_path: Path) -> None:
+    names = [v.name for v in (MatmulVariant(tile=tile, padding=padding) for tile in (8, 16) for padding in (0, 1, 2))]
+    assert _pool_runs(_GatedCompiler(), tmp_path / "1") == [names[:1], names[1:]]  # as large as can be
+    assert _pool_runs(_GatedCompiler(runs_per_thread=4), tmp_path / "4") == [  # 5 wait: ceil(5/4), then one each
+        names[:1], names[1:3], *([name] for name in names[3:])]
+
+
+def test_a_pool_gives_each_variant_a_run_of_its_own_where_the_compiler_batches_not(compile_options,
+                                                                                   tmp_path: Path) -> None:
+    runs = _pool_runs(_GatedCompiler(hold_third=True, batches=False), tmp_path)
+    assert runs == [[name] for run in runs for name in run] and len(runs) == 6
 
 
 def test_a_compile_error_is_a_result_with_the_log(compile_options, monkeypatch) -> None:

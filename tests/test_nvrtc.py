@@ -23,6 +23,7 @@ from gen.compiling.compilers import COMPILER_ENV, compiler_named, default_compil
 from gen.compiling.nvcc import Nvcc
 from gen.compiling.nvrtc import Nvrtc, nvrtc_options
 from gen.compiling import compiler
+from gen.compiling.pool import compile_variants
 from gen.cli.main import main
 from gen.core.errors import Interrupted, UsageError
 from gen.core.processes import ProcessGroup
@@ -64,6 +65,14 @@ def test_every_builtin_familys_defaults_compile_to_the_resources_nvcc_gives(nvrt
         assert ours.resources == theirs.resources, ours.variant.name
         assert ours.compiler.startswith("nvrtc ") and theirs.compiler.startswith("nvcc ")
         assert ours.cubin.read_bytes()[:4] == b"\x7fELF"  # a cubin, not PTX
+
+
+def test_nvrtc_batches_only_what_leaves_each_thread_several_runs(nvrtc: CompileOptions) -> None:
+    """Up to 8 to a program would cost NVRTC the threads' finishing together (docs/results/compile-batching.md)."""
+    variants = [MatmulVariant(tile=tile, padding=padding) for tile in (8, 16) for padding in (0, 1)]
+    compiled = compile_variants(variants, replace(nvrtc, jobs=1))  # nvcc would put the last three in one run
+    assert all(c.ok for c in compiled)
+    assert len({c.cubin for c in compiled}) == len(variants)
 
 
 def test_the_cache_keeps_each_compilers_cubin_apart(nvrtc: CompileOptions) -> None:

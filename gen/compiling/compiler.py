@@ -4,7 +4,7 @@ Needs no GPU. A variant's compile is cached under a hash of its source, the opti
 compiler's name and version, so a repeated run compiles nothing (cache.py proves each entry before
 trusting it). The compiler is the options' (`CompileOptions.compiler`: NVRTC where installed, else nvcc,
 unless told otherwise; compilers.Compiler says what one must do). Variants of families that allow it
-(`Family.compile_together`) are compiled several to one run where the compiler can (each in a
+(`Family.compile_together`) are compiled several to one run where the compiler batches (each in a
 namespace of its own, which halves nvcc's cost per variant); a batch that fails is compiled again one
 by one, so each error lands on its variant.
 

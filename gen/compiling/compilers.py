@@ -27,7 +27,15 @@ class Compiler(Protocol):
 
     @property
     def batches(self) -> bool:
-        """Whether one run compiles several variants (each kernel named as alone) as well as one."""
+        """Whether one run compiles several variants (each kernel named as alone) as well as one,
+        and for less per variant: the compile pool gives a compiler that does not one variant a run."""
+
+    @property
+    def runs_per_thread(self) -> int:
+        """How many runs of what waits each compile thread should have, where the compiler batches:
+        the pool's batches hold at most 1/(threads x this) of it. 1 for a compiler whose run costs a
+        start-up (nvcc: batches as large as can be); more for one whose run costs little beyond its
+        variants (NVRTC: smaller batches, so that the threads finish together)."""
 
     def version(self) -> str:
         """Its version ('13.0.88'), for the cache key and provenance: ToolMissing where it is not
@@ -50,7 +58,8 @@ COMPILERS = tuple(_BY_NAME)
 
 def default_compiler() -> Compiler:
     """The compiler tilegen uses unless told otherwise: $TILEGEN_COMPILER, else NVRTC where it is
-    installed (compiles in process, several times faster), else nvcc."""
+    installed (no process to start per compile: as fast as nvcc on SGEMM, where ptxas's time
+    dominates both, faster on small kernels; docs/results/h200-compilers.md), else nvcc."""
     named = os.environ.get(COMPILER_ENV, "").strip()
     if named:
         return compiler_named(named, f"${COMPILER_ENV}")

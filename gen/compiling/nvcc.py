@@ -34,6 +34,7 @@ class Nvcc:
 
     name: ClassVar[str] = "nvcc"
     batches: ClassVar[bool] = True  # several variants to one run, each in a namespace of its own
+    runs_per_thread: ClassVar[int] = 1  # a run's start-up costs ~0.4 s: batches as large as can be
 
     def version(self) -> str:
         return nvcc_version()

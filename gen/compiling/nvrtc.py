@@ -48,6 +48,9 @@ _RENAMED = {"-use_fast_math": "--use_fast_math", "-maxrregcount": "--maxrregcoun
 class Nvrtc:
     name: ClassVar[str] = "nvrtc"
     batches: ClassVar[bool] = True  # several variants to one program, each in a namespace of its own
+    # A program costs NVRTC little beyond its variants (no process to start), so batches stay small
+    # enough that the threads finish together (docs/results/compile-batching.md).
+    runs_per_thread: ClassVar[int] = 4
     isolated: bool = True  # a worker process per compile thread; False: NVRTC in the threads themselves
     worker: str = "gen.compiling.nvrtc_process"  # the module each worker process runs (a test may name a stand-in)
 

@@ -12,7 +12,10 @@ Each request may name a compile level (gen.compiling.levels); left out, the opti
 variant at two levels is two compiles; one compiler run holds variants of one level.
 
 The first wave compiles one variant per run, so that the first results come soon; later, when
-more wait than there are threads, several go to one run (`batch_size`). An error the compiler
+more wait than there are threads, several go to one run (`batch_size`) of a compiler that batches
+(`Compiler.batches`), as many as leave each thread `Compiler.runs_per_thread` runs of what waits
+(nvcc: 1, its start-up shared by up to 8; NVRTC: 4, smaller batches finishing together);
+a compiler that does not batch gets one each. An error the compiler
 cannot turn into a result (a template that does not render, a compiler that keeps failing) is
 the future's exception. `kill()` stops it all: running compiles are killed, and their futures
 and the queued ones end with Interrupted, never with a result.
@@ -146,8 +149,10 @@ class CompilePool:
                 self._lock.wait()
             if self._stopped:
                 return None
-            first_wave = self._runs < self.workers
-            count = 1 if first_wave else batch_size(len(self._urgent or self._later), self.workers)
+            compiler = self.options.compiler
+            one_each = self._runs < self.workers or not compiler.batches
+            count = 1 if one_each else batch_size(len(self._urgent or self._later),
+                                                  self.workers * compiler.runs_per_thread)
             self._runs += 1
             if self._urgent:
                 batch = _same_level(self._urgent, count)
