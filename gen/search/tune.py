@@ -216,6 +216,9 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candid
     interleaved rounds, and the family's default variant for comparison. Times count from
     `started` (the first model's compiles start before the GPUs are known)."""
     search = _search(options, family, shape, chosen, problem, db, started)
+    default = _default_point(family, shape, problem)
+    if default is not None and default.variant.name not in db.measured(problem):
+        engine.speculate([default])  # compiled when a compile thread is free, not after the search
     progress = Progress(chosen.budget, f"tune {family.name} {shape}", enabled=options.progress)
     searched = evaluate(search, engine, TuneSink(db, problem, db.start_session(problem, options.strategy)), progress,
                         RESUME_HINT)
@@ -230,7 +233,7 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candid
     # Each finalist's median round recorded once more, as its latest: best and gen.tuned agree with the standings.
     chosen_rows = {s.name: _marked(rounds.median_round(s), len(s.medians_ms)) for s in standings}
     db.record(list(chosen_rows.values()), problem.gpu_model)
-    default = _default_row(engine, family, shape, problem, db)
+    default = _default_row(engine, default, problem, db)
     on_gpu = searched.fresh + finals.fresh + (default.fresh if default else 0)
     return TuneResult(problem, options.strategy, chosen_rows[standings[0].name], standings,
                       default.rows[0] if default else None, len(search.trace), on_gpu, time.monotonic() - started,
@@ -276,13 +279,18 @@ def _marked(row: Row, rounds: int) -> Row:
     return replace(row, provenance={**row.provenance, FINALIST_KEY: rounds})
 
 
-def _default_row(engine: Engine, family: Family, shape: Any, problem: TuningKey, db: TuningDB) -> Outcome | None:
-    """The family's default variant at this shape (measured before, or now), to say the speed-up."""
+def _default_point(family: Family, shape: Any, problem: TuningKey) -> Point | None:
+    """The family's default variant at this shape, to say the speed-up; None where it cannot run it."""
     default = family.safe_variant(shape, problem.dtype)
-    if refused(family, default, shape) is not None:
+    return None if refused(family, default, shape) is not None else Point(default, shape, "none")
+
+
+def _default_row(engine: Engine, default: Point | None, problem: TuningKey, db: TuningDB) -> Outcome | None:
+    """The default variant's row: measured before (the database's), or now."""
+    if default is None:
         return None
-    return evaluate(PointList([Point(default, shape, "none")], known=db.measured(problem)), engine,
-                    TuneSink(db, problem), resume_hint=RESUME_HINT)
+    return evaluate(PointList([default], known=db.measured(problem)), engine, TuneSink(db, problem),
+                    resume_hint=RESUME_HINT)
 
 
 def tuned_rows(result: TuneResult, db: Path | None) -> dict[str, Row]:
