@@ -51,9 +51,13 @@ def sass_mix(cubin: str) -> tuple[Counter, int]:
     return mix, len(opcodes)
 
 
+def launch_once(name: str, cubin: str, size: str) -> list[str]:
+    """The command that runs the variant once at this size, in a process of its own (for ncu)."""
+    return once_command(Job(name, variant_from_name(name).family, cubin, size, timing=None))
+
+
 def ncu_metrics(name: str, cubin: str, size: str) -> dict[str, str]:
-    job = Job(name, variant_from_name(name).family, cubin, size, timing=None)
-    command = ["ncu", "--metrics", ",".join(NCU_METRICS), "--kernel-name", name, "--csv", *once_command(job)]
+    command = ["ncu", "--metrics", ",".join(NCU_METRICS), "--kernel-name", name, "--csv", *launch_once(name, cubin, size)]
     output = subprocess.run(command, capture_output=True, text=True).stdout
     values = {}
     for line in output.splitlines():
@@ -64,10 +68,9 @@ def ncu_metrics(name: str, cubin: str, size: str) -> dict[str, str]:
 
 
 def ncu_report(name: str, cubin: str, size: str, folder: str) -> None:
-    job = Job(name, variant_from_name(name).family, cubin, size, timing=None)
     report = f"{folder}/{name}"
-    subprocess.run(["ncu", "--set", "full", "-f", "-o", report, "--kernel-name", name, "-c", "1", *once_command(job)],
-                   capture_output=True, check=True)
+    subprocess.run(["ncu", "--set", "full", "-f", "-o", report, "--kernel-name", name, "-c", "1",
+                    *launch_once(name, cubin, size)], capture_output=True, check=True)
     details = subprocess.run(["ncu", "--import", f"{report}.ncu-rep", "--page", "details"],
                              capture_output=True, text=True, check=True).stdout
     with open(f"{report}.txt", "w") as out:

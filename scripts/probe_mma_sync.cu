@@ -6,6 +6,25 @@
 #include <cstdio>
 #include <cuda_runtime.h>
 
+// The best of 5 timed runs of `run(round)`, in milliseconds, by CUDA events.
+template <typename Run>
+float best_of_5_ms(Run run)
+{
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start); cudaEventCreate(&stop);
+    float best = 1e30f;
+    for (int r = 0; r < 5; ++r) {
+        cudaEventRecord(start);
+        run(r);
+        cudaEventRecord(stop);
+        cudaEventSynchronize(stop);
+        float ms;
+        cudaEventElapsedTime(&ms, start, stop);
+        best = ms < best ? ms : best;
+    }
+    return best;
+}
+
 template <int CHAINS, bool BF16>
 __global__ void __launch_bounds__(256) mma_loop(float* out, int iterations, unsigned seed)
 {
@@ -36,18 +55,7 @@ void measure(int threads, float* out, int sms, int warps_per_sm = 64)
 {
     const int iterations = 4096, blocks = sms * (warps_per_sm * 32 / threads);  // that many warps on each SM
     mma_loop<CHAINS, BF16><<<blocks, threads>>>(out, 16, 3u);  // warm-up
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start); cudaEventCreate(&stop);
-    float best = 1e30f;
-    for (int r = 0; r < 5; ++r) {
-        cudaEventRecord(start);
-        mma_loop<CHAINS, BF16><<<blocks, threads>>>(out, iterations, 3u + r);
-        cudaEventRecord(stop);
-        cudaEventSynchronize(stop);
-        float ms;
-        cudaEventElapsedTime(&ms, start, stop);
-        best = ms < best ? ms : best;
-    }
+    const float best = best_of_5_ms([&](int r) { mma_loop<CHAINS, BF16><<<blocks, threads>>>(out, iterations, 3u + r); });
     const double flops = 2.0 * 16 * 8 * 16 * CHAINS * (double)iterations * blocks * (threads / 32);
     printf("%s chains %2d, %4d threads per block, %2d warps per SM: %7.1f TFLOP/s (best of 5)\n", BF16 ? "bf16" : "f16 ",
            CHAINS, threads, warps_per_sm, flops / best / 1e9);
@@ -118,18 +126,7 @@ void measure_warp_tiles(float* out, int sms)
 {
     const int iterations = 4096, blocks = sms * 2;
     warp_tile_loop<SYNC><<<blocks, 128>>>(out, 16);  // warm-up
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start); cudaEventCreate(&stop);
-    float best = 1e30f;
-    for (int r = 0; r < 5; ++r) {
-        cudaEventRecord(start);
-        warp_tile_loop<SYNC><<<blocks, 128>>>(out, iterations);
-        cudaEventRecord(stop);
-        cudaEventSynchronize(stop);
-        float ms;
-        cudaEventElapsedTime(&ms, start, stop);
-        best = ms < best ? ms : best;
-    }
+    const float best = best_of_5_ms([&](int) { warp_tile_loop<SYNC><<<blocks, 128>>>(out, iterations); });
     const double flops = 2.0 * 64 * 64 * 32 * (double)iterations * blocks * 4;
     printf("f16  ldmatrix + mma, 64 x 64 warp tiles, 8 warps per SM%s: %7.1f TFLOP/s (best of 5)\n",
            SYNC ? ", a barrier per 2 k-steps" : "", flops / best / 1e9);

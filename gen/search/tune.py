@@ -217,8 +217,8 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candid
     `started` (the first model's compiles start before the GPUs are known)."""
     search = _search(options, family, shape, chosen, problem, db, started)
     default = _default_point(family, shape, problem)
-    if default is not None and default.variant.name not in db.measured(problem):
-        engine.speculate([default])  # compiled when a compile thread is free, not after the search
+    if default is not None:  # compiled when a compile thread is free, not after the search (a cache hit if known)
+        engine.speculate([default])
     progress = Progress(chosen.budget, f"tune {family.name} {shape}", enabled=options.progress)
     searched = evaluate(search, engine, TuneSink(db, problem, db.start_session(problem, options.strategy)), progress,
                         RESUME_HINT)
