@@ -116,7 +116,7 @@ class Kernel:
                                  f"current CUDA context is GPU {device}'s: make that GPU current, or move {name}")
         family = get_family(variant.family)  # the fallback's, where this family does not run here (Family.fallback)
         launch = family.launch(variant, shape)
-        problem, output = family.problem, described[self.output]
+        problem, output = family.problem_of(variant), described[self.output]
         arguments = problem.kernel_arguments(shape, {name: array.pointer for name, array in described.items()})
         clears = native_spans(output, problem.output_region(shape)) if launch.clears_output else ()
         function = loaded(variant, context)
@@ -283,7 +283,7 @@ def _matmul_family(element: str, size: str, dtype: str, out_dtype: str, pointers
         if str(numpy_dtype(variant.output_dtype)) != out_dtype or family.refusal(variant, shape) is not None:
             continue
         try:
-            family.problem.kernel_arguments(shape, dict(zip(("A", "B", "C"), pointers)))
+            family.problem_of(variant).kernel_arguments(shape, dict(zip(("A", "B", "C"), pointers)))
         except TilegenError:  # arrays it cannot take (UsageError), or a driver that refuses them
             continue
         return family.name

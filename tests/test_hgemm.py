@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gen.core.errors import InvalidVariant
+from gen.compiling.render import render
+from gen.core.errors import InvalidVariant, UsageError
 from gen.families import get_family
 
 HGEMM = get_family("hgemm")
@@ -32,3 +33,31 @@ def test_odd_shapes_are_refused_by_what_cannot_run_them_and_adapted() -> None:
     adapted = HGEMM.runnable(default, shape)
     assert (adapted.bounds, adapted.copy) == ("guard", "scalar")
     assert HGEMM.runnable(default, HGEMM.parse_shape("1000x1000x1000")).copy == "async"
+
+
+def test_tma_copies_need_64_wide_swizzled_boxes_and_say_what_does_not_fit() -> None:
+    tma = HGEMM.variant_type(bk=64, copy="tma")
+    tma.check()
+    for change, named in (({"bk": 32}, "bk 32"), ({"layout": "pad"}, "layout=pad"), ({"bm": 96, "wm": 32}, "bm 96"),
+                          ({"pipeline": "plain"}, "pipeline=plain")):
+        with pytest.raises(InvalidVariant, match=f"copy=tma .*{named}"):
+            HGEMM.variant_type(**{**tma.params(), **change}).check()
+
+
+def test_tma_copies_take_any_m_n_k_but_rows_on_16_byte_boundaries() -> None:
+    guarded = HGEMM.variant_type(bk=64, copy="tma", bounds="guard")
+    assert HGEMM.refusal(guarded, HGEMM.parse_shape("999x1001x1003:1008,1008,1001")) is None
+    assert "lda and ldb must be multiples of 8" in HGEMM.refusal(guarded, HGEMM.parse_shape("999x1001x1003"))
+    relative = HGEMM.unaligned(guarded)  # a view off a 16-byte boundary: element copies
+    assert (relative.copy, relative.bounds) == ("scalar", "guard")
+
+
+def test_a_tma_variant_takes_tensor_maps_like_wgmma_and_the_others_take_pointers() -> None:
+    tma = HGEMM.variant_type(bk=64, copy="tma")
+    assert HGEMM.problem_of(tma) is get_family("wgmma").problem  # (a_map, b_map, C, M, N, K, ldc)
+    assert HGEMM.problem_of(HGEMM.default_variant()) is HGEMM.problem
+    assert "const __grid_constant__ TensorMap a_map" in render(tma)
+    with pytest.raises(UsageError, match="C must start at a 16-byte boundary"):
+        HGEMM.problem_of(tma).kernel_arguments(HGEMM.parse_shape("64x64x64"), {"A": 0x1000, "B": 0x2000, "C": 0x3004})
+    # the stages start at the first 1024-byte boundary, then a barrier and a counter per stage
+    assert tma.shared_bytes == HGEMM.variant_type(bk=64).shared_bytes + 1024 + 16 * tma.stages

@@ -133,6 +133,11 @@ class Family(ABC):
         """A small problem this variant can run, for compute-sanitizer."""
         return self.problem.small_size
 
+    def problem_of(self, variant: Any) -> Problem:
+        """The problem as this variant's kernel takes it: `problem`, unless the family's kernels differ
+        in their parameters (hgemm's copy=tma takes tensor maps for A and B)."""
+        return self.problem
+
     def runs_on(self, cc: str) -> bool:
         """Whether the kernels run on a GPU of compute capability `cc` ('9.0'): any does, unless
         the family names its own architecture (target_arch 'sm_90a' runs on 9.0 only)."""

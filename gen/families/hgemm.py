@@ -12,10 +12,13 @@ float32 or in the input type (`out`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import Any, ClassVar, Mapping
 
-from ..core.errors import InvalidVariant
+import numpy as np
+
+from ..core.errors import InvalidVariant, UsageError
 from ..core.limits import REGISTERS_PER_SM, WARP_SIZE
+from ..core.tensor_maps import ALIGNMENT, BOX, box_map
 from .family import Family, Launch, blocks, check_shared_bytes, check_threads
 from .gemm import GemmProblem, MatmulShape
 from .problem import GEMM_BF16, GEMM_F16, UNIT_ROUNDOFF, Ceiling, element_bytes, sum_tolerance
@@ -28,6 +31,7 @@ MAX_ACCUMULATORS = 128  # float32 outputs per thread: beyond a 64 x 64 warp tile
 # Registers a thread needs beside its sums (operands, addresses, the pipeline's counters): seen in
 # ptxas's reports of this template (64 x 64 warp tile: 226-240 in all; 64 x 32: 146-160; 32 x 32: 92-106).
 OTHER_REGISTERS = 96
+ALIGNMENT_SLACK = 1024  # copy=tma: the stages start at the first 1024-byte boundary of dynamic shared memory
 
 
 class HalfGemmProblem(GemmProblem):
@@ -47,6 +51,23 @@ class HalfGemmProblem(GemmProblem):
 HALF_GEMM = HalfGemmProblem()
 
 
+class TmaGemmProblem(HalfGemmProblem):
+    """The half-precision GEMM, with A and B passed as TMA tensor maps: the kernel's parameters are
+    (a_map, b_map, C, M, N, K, ldc)."""
+
+    def kernel_arguments(self, shape: MatmulShape, pointers: Mapping[str, Any]) -> list[Any]:
+        address = {name: int(pointer) for name, pointer in pointers.items()}
+        if address["C"] % ALIGNMENT:
+            raise UsageError(f"C must start at a 16-byte boundary for paired stores next to TMA copies; it starts "
+                             f"at {address['C']:#x}")
+        return [box_map(address["A"], shape.m, shape.k, 2 * shape.lda, "A"),
+                box_map(address["B"], shape.k, shape.n, 2 * shape.ldb, "B"),
+                np.uintp(address["C"]), *(np.int32(x) for x in (shape.m, shape.n, shape.k, shape.ldc))]
+
+
+TMA_GEMM = TmaGemmProblem()
+
+
 @dataclass(frozen=True, order=True)
 class HgemmVariant(WarpTiles, Variant):
     family: ClassVar[str] = "hgemm"
@@ -57,7 +78,7 @@ class HgemmVariant(WarpTiles, Variant):
                       help="C's type: the inputs' (same) or float32")
     bm: int = integer(128, tag="bm", minimum=16, space=(64, 128, 256), emitted=(128,), help="block tile rows (of C)")
     bn: int = integer(128, tag="bn", minimum=16, space=(64, 128, 256), emitted=(128,), help="block tile columns")
-    bk: int = choice(32, (32, 64), tag="bk", space=(32, 64), emitted=(32,),
+    bk: int = choice(32, (32, 64), tag="bk", space=(32, 64), emitted=(32, 64),
                      help="K step of the block tile: 2 or 4 steps of 16, their operands in two register sets")
     wm: int = integer(64, tag="wm", minimum=16, space=(32, 64), emitted=(64,), help="warp tile rows (a multiple of 16)")
     wn: int = integer(64, tag="wn", minimum=16, space=(32, 64), emitted=(64,), help="warp tile columns (a multiple of 16)")
@@ -72,8 +93,9 @@ class HgemmVariant(WarpTiles, Variant):
                         help="rows of blocks taken together, column by column, for L2 reuse (1: row by row)")
     bounds: str = choice("none", ("none", "guard"), space=("none",), emitted=("none", "guard"),
                          help="none: shapes must be tile multiples; guard: checked")
-    copy: str = choice("async", ("async", "scalar"), omit="async", space=("async",), emitted=("async",),
-                       help="async: 16-byte cp.async (K, N, lda, ldb multiples of 8); scalar: any shape and alignment")
+    copy: str = choice("async", ("async", "scalar", "tma"), omit="async", space=("async", "tma"), emitted=("async", "tma"),
+                       help="async: 16-byte cp.async (K, N, lda, ldb multiples of 8); scalar: any shape and alignment; "
+                            "tma: the Tensor Memory Accelerator, 64 x 64 boxes (sm_90; lda, ldb multiples of 8)")
 
     @property
     def output_dtype(self) -> str:
@@ -94,7 +116,10 @@ class HgemmVariant(WarpTiles, Variant):
 
     @property
     def shared_bytes(self) -> int:
-        return self.stages * (self.a_tile_elements + self.b_tile_elements) * element_bytes(self.dtype)
+        tiles = self.stages * (self.a_tile_elements + self.b_tile_elements) * element_bytes(self.dtype)
+        if self.copy == "tma":  # from the first 1024-byte boundary (the swizzle's), then a barrier and a counter per stage
+            return tiles + 16 * self.stages + ALIGNMENT_SLACK
+        return tiles
 
     @property
     def dynamic_shared_bytes(self) -> int:
@@ -121,6 +146,13 @@ class HgemmVariant(WarpTiles, Variant):
             raise InvalidVariant(f"{self.threads_per_block} threads with warp tile {self.wm} x {self.wn} need about "
                                  f"{registers} registers each, {registers * self.threads_per_block} in all; an SM has "
                                  f"{REGISTERS_PER_SM} (use fewer warps or a smaller warp tile)")
+        if self.copy == "tma" and (self.bk != BOX or self.layout != "swizzle" or self.bm % BOX or self.bn % BOX
+                                   or BOX % self.wn or self.pipeline != "overlap"):
+            raise InvalidVariant(f"copy=tma copies {BOX} x {BOX} boxes with the 128-byte swizzle, each warp on its own "
+                                 f"(as pipeline=overlap): it needs bk {BOX}, layout=swizzle, bm and bn multiples of "
+                                 f"{BOX}, wn dividing {BOX} (a warp's columns within a box) and pipeline=overlap; this "
+                                 f"is bk {self.bk}, layout={self.layout}, bm {self.bm}, bn {self.bn}, wn {self.wn}, "
+                                 f"pipeline={self.pipeline}")
         if self.layout == "swizzle" and self.bn % 64:
             raise InvalidVariant(f"layout=swizzle permutes B's rows in groups of 64 elements (8 chunks): bn {self.bn} "
                                  f"is not a multiple of 64 (use layout=pad)")
@@ -139,6 +171,9 @@ class HgemmFamily(Family):
     heatmap_panels = "layout"
     matmul_dtypes = ("f16", "bf16")
 
+    def problem_of(self, variant: HgemmVariant) -> HalfGemmProblem:
+        return TMA_GEMM if variant.copy == "tma" else HALF_GEMM
+
     def launch(self, variant: HgemmVariant, shape: MatmulShape) -> Launch:
         return Launch(grid=(blocks(shape.n, variant.bn), blocks(shape.m, variant.bm)),
                       block=(variant.threads_per_block,), dynamic_shared_bytes=variant.dynamic_shared_bytes)
@@ -147,6 +182,9 @@ class HgemmFamily(Family):
         if variant.bounds == "none" and (shape.m % variant.bm or shape.n % variant.bn or shape.k % variant.bk):
             return (f"bounds=none needs M, N and K to be multiples of bm {variant.bm}, bn {variant.bn} and bk "
                     f"{variant.bk}; {shape} is not (use bounds=guard)")
+        if variant.copy == "tma" and (shape.lda % CHUNK or shape.ldb % CHUNK):
+            return (f"copy=tma copies rows that start on 16-byte boundaries: lda and ldb must be multiples of {CHUNK}; "
+                    f"{shape} is not (use copy=scalar)")
         if variant.copy == "async" and any(d % CHUNK for d in (shape.k, shape.n, shape.lda, shape.ldb)):
             return (f"copy=async copies 16 bytes at a time: K, N, lda and ldb must be multiples of {CHUNK}; "
                     f"{shape} is not (use copy=scalar)")
@@ -161,7 +199,7 @@ class HgemmFamily(Family):
     def unaligned(self, variant: HgemmVariant) -> HgemmVariant | None:
         """Element-by-element copies and checked (single) stores: 16-byte copies need 16-byte aligned
         rows, and unchecked stores write C two elements at a time."""
-        aligned_only = variant.copy == "async" or variant.bounds == "none"
+        aligned_only = variant.copy != "scalar" or variant.bounds == "none"
         return replace(variant, bounds="guard", copy="scalar") if aligned_only else None
 
     def sanitize_size(self, variant: HgemmVariant) -> str:

@@ -13,15 +13,13 @@ next tile's copies overlap this one's stores), or has its two consumers take who
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import ClassVar
 
-import numpy as np
-
-from ..core.errors import InvalidVariant, UsageError
-from ..core.tensor_maps import ALIGNMENT, BOX, box_map
+from ..core.errors import InvalidVariant
+from ..core.tensor_maps import BOX
 from .family import Family, Launch, blocks, check_shared_bytes
 from .gemm import MatmulShape
-from .hgemm import HalfGemmProblem
+from .hgemm import ALIGNMENT_SLACK, TMA_GEMM
 from .problem import element_bytes
 from .variant import Variant, choice
 
@@ -31,24 +29,9 @@ MAX_SUMS = 128  # float32 sums per consumer thread: beyond them, the consumers' 
 PERSISTENT_BLOCKS = 132  # SMs of an H100 SXM and of an H200: one persistent block each
 BARRIER_BYTES = 16  # two mbarriers per stage
 TURN_BYTES = 16  # two more for schedule=pingpong: whose turn it is to multiply
-ALIGNMENT_SLACK = 1024  # the stages start at the first 1024-byte boundary of dynamic shared memory
 
 
-class TmaGemmProblem(HalfGemmProblem):
-    """The half-precision GEMM, with A and B passed as TMA tensor maps: the kernel's parameters are
-    (a_map, b_map, C, M, N, K, ldc)."""
 
-    def kernel_arguments(self, shape: MatmulShape, pointers: Mapping[str, Any]) -> list[Any]:
-        address = {name: int(pointer) for name, pointer in pointers.items()}
-        if address["C"] % ALIGNMENT:
-            raise UsageError(f"C must start at a 16-byte boundary for wgmma's paired stores; it starts at "
-                             f"{address['C']:#x}")
-        return [box_map(address["A"], shape.m, shape.k, 2 * shape.lda, "A"),
-                box_map(address["B"], shape.k, shape.n, 2 * shape.ldb, "B"),
-                np.uintp(address["C"]), *(np.int32(x) for x in (shape.m, shape.n, shape.k, shape.ldc))]
-
-
-TMA_GEMM = TmaGemmProblem()
 
 
 @dataclass(frozen=True, order=True)

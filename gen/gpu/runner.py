@@ -75,7 +75,7 @@ class Runner:
 
     def _check_and_time(self, job: Job, family: Family, variant: Variant, shape: Any, launch: Launch, function: Any,
                         report: Callable[[str], None]) -> Measurement:
-        problem = family.problem
+        problem = family.problem_of(variant)
         started = time.perf_counter()
         measurement, call = self._check(job, problem, variant, shape, launch, function, report)
         measurement.check_seconds = time.perf_counter() - started

@@ -14,7 +14,7 @@
 //   group     8
 //   bounds    guard
 //   copy      async
-//   template  hgemm.cu.j2 (sha256 bf9f41d208cb)
+//   template  hgemm.cu.j2 (sha256 ca0798431bf5)
 //
 // Reproduce with:
 //   tilegen render hgemm -p dtype=bf16 -p out=same -p bm=128 -p bn=128 -p bk=32 -p wm=64 -p wn=64 -p stages=3 -p pipeline=overlap -p layout=swizzle -p group=8 -p bounds=guard -p copy=async
@@ -24,14 +24,14 @@
 //
 // C = A * B on the tensor cores: A (M x K) and B (K x N) in bfloat16, row-major with row
 // strides lda and ldb; products summed in float32; C (M x N, row stride ldc) written in __nv_bfloat16.
-// A block of THREADS threads owns a BM x BN tile of C and walks along K in tiles of BK. Its warps
+// A block of 128 threads owns a BM x BN tile of C and walks along K in tiles of BK. Its warps
 // sit (BM / WM) x (BN / WN) over that tile; each warp multiplies with mma.sync.m16n8k16, which takes
 // a 16 x 16 piece of A and a 16 x 8 piece of B from registers and adds their product into a 16 x 8
 // piece of C that stays in registers, so a warp holds (WM / 16) x (WN / 8) such pieces.
 // The operands reach registers from shared memory through ldmatrix (.trans for B, which is stored
 // K-major), and shared memory from global memory through cp.async, STAGES tiles deep: while the warps
 // multiply tile k, the copies of the next tiles are already in flight.
-// Launch: block (THREADS), grid (ceil(N / BN), ceil(M / BM)), 49152 bytes of dynamic shared memory.
+// Launch: block (128), grid (ceil(N / BN), ceil(M / BM)), 49152 bytes of dynamic shared memory.
 // copy=async: 16-byte copies, so K, N, lda and ldb must be multiples of 8 and the arrays 16-byte aligned.
 
 #if __has_include(<cuda_fp16.h>)
@@ -157,14 +157,14 @@ extern "C" __global__ void __launch_bounds__(128, 1) hgemm_bf16_csame_bm128_bn12
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int warp_m = warp / (BN / WN) * WM, warp_n = warp % (BN / WN) * WN;  // the warp's piece of the block tile
 
+    constexpr int A_PITCH = A_TILE / BM * 2, B_PITCH = B_TILE / BK * 2;  // bytes from one shared row to the next
+    constexpr int A_STAGE = A_TILE * 2, B_STAGE = B_TILE * 2;  // bytes of one stage's tile
     // Global memory -> shared memory. Consecutive threads take consecutive 16-byte chunks of a row, so
     // the reads are coalesced; a thread copies chunk column c0 of rows r0, r0 + PASS, r0 + 2 PASS, ...
     // of each tile. Its addresses are worked out once: per tile, the global ones move along K and the
     // shared ones by a stage. PASS is a multiple of 8 rows wherever the block has the threads for it,
     // and then the swizzle puts each of those rows' chunk at the same column: one offset per row.
     constexpr int A_PASS = THREADS / (BK / 8), B_PASS = THREADS / (BN / 8);  // rows one pass of the threads copies
-    constexpr int A_PITCH = A_TILE / BM * 2, B_PITCH = B_TILE / BK * 2;  // bytes from one shared row to the next
-    constexpr int A_STAGE = A_TILE * 2, B_STAGE = B_TILE * 2;  // bytes of one stage's tile
     const int a_r0 = threadIdx.x / (BK / 8), a_c0 = threadIdx.x % (BK / 8) * 8;
     const int b_r0 = threadIdx.x / (BN / 8), b_c0 = threadIdx.x % (BN / 8) * 8;
     const unsigned a_to = a_shared + 2 * a_offset(a_r0, a_c0), b_to = b_shared + 2 * b_offset(b_r0, b_c0);

@@ -12,7 +12,7 @@
 //   specialize producer
 //   cluster   1
 //   store     direct
-//   template  wgmma.cu.j2 (sha256 cd418cd4a2c8)
+//   template  wgmma.cu.j2 (sha256 c6511d8d8b4c)
 //
 // Reproduce with:
 //   tilegen render wgmma -p dtype=bf16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=direct
@@ -64,21 +64,11 @@ constexpr int STAGING_BYTES = 0;
 // A tensor map (the driver's CUtensorMap): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TensorMap { unsigned long long bits[16]; };
 
-__device__ __forceinline__ unsigned shared_address(const void* pointer)
-{
-    return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
-}
-
 // mbarriers (64-bit words in shared memory, named by their shared address): init with the number of
 // arrivals that complete a phase; wait until the phase of the given parity has completed.
 __device__ __forceinline__ void barrier_init(unsigned barrier, int arrivals)
 {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(barrier), "r"(arrivals) : "memory");
-}
-
-__device__ __forceinline__ void barrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(barrier) : "memory");
 }
 
 // One arrival that also tells the barrier to wait for `bytes` more bytes from the TMA.
@@ -97,13 +87,24 @@ __device__ __forceinline__ void barrier_wait(unsigned barrier, int parity)
                  "}\n" :: "r"(barrier), "r"(parity) : "memory");
 }
 
-// The box of `map` whose first element is (column x, row y), to shared memory at `target` (1024-byte
-// aligned: the 128-byte swizzle's pattern repeats every 8 rows), counted on `barrier`.
+// The 64 x 64 box of `map` whose first element is (column x, row y), to shared memory at `target`
+// (1024-byte aligned: the 128-byte swizzle's pattern repeats every 8 rows), counted on `barrier`.
 __device__ __forceinline__ void load_box(unsigned target, const TensorMap& map, int x, int y, unsigned barrier)
 {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  :: "r"(target), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(barrier)
                  : "memory");
+}
+
+__device__ __forceinline__ unsigned shared_address(const void* pointer)
+{
+    return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
+}
+
+// One arrival on mbarrier `barrier`.
+__device__ __forceinline__ void barrier_arrive(unsigned barrier)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(barrier) : "memory");
 }
 
 // A stage this warp is done with.
