@@ -6,7 +6,9 @@ with mma.sync.m16n8k16 on operands loaded from shared memory by ldmatrix. How th
 shared memory is the `layout`: rows back to back (bank conflicts for ldmatrix), padded by one
 16-byte chunk per row (the seeds' remedy), or XOR-swizzled (the same effect, no padding). `group`
 orders the blocks so that neighbours share rows of A and columns of B in L2. C is written in
-float32 or in the input type (`out`).
+float32 or in the input type (`out`). On sm_90, `copy=tma` has the Tensor Memory Accelerator copy
+the tiles in 64 x 64 boxes with its 128-byte swizzle (the kernel then takes tensor maps of A and B:
+`problem_of`), each warp waiting only for its own next tile.
 """
 
 from __future__ import annotations
