@@ -12,6 +12,7 @@ from gen.api import Variant, integer
 from gen.core.errors import InvalidVariant, UsageError
 from gen.families import builtin_families, MatmulVariant, TransposeVariant, get_family, variant_from_name
 from gen.families.copy import CopyVariant
+from gen.families.plugin_checks import check_family
 from gen.families.sgemm import SgemmVariant
 from gen.families.space import Space
 from gen.families.variant import Parameter
@@ -218,3 +219,8 @@ def test_sgemm_names_shared_memory_and_split_k_launch() -> None:
     assert sgemm.problem.output_region(shape) == (slice(0, 1000), slice(0, 300))
     assert sgemm.problem.arrays(shape)["C"] == (1000, 320)
     assert not sgemm.launch(SgemmVariant(), sgemm.parse_shape("64x64x64")).clears_output
+
+
+@pytest.mark.parametrize("family", builtin_families().values(), ids=lambda f: f.name)
+def test_every_builtin_family_keeps_the_contract_a_users_family_is_checked_against(family) -> None:
+    check_family(family)  # loading skips the walk over the default space for the built-ins: it is made here
