@@ -4,7 +4,7 @@ and a crashing kernel does not stop a sweep. Skipped with a reason where there i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pytest
 
@@ -55,6 +55,15 @@ def test_f64_dynamic_shared_and_naive_matmul_are_right(tmp_path: Path) -> None:
     # per dtype: 2 tiles x 2 paddings x 3 bounds, bounds=none refused at the odd size; and 3 naive
     assert _only_skipped_and_ok(rows) == 2 * (8 + 12) + 3
     assert any(row.params["dtype"] == "f64" and row.error < 1e-12 for row in rows.values() if row.error is not None)
+
+
+def skip_unless_gpu(accepts: Callable[[tuple[int, int]], bool], reason: str) -> None:
+    """Skip the test unless GPU 0's compute capability, (major, minor), is one that `accepts`."""
+    import pycuda.driver as cuda
+
+    cuda.init()
+    if not accepts(cuda.Device(0).compute_capability()):
+        pytest.skip(reason)
 
 
 def runnable(family_name: str, params: dict, sizes: list[str]) -> int:

@@ -13,7 +13,7 @@ from gen.core.results import Status
 from gen.families import get_family
 from gen.kernels import Kernel
 
-from .test_gpu import _only_skipped_and_ok, run, runnable
+from .test_gpu import _only_skipped_and_ok, run, runnable, skip_unless_gpu
 
 pytestmark = pytest.mark.gpu
 
@@ -64,11 +64,7 @@ TMA_TYPES_AND_STAGES = {"dtype": ["f16", "bf16"], "out": ["same", "f32"], "bm": 
 
 
 def _sm90() -> None:
-    import pycuda.driver as cuda
-
-    cuda.init()
-    if cuda.Device(0).compute_capability() < (9, 0):
-        pytest.skip("copy=tma needs the Tensor Memory Accelerator: sm_90 or later")
+    skip_unless_gpu(lambda cc: cc >= (9, 0), "copy=tma needs the Tensor Memory Accelerator: sm_90 or later")
 
 
 def test_every_tma_geometry_type_and_stage_count_is_right(tmp_path: Path) -> None:

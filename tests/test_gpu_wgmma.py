@@ -14,7 +14,7 @@ import pytest
 import gen
 from gen.core.results import Status
 
-from .test_gpu import _only_skipped_and_ok, run, runnable
+from .test_gpu import _only_skipped_and_ok, run, runnable, skip_unless_gpu
 
 pytestmark = pytest.mark.gpu
 
@@ -35,11 +35,7 @@ DEEP = {"bm": ["128"], "bn": ["128"], "stages": ["2", "3", "4", "5", "6"], "grou
 
 
 def _sm90() -> None:
-    import pycuda.driver as cuda
-
-    cuda.init()
-    if cuda.Device(0).compute_capability() != (9, 0):
-        pytest.skip("the wgmma family runs on sm_90 GPUs (H100, H200) only")
+    skip_unless_gpu(lambda cc: cc == (9, 0), "the wgmma family runs on sm_90 GPUs (H100, H200) only")
 
 
 def test_every_wgmma_rung_is_right_at_odd_tiny_and_many_tile_shapes(tmp_path: Path) -> None:
