@@ -27,7 +27,7 @@ from gen.core.nvidia_smi import parse_gpus
 from gen.gpu.executor import GpuUnavailable
 from gen.gpu.isolated import IsolatedWorker
 from gen.gpu.local import LocalExecutor
-from gen.gpu.sanitize import count_hazards
+from gen.gpu.sanitize import count_hazards, not_run
 
 from . import fakes
 from .conftest import REPO
@@ -247,6 +247,14 @@ def test_count_hazards_reads_the_sanitizer_summaries() -> None:
     assert count_hazards("========= ERROR SUMMARY: 0 errors\n") == 0
     assert count_hazards("========= ERROR SUMMARY: 1 error\n") == 1
     assert count_hazards("the program printed nothing useful") is None
+
+
+def test_a_sanitizer_run_whose_kernel_never_launched_is_not_counted_as_clean() -> None:
+    refused = '{"status": "launch_error", "message": "A must start at a 16-byte boundary"}'
+    assert not_run(f"========= COMPUTE-SANITIZER\n{refused}\n========= ERROR SUMMARY: 0 errors\n") == \
+        "A must start at a 16-byte boundary"
+    assert not_run('{"status": "ok", "message": ""}\n========= ERROR SUMMARY: 0 errors\n') == ""
+    assert not_run('{"status": "wrong", "message": "3 elements differ"}\n') == ""  # a wrong answer ran the kernel
 
 
 @pytest.mark.parametrize("inherited, expected", [(None, "3"), ("", ""), (" ", " "), ("2,3", "3")])

@@ -21,7 +21,7 @@ import numpy as np
 from ..core.errors import InvalidVariant, UsageError
 from ..core.limits import REGISTERS_PER_SM, WARP_SIZE
 from ..core.tensor_maps import ALIGNMENT, BOX, box_map
-from .family import Family, Launch, blocks, check_shared_bytes, check_threads
+from .family import Family, Launch, arch_cc, blocks, check_shared_bytes, check_threads
 from .gemm import GemmProblem, MatmulShape
 from .problem import GEMM_BF16, GEMM_F16, UNIT_ROUNDOFF, Ceiling, element_bytes, sum_tolerance
 from .tiles import WarpTiles
@@ -173,6 +173,12 @@ class HgemmFamily(Family):
     heatmap_panels = "layout"
     matmul_dtypes = ("f16", "bf16")
 
+    def arch_refusal(self, variant: HgemmVariant, arch: str) -> str | None:
+        if variant.copy == "tma" and tuple(int(x) for x in arch_cc(arch).split(".")) < (9, 0):
+            return (f"copy=tma needs the Tensor Memory Accelerator of sm_90 or later; this run compiles for {arch} "
+                    f"(use copy=async)")
+        return None
+
     def problem_of(self, variant: HgemmVariant) -> HalfGemmProblem:
         return TMA_GEMM if variant.copy == "tma" else HALF_GEMM
 
@@ -207,4 +213,4 @@ class HgemmFamily(Family):
     def sanitize_size(self, variant: HgemmVariant) -> str:
         if variant.bounds == "none":
             return f"{2 * variant.bm}x{2 * variant.bn}x{2 * variant.bk}"
-        return "136x200x104" if variant.copy == "async" else "131x203x101"
+        return "131x203x101" if variant.copy == "scalar" else "136x200x104"  # async and tma: rows of whole chunks

@@ -167,8 +167,10 @@ def _attempt(family: Family, variant: Variant, what: str, call: Callable[[], Any
 
 
 def _check_launch(family: Family, variant: Variant, shape: Any) -> None:
-    if _attempt(family, variant, "refusal()", lambda: family.refusal(variant, shape)) is not None:
-        return
+    if (reason := _attempt(family, variant, "refusal()", lambda: family.refusal(variant, shape))) is not None:
+        raise PluginProblem(f"{family.source}: {variant.name}: sanitize_size() gives {shape}, which refusal() "
+                            f"refuses ({reason}); give a size every valid variant runs, or compute-sanitizer "
+                            f"never launches it")
     launch = _attempt(family, variant, "launch()", lambda: family.launch(variant, shape))
     if not isinstance(launch, Launch):
         raise PluginProblem(f"{family.source}: {variant.name}: launch() returned {launch!r}; return "

@@ -116,6 +116,12 @@ class TransposeFamily(TileFamily):
     template = "transpose.cu.j2"
     heatmap_axes = ("tile", "padding")
 
+    def sanitize_size(self, variant: TransposeVariant) -> str:
+        if variant.method == "diagonal" and variant.bounds != "none":  # a square grid of tiles, the last ones partial
+            side = 2 * variant.tile + variant.vec
+            return f"{side}x{side}"
+        return super().sanitize_size(variant)
+
     def refusal(self, variant: TransposeVariant, shape: Dims) -> str | None:
         t = variant.tile
         if reason := bounds_refusal(variant, shape):

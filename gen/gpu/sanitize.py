@@ -8,6 +8,7 @@ time. Each tool runs the variant once, in a process of its own under the sanitiz
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -56,8 +57,26 @@ def sanitize(job: Job, environment: dict[str, str], children: ProcessGroup) -> M
         if count is None:
             notes.append(f"{tool} printed no summary (exit code {done.returncode})")
             continue
+        if count == 0 and (refused := not_run(done.stdout)):  # nothing ran, so nothing was checked
+            notes.append(f"{tool}: the kernel did not run ({refused})")
+            continue
         hazards[tool] = count
     return Measurement(Status.OK, hazards=hazards, hazard_note="; ".join(notes))
+
+
+def not_run(output: str) -> str:
+    """Why the job the sanitizer ran did not get to its kernel, from the JSON line the one-job
+    process prints (`run_once`), or '' where it ran. A wrong answer ran the kernel; a launch error
+    may not have."""
+    for line in reversed(output.splitlines()):
+        try:
+            result = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(result, dict) and result.get("status") == Status.LAUNCH_ERROR:
+            return result.get("message") or Status.LAUNCH_ERROR
+        return ""
+    return ""
 
 
 def count_hazards(output: str) -> int | None:
