@@ -8,6 +8,8 @@ from gen.compiling.render import render
 from gen.core.errors import InvalidVariant, UsageError
 from gen.families import get_family
 
+from .test_bad_inputs import run_main
+
 HGEMM = get_family("hgemm")
 
 
@@ -39,7 +41,7 @@ def test_tma_copies_need_64_wide_swizzled_boxes_and_say_what_does_not_fit() -> N
     tma = HGEMM.variant_type(bk=64, copy="tma")
     tma.check()
     for change, named in (({"bk": 32}, "bk 32"), ({"layout": "pad"}, "layout=pad"), ({"bm": 96, "wm": 32}, "bm 96"),
-                          ({"pipeline": "plain"}, "pipeline=plain")):
+                          ({"pipeline": "plain"}, "pipeline=plain"), ({"bn": 192, "wn": 48}, "wn 48")):
         with pytest.raises(InvalidVariant, match=f"copy=tma .*{named}"):
             HGEMM.variant_type(**{**tma.params(), **change}).check()
 
@@ -61,3 +63,17 @@ def test_a_tma_variant_takes_tensor_maps_like_wgmma_and_the_others_take_pointers
         HGEMM.problem_of(tma).kernel_arguments(HGEMM.parse_shape("64x64x64"), {"A": 0x1000, "B": 0x2000, "C": 0x3004})
     # the stages start at the first 1024-byte boundary, then a barrier and a counter per stage
     assert tma.shared_bytes == HGEMM.variant_type(bk=64).shared_bytes + 1024 + 16 * tma.stages
+
+
+def test_tma_variants_are_skipped_with_their_reason_where_the_run_compiles_for_an_older_gpu(
+        compile_options, capsys: pytest.CaptureFixture) -> None:
+    tma = HGEMM.variant_type(bk=64, copy="tma")
+    assert "sm_90 or later" in HGEMM.arch_refusal(tma, "sm_80") and HGEMM.arch_refusal(tma, "sm_90") is None
+    assert HGEMM.arch_refusal(HGEMM.variant_type(bk=64), "sm_80") is None
+    code, out, err = run_main(capsys, ["compile", "hgemm", "-p", "bk=64", "-p", "copy=tma,async", "-p", "bm=128",
+                                       "-p", "bn=128", "-p", "wm=64", "-p", "wn=64", "--arch", "sm_80",
+                                       "--keep-skipped"])
+    assert code == 0, err
+    skipped = [line for line in out.splitlines() if line.startswith(tma.name)]
+    assert skipped and "skipped" in skipped[0] and "this run compiles for sm_80" in skipped[0]
+    assert "0 failed" in out + err  # the async variant compiles; no TMA variant reaches the compiler

@@ -97,9 +97,10 @@ class Plan:
 
 
 def make_plan(family: Family, space: Space, shapes: Sequence[Any], cache_configs: Sequence[str],
-              pattern: str | None = None, keep: bool = False, adapt: bool = False) -> Plan:
+              pattern: str | None = None, keep: bool = False, adapt: bool = False, arch: str | None = None) -> Plan:
     """Every point of the space at every shape (None: compile only) and cache preference, each
     checked once: the runnable ones listed, the others counted per reason (and kept, with `keep`).
+    Given the `arch` the run compiles for, variants that cannot be compiled for it are skipped too.
     With `adapt` (a tune), a valid variant that cannot run a shape runs as the family's nearest
     adaptation that can (Family.runnable), each runnable point listed once."""
     runnable: list[Point] = []
@@ -113,7 +114,7 @@ def make_plan(family: Family, space: Space, shapes: Sequence[Any], cache_configs
             filtered += len(shapes) * len(cache_configs)
             continue
         matched = True
-        invalid = point_refusal(family, variant)  # the same at every shape: checked once
+        invalid = point_refusal(family, variant) or (arch and family.arch_refusal(variant, arch)) or None  # once
         for shape in shapes:
             reason = invalid or (None if shape is None else refused(family, variant, shape))
             runs = family.runnable(variant, shape) if adapt and reason and not invalid else None

@@ -133,6 +133,11 @@ class Family(ABC):
         """A small problem this variant can run, for compute-sanitizer."""
         return self.problem.small_size
 
+    def arch_refusal(self, variant: Any, arch: str) -> str | None:
+        """Why this variant's kernel cannot be compiled for `arch` ('sm_80') though the family's others
+        can, or None (a rule for the whole family is `target_arch`)."""
+        return None
+
     def problem_of(self, variant: Any) -> Problem:
         """The problem as this variant's kernel takes it: `problem`, unless the family's kernels differ
         in their parameters (hgemm's copy=tma takes tensor maps for A and B)."""

@@ -53,7 +53,7 @@ def compile_space(space: Space, pattern: str | None, keep_skipped: bool, session
     say = (lambda line: print(line, file=sys.stderr)) if progress else (lambda line: None)
     if len(space) >= ANNOUNCE_POINTS:
         say(f"compile: {space_line(space, 1)}; checking them")
-    plan = make_plan(space.family, space, [None], [""], pattern, keep_skipped)
+    plan = make_plan(space.family, space, [None], [""], pattern, keep_skipped, arch=made_by["arch"])
     say(f"compile: {plan.describe()}")
     skipped = plan.skipped_rows(made_by, keep_skipped)
     sink = CompileSink(len(plan.runnable), log)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..compiling.options import local_arch
 from ..core import checks
 from ..core.errors import UsageError
 from ..core.paths import as_path
@@ -131,7 +132,8 @@ def _sweep(options: SweepOptions, family: Family, space: Space, shapes: list[Any
            made_by: dict[str, str]) -> SweepReport:
     if len(space) >= ANNOUNCE_POINTS:
         _say(options, f"sweep: {space_line(space, len(shapes))}; checking them")
-    plan = make_plan(family, space, shapes, options.cache_configs, options.filter, options.keep_skipped)
+    plan = make_plan(family, space, shapes, options.cache_configs, options.filter, options.keep_skipped,
+                     arch=made_by["arch"])
     newest = latest(log.rows)
     only_compiled = {row.key for row in newest if row.status is Status.COMPILED}  # no kernel ran: run again
     done = {row.key for row in newest} - only_compiled
@@ -160,7 +162,8 @@ def _sweep(options: SweepOptions, family: Family, space: Space, shapes: list[Any
 def preview(options: SweepOptions) -> Plan:
     """What `sweep(options)` would run and skip, without compiling or writing anything."""
     family, space, shapes = _checked(options)
-    return make_plan(family, space, shapes, options.cache_configs, options.filter, keep=False)
+    return make_plan(family, space, shapes, options.cache_configs, options.filter, keep=False,
+                     arch=options.run.arch or local_arch())
 
 
 def run_settings(options: SweepOptions, space: Space, shapes: Sequence[Any], arch: str) -> dict[str, Any]:
