@@ -221,6 +221,26 @@ def test_load_families_reaches_the_registry(copied: Path, monkeypatch) -> None:
         registry.cache_clear()
 
 
+def test_a_template_broken_and_fixed_in_one_process_renders_again(copied: Path, monkeypatch) -> None:
+    from gen.compiling.render import render
+    from gen.core.errors import TemplateProblem
+
+    monkeypatch.delenv("TILEGEN_FAMILY_PATH", raising=False)
+    try:
+        add_family_path(copied)
+        variant = get_family("reduce").default_variant()
+        template = copied / "reduce.cu.j2"
+        working = template.read_text()
+        first = render(variant)
+        template.write_text(working + "{% if v.block %}\n")  # never closed
+        with pytest.raises(TemplateProblem, match="reduce.cu.j2"):
+            render(variant)
+        template.write_text(working)  # fixed while the process runs (a notebook, a worker)
+        assert render(variant) == first
+    finally:
+        registry.cache_clear()
+
+
 @pytest.fixture
 def plugin_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A family-path folder for in-process commands: --family-path changes the environment and

@@ -16,7 +16,7 @@ import hashlib
 import re
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jinja2
 import jinja2.meta
@@ -94,21 +94,19 @@ def template_problems(family: Family) -> list[str]:
     """Mistakes in a family's own template, and in each template it includes or imports, found
     without rendering them, in every branch: a syntax error, a name the template does not get, and
     `v.NAME` where the variant has no NAME. Each is one line with the template file, the line and the fix.
-    Looked for once per process, as the template's hash is worked out once (parsing the templates
-    took 97% of a render)."""
-    return list(_family_template_problems(family.template_dirs, family.template, family.variant_type))
+    Looked for again only when one of the templates changed (`_while_unchanged`)."""
+    dirs, template = family.template_dirs, family.template
 
+    def look() -> tuple[list[Path], tuple[str, ...]]:
+        try:
+            closure = _template_closure(dirs, template)
+        except TemplateProblem as problem:
+            return [], (str(problem),)  # not kept: the missing template may be put back
+        given = _names_set(dirs, template)  # an included template sees them too
+        return [path for _, path in closure], tuple(
+            problem for name, _ in closure for problem in _template_problems(dirs, name, family.variant_type, given))
 
-@functools.cache
-def _family_template_problems(template_dirs: tuple[Path, ...], template: str,
-                              variant_type: type[Variant]) -> tuple[str, ...]:
-    try:
-        closure = _template_closure(template_dirs, template)
-    except TemplateProblem as problem:
-        return (str(problem),)
-    given = _names_set(template_dirs, template)  # an included template sees them too
-    return tuple(problem for name, path in closure
-                 for problem in _template_problems(template_dirs, name, variant_type, given))
+    return list(_while_unchanged(("problems", dirs, template, family.variant_type), look))
 
 
 def _names_set(template_dirs: tuple[Path, ...], template: str) -> tuple[str, ...]:
@@ -119,7 +117,6 @@ def _names_set(template_dirs: tuple[Path, ...], template: str) -> tuple[str, ...
                         for target in node.find_all(jinja2.nodes.Name)))
 
 
-@functools.cache
 def _template_problems(template_dirs: tuple[Path, ...], template: str, variant_type: type[Variant],
                        given: tuple[str, ...] = ()) -> tuple[str, ...]:
     env = environment(template_dirs)
@@ -173,15 +170,45 @@ def _undefined_hint(message: str, variant: Variant | type[Variant]) -> str:
 
 def template_hash(family: Family) -> str:
     """Short sha256 over a family's template and every template it imports or includes, recursively."""
-    return _template_hash(family.template_dirs, family.template)
+    dirs, template = family.template_dirs, family.template
+
+    def digest() -> tuple[list[Path], str]:
+        closure = _template_closure(dirs, template)
+        hashed = hashlib.sha256()
+        for name, path in closure:
+            hashed.update(name.encode() + b"\0" + path.read_bytes())
+        return [path for _, path in closure], hashed.hexdigest()[:12]
+
+    return _while_unchanged(("hash", dirs, template), digest)
 
 
-@functools.cache
-def _template_hash(template_dirs: tuple[Path, ...], template: str) -> str:
-    digest = hashlib.sha256()
-    for name, path in _template_closure(template_dirs, template):
-        digest.update(name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:12]
+# What is worked out from a family's templates (their mistakes, their hash), by what it was worked out
+# for: the files it came from, their modification times and sizes, and the value. Parsing the
+# templates was 97% of a render; a template edited in a long-lived process is read again.
+_WORKED_OUT: dict[tuple[Any, ...], tuple[tuple[Any, ...], list[Path], Any]] = {}
+
+
+def _while_unchanged(key: tuple[Any, ...], work: Callable[[], tuple[list[Path], Any]]) -> Any:
+    """`work()`'s value (it also returns the files the value comes from), worked out again only once
+    one of those files has changed; a value from no files (an error) is worked out every time."""
+    known = _WORKED_OUT.get(key)
+    if known is not None and known[0] == _stamps(known[1]):
+        return known[2]
+    paths, value = work()
+    if paths:
+        _WORKED_OUT[key] = (_stamps(paths), paths, value)
+    return value
+
+
+def _stamps(paths: list[Path]) -> tuple[Any, ...]:
+    stamps = []
+    for path in paths:
+        try:
+            found = path.stat()
+            stamps.append((found.st_mtime_ns, found.st_size))
+        except OSError:
+            stamps.append(None)
+    return tuple(stamps)
 
 
 def _template_closure(template_dirs: tuple[Path, ...], template: str) -> list[tuple[str, Path]]:
