@@ -75,9 +75,10 @@ class Runner:
 
     def _check_and_time(self, job: Job, family: Family, variant: Variant, shape: Any, launch: Launch, function: Any,
                         report: Callable[[str], None]) -> Measurement:
-        problem = family.problem_of(variant)
+        problem = family.problem  # its inputs and reference, kept across the family's variants (_problem)
         started = time.perf_counter()
-        measurement, call = self._check(job, problem, variant, shape, launch, function, report)
+        measurement, call = self._check(job, problem, variant, shape, launch, function, report,
+                                        family.problem_of(variant))
         measurement.check_seconds = time.perf_counter() - started
         if measurement.status is not Status.OK or job.timing is None:
             return measurement
@@ -110,9 +111,10 @@ class Runner:
             measurement.energy_j, measurement.power_w = found
 
     def _check(self, job: Job, problem: Problem, variant: Variant, shape: Any, launch: Launch, function: Any,
-               report: Callable[[str], None]) -> tuple[Measurement, Callable[[], None]]:
+               report: Callable[[str], None], launched: Problem) -> tuple[Measurement, Callable[[], None]]:
         """One launch per seed on fresh inputs into a NaN-poisoned output, each compared with its
-        reference; the verdict, and the last launch (for timing)."""
+        reference; the verdict, and the last launch (for timing). `launched` is the problem as the
+        variant's kernel takes it (Family.problem_of): its arguments."""
         worst, problem_found, call = 0.0, "", lambda: None
         tolerance = problem.tolerance(variant.output_dtype, shape)
         output = problem.output.name
@@ -122,7 +124,7 @@ class Runner:
                                      lambda step: report(f"check seed {seed}: {step}"))
             arrays = expected.fresh_arrays(output, numpy_dtype(variant.output_dtype))
             fill_constants(self._modules[job.cubin], problem.constants(shape))
-            call = launcher(function, launch, problem, shape, arrays, lambda: self._native_function(job, launch))
+            call = launcher(function, launch, launched, shape, arrays, lambda: self._native_function(job, launch))
             call()
             cuda.Context.synchronize()
             if problem.checks_on_host:
