@@ -14,7 +14,7 @@
 //   group     8
 //   bounds    none
 //   copy      tma
-//   template  hgemm.cu.j2 (sha256 ca0798431bf5)
+//   template  hgemm.cu.j2 (sha256 ee7406f407ed)
 //
 // Reproduce with:
 //   tilegen render hgemm -p dtype=f16 -p out=same -p bm=128 -p bn=128 -p bk=64 -p wm=64 -p wn=64 -p stages=3 -p pipeline=overlap -p layout=swizzle -p group=8 -p bounds=none -p copy=tma
@@ -163,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) hgemm_f16_csame_bm128_bn128
 
     // Shared memory sized at launch: from its first 1024-byte boundary, STAGES copies of A's tile,
     // then of B's (as 32-bit shared addresses, in bytes, which ldmatrix and the TMA take), then an
-    // mbarrier per stage.
+    // mbarrier per stage and a counter per stage.
     extern __shared__ __align__(1024) unsigned char shared_buffer[];
     const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(shared_buffer));
     const unsigned a_shared = (base + 1023) & ~1023u;
@@ -275,6 +275,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) hgemm_f16_csame_bm128_bn128
                         load_tiles(t % STAGES, (t + STAGES) * BK);
                     }
                 }
+                __syncwarp();  // the whole warp again, for ldmatrix (.aligned)
                 if (t + 1 < tiles) {
                     barrier_wait(full + 8 * ((t + 1) % STAGES), (t + 1) / STAGES % 2);  // tile t + 1 has landed
                     load_operands(0, (t + 1) % STAGES, 0);  // BK / 16 is even: step 0 always uses set 0
