@@ -10,7 +10,7 @@ from typing import Sequence
 # COMPILERS, COMPILER_ENV, COMPILE_LEVELS, FULL, check_level, usable_cores, CACHE_CONFIGS and sanitizer_path: for search/ and cli/, which reach them here
 from ..compiling.compilers import COMPILER_ENV, COMPILERS, compiler_named
 from ..compiling.levels import COMPILE_LEVELS, FULL, check_level
-from ..compiling.options import CompileOptions, usable_cores
+from ..compiling.options import CompileOptions, local_arch, usable_cores
 from ..core import checks
 from ..core.errors import UsageError
 from ..core.timing import TimingOptions, checked_timing
@@ -58,6 +58,11 @@ class RunOptions:
     def compile_options(self) -> CompileOptions:
         """How the points' variants compile: for --arch, else the local GPU's."""
         return CompileOptions.local(self.arch, self.compile_jobs, self.compiler, self.compile_level)
+
+    @property
+    def compile_arch(self) -> str:
+        """The architecture the points' variants compile for: --arch, else the local GPU's."""
+        return self.arch or local_arch()
 
 
 def _gpu_indices(gpus: object) -> tuple[int, ...]:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..compiling.options import local_arch
 from ..core import checks
 from ..core.errors import UsageError
 from ..core.paths import as_path
@@ -163,7 +162,7 @@ def preview(options: SweepOptions) -> Plan:
     """What `sweep(options)` would run and skip, without compiling or writing anything."""
     family, space, shapes = _checked(options)
     return make_plan(family, space, shapes, options.cache_configs, options.filter, keep=False,
-                     arch=options.run.arch or local_arch())
+                     arch=options.run.compile_arch)
 
 
 def run_settings(options: SweepOptions, space: Space, shapes: Sequence[Any], arch: str) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..compiling.options import local_arch
 from ..core import checks
 from ..core.errors import RunInterrupted, UsageError
 from ..core.objectives import DEFAULT_OBJECTIVE, NO_ENERGY, check_objective
@@ -124,7 +123,7 @@ def candidates(family: Family, shape: Any, options: TuneOptions) -> Candidates:
     """The variants a tune of `shape` searches (see Candidates); UsageError when none can run it."""
     space = Space.default(family, options.params)
     space.check_size(options.max_points)
-    plan = make_plan(family, space, [shape], [""], options.filter, adapt=True, arch=options.run.arch or local_arch())
+    plan = make_plan(family, space, [shape], [""], options.filter, adapt=True, arch=options.run.compile_arch)
     variants = [point.variant for point in plan.runnable]
     if not variants:
         valid = space.expand(options.filter).valid
