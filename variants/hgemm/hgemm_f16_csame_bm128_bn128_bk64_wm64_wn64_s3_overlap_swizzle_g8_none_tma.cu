@@ -14,7 +14,7 @@
 //   group     8
 //   bounds    none
 //   copy      tma
-//   template  hgemm.cu.j2 (sha256 ee7406f407ed)
+//   template  hgemm.cu.j2 (sha256 7dfd8c2949b9)
 //
 // Reproduce with:
 //   tilegen render hgemm -p dtype=f16 -p out=same -p bm=128 -p bn=128 -p bk=64 -p wm=64 -p wn=64 -p stages=3 -p pipeline=overlap -p layout=swizzle -p group=8 -p bounds=none -p copy=tma
@@ -276,10 +276,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) hgemm_f16_csame_bm128_bn128
                     }
                 }
                 __syncwarp();  // the whole warp again, for ldmatrix (.aligned)
-                if (t + 1 < tiles) {
+                if (t + 1 < tiles)
                     barrier_wait(full + 8 * ((t + 1) % STAGES), (t + 1) / STAGES % 2);  // tile t + 1 has landed
+                if (t + 1 < tiles)
                     load_operands(0, (t + 1) % STAGES, 0);  // BK / 16 is even: step 0 always uses set 0
-                }
             }
             multiply_step(step % 2);
         }
