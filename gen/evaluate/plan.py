@@ -114,7 +114,7 @@ def make_plan(family: Family, space: Space, shapes: Sequence[Any], cache_configs
             filtered += len(shapes) * len(cache_configs)
             continue
         matched = True
-        invalid = point_refusal(family, variant) or (arch and family.arch_refusal(variant, arch)) or None  # once
+        invalid = point_refusal(family, variant, arch=arch)  # the same at every shape: checked once
         for shape in shapes:
             reason = invalid or (None if shape is None else refused(family, variant, shape))
             runs = family.runnable(variant, shape) if adapt and reason and not invalid else None

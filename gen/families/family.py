@@ -210,12 +210,15 @@ def refused(family: Family, variant: Variant, shape: Any) -> str | None:
     return family.refusal(variant, shape) or launch_refusal(family.launch(variant, shape))
 
 
-def point_refusal(family: Family, variant: Variant, shape: Any = None) -> str | None:
-    """Why a point is not run: the variant breaks a rule, or (given a shape) cannot run it."""
+def point_refusal(family: Family, variant: Variant, shape: Any = None, arch: str | None = None) -> str | None:
+    """Why a point is not run: the variant breaks a rule, (given the run's `arch`) cannot be compiled
+    for it, or (given a shape) cannot run it."""
     try:
         variant.check()
     except InvalidVariant as reason:
         return str(reason)
+    if arch is not None and (reason := family.arch_refusal(variant, arch)):
+        return reason
     return None if shape is None else refused(family, variant, shape)
 
 

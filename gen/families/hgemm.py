@@ -66,6 +66,13 @@ class TmaGemmProblem(HalfGemmProblem):
                 box_map(address["B"], shape.k, shape.n, 2 * shape.ldb, "B"),
                 np.uintp(address["C"]), *(np.int32(x) for x in (shape.m, shape.n, shape.k, shape.ldc))]
 
+    def rows_refusal(self, shape: MatmulShape, instead: str) -> str | None:
+        """Why TMA cannot copy this shape's A and B (rows off 16-byte boundaries), naming what to use."""
+        if shape.lda % CHUNK or shape.ldb % CHUNK:
+            return (f"TMA copies rows that start on 16-byte boundaries: lda and ldb must be multiples of {CHUNK}; "
+                    f"{shape} is not (use {instead})")
+        return None
+
 
 TMA_GEMM = TmaGemmProblem()
 
@@ -190,9 +197,8 @@ class HgemmFamily(Family):
         if variant.bounds == "none" and (shape.m % variant.bm or shape.n % variant.bn or shape.k % variant.bk):
             return (f"bounds=none needs M, N and K to be multiples of bm {variant.bm}, bn {variant.bn} and bk "
                     f"{variant.bk}; {shape} is not (use bounds=guard)")
-        if variant.copy == "tma" and (shape.lda % CHUNK or shape.ldb % CHUNK):
-            return (f"copy=tma copies rows that start on 16-byte boundaries: lda and ldb must be multiples of {CHUNK}; "
-                    f"{shape} is not (use copy=scalar)")
+        if variant.copy == "tma" and (reason := TMA_GEMM.rows_refusal(shape, "copy=scalar")):
+            return reason
         if variant.copy == "async" and any(d % CHUNK for d in (shape.k, shape.n, shape.lda, shape.ldb)):
             return (f"copy=async copies 16 bytes at a time: K, N, lda and ldb must be multiples of {CHUNK}; "
                     f"{shape} is not (use copy=scalar)")

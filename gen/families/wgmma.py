@@ -143,10 +143,7 @@ class WgmmaFamily(Family):
         return Launch(grid=(grid,), block=(variant.threads_per_block,), dynamic_shared_bytes=variant.dynamic_shared_bytes)
 
     def refusal(self, variant: WgmmaVariant, shape: MatmulShape) -> str | None:
-        if shape.lda % 8 or shape.ldb % 8:
-            return (f"TMA copies rows that start on 16-byte boundaries: lda and ldb must be multiples of 8; {shape} "
-                    f"is not (use hgemm)")
-        return None
+        return TMA_GEMM.rows_refusal(shape, "hgemm")
 
     def sanitize_size(self, variant: WgmmaVariant) -> str:
         return f"{variant.bm + 3}x{variant.bn + 8}x{BOX + 40}"
