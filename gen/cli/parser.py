@@ -10,8 +10,9 @@ from typing import Any, NoReturn
 
 from ..core import checks
 from ..core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from ..core.limits import CACHE_CONFIGS
 from ..core.timing import TUNE_TIMING, TimingOptions
-from ..evaluate.options import CACHE_CONFIGS, COMPILE_LEVELS, COMPILER_ENV, COMPILERS, FULL, usable_cores
+from ..evaluate.options import COMPILE_LEVELS, COMPILER_ENV, COMPILERS, FULL, usable_cores
 from ..core.version import __version__
 from ..families.registry import FAMILY_PATH_ENV
 from ..families.space import MAX_POINTS

@@ -13,6 +13,9 @@ MAX_STATIC_SHARED_BYTES = 48 * 1024
 MAX_DYNAMIC_SHARED_BYTES = 227 * 1024
 WARP_SIZE = 32
 MAX_REGISTERS_PER_THREAD = 255
+# Run-time cache preferences (cuFuncSetCacheConfig's CU_FUNC_CACHE_PREFER_<NAME>), with the
+# shared-memory carveout in percent that goes with each on GPUs that have one (-1 leaves the driver's default).
+CACHE_CONFIGS = {"none": -1, "shared": 100, "l1": 0, "equal": 50}
 REGISTERS_PER_SM = 64 * 1024  # 32-bit registers of one SM, shared by the blocks on it
 # Kernels index with 32-bit ints, so no matrix may hold 2**31 elements or more.
 MAX_ELEMENTS = 2**31 - 1

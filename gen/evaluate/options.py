@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Sequence
 
-# COMPILERS, COMPILER_ENV, COMPILE_LEVELS, FULL, check_level, usable_cores, CACHE_CONFIGS and sanitizer_path: for search/ and cli/, which reach them here
+# COMPILERS, COMPILER_ENV, COMPILE_LEVELS, FULL, check_level, usable_cores and sanitizer_path: for search/ and cli/, which reach them here
 from ..compiling.compilers import COMPILER_ENV, COMPILERS, compiler_named
 from ..compiling.levels import COMPILE_LEVELS, FULL, check_level
 from ..compiling.options import CompileOptions, local_arch, usable_cores
@@ -15,7 +15,6 @@ from ..core import checks
 from ..core.errors import UsageError
 from ..core.timing import TimingOptions, checked_timing
 from ..gpu.executor import Executor
-from ..gpu.jobs import CACHE_CONFIGS
 from ..gpu.local import LocalExecutor
 from ..gpu.sanitize import sanitizer_path
 

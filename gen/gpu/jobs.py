@@ -7,9 +7,6 @@ from typing import Any
 
 from ..core.timing import TimingOptions
 
-# Run-time cache preferences (cuFuncSetCacheConfig's CU_FUNC_CACHE_PREFER_<NAME>), with the
-# shared-memory carveout in percent that goes with each on GPUs that have one (-1 leaves the driver's default).
-CACHE_CONFIGS = {"none": -1, "shared": 100, "l1": 0, "equal": 50}
 RACY_CHECKS = 3  # deliberately racy variants are checked this many times, on different inputs
 
 

@@ -13,10 +13,9 @@ import pycuda.gpuarray as gpuarray
 
 from ..core.cubin import kernel_symbol
 from ..core.errors import RunFailed, UsageError
-from ..core.limits import MAX_STATIC_SHARED_BYTES
+from ..core.limits import CACHE_CONFIGS, MAX_STATIC_SHARED_BYTES
 from ..families.family import Launch
 from ..families.problem import Problem
-from .jobs import CACHE_CONFIGS
 from .regions import spans
 
 def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays: Mapping[str, Any],

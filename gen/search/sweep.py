@@ -16,13 +16,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..core import checks
 from ..core.errors import UsageError
+from ..core.limits import CACHE_CONFIGS
 from ..core.paths import as_path
 from ..core.progress import Progress
 from ..core.objectives import NO_ENERGY
 from ..core.results import Row, Status
 from ..evaluate.engine import Engine, EngineStats
 from ..evaluate.loop import Sink, evaluate
-from ..evaluate.options import CACHE_CONFIGS, FULL, RunOptions, sanitizer_path
+from ..evaluate.options import FULL, RunOptions, sanitizer_path
 from ..evaluate.plan import Plan, make_plan, space_line
 from ..families import get_family
 from ..families.family import Family
