@@ -1,25 +1,33 @@
 """The house rules of a package laid out like `gen/`, read from its source (nothing is imported):
-the layers' order, no import cycles, each checked third-party package in its one layer, and sizes.
+the floors' order, only the face at the package root, no import cycles, each checked third-party
+package on its floors, and sizes.
 `check(root)` returns one line per finding; `python -m tests.house [ROOT]` prints them, exit 1 if any."""
 import ast
 import sys
 from pathlib import Path
 
-# The layer a module is in is its folder under the package root; modules at the root are the
-# Python API ("api"), which may import any layer. A layer may import itself and the layers named.
-# store/ sits beside compiling/, gpu/ and evaluate/: it needs only core/ and families/.
+# The floor a module is on is its folder under the package root, or its folder two deep where that
+# is a floor of its own (gpu/process, gpu/runtime). A floor may import itself and the floors named.
+# The package root holds only the face (FACE), which may import any floor: its names are lazy.
+FACE = {"__init__", "__main__", "api"}
 MAY_IMPORT = {"core": set(), "families": {"core"}}
-MAY_IMPORT["compiling"] = MAY_IMPORT["gpu"] = MAY_IMPORT["store"] = {"core", "families"}
-MAY_IMPORT["evaluate"] = {"core", "families", "compiling", "gpu"}
+MAY_IMPORT["compiling"] = MAY_IMPORT["gpu/runtime"] = MAY_IMPORT["store"] = {"core", "families"}
+MAY_IMPORT["gpu/process"] = {"core", "families", "gpu/runtime"}  # what runs inside the GPU worker
+MAY_IMPORT["gpu"] = {"core", "families", "gpu/process"}  # the executors; the CUDA bindings only in a worker
+MAY_IMPORT["evaluate"] = {"core", "families", "compiling", "gpu", "gpu/process", "gpu/runtime"}
 MAY_IMPORT["search"] = {"core", "families", "evaluate", "store"}  # never the compile layer or gpu/ (the session builds them)
-MAY_IMPORT["cli"] = MAY_IMPORT["search"] | {"search"}
+MAY_IMPORT["call"] = {"core", "families", "compiling", "gpu/runtime", "evaluate", "store"}  # the user's program
+MAY_IMPORT["commands"] = MAY_IMPORT["search"] | {"search", "call"}
+MAY_IMPORT["kernel_tuner"] = MAY_IMPORT["commands"] | {"commands"}
+MAY_IMPORT["cli"] = MAY_IMPORT["commands"] | {"commands"}
 
-# Each third-party package (or part of one), by its dotted prefix, and the one layer that imports it.
+# Each third-party package (or part of one), by its dotted prefix, and the floors that import it.
 THIRD_PARTY = {
-    "pycuda": "gpu", "distributed": "gpu", "dask": "gpu", "pynvml": "gpu", "torch": "gpu", "cupy": "gpu",
-    "cuda.bindings.driver": "gpu",  # gen.kernel's launches through the driver API
-    "cuda.bindings.nvrtc": "compiling", "cuda.pathfinder": "compiling",  # NVRTC, the compiler
-    "jinja2": "compiling", "matplotlib": "store", "ml_dtypes": "families",
+    "pycuda": {"gpu/runtime", "gpu/process"}, "torch": {"gpu/runtime"}, "cupy": {"gpu/runtime"},
+    "cuda.bindings.driver": {"gpu/runtime"},  # where PyCUDA cannot serve: a tensor map passed by value
+    "pynvml": {"gpu/process"}, "distributed": {"gpu"}, "dask": {"gpu"},
+    "cuda.bindings.nvrtc": {"compiling"}, "cuda.pathfinder": {"compiling"},  # NVRTC, the compiler
+    "jinja2": {"compiling"}, "matplotlib": {"store"}, "ml_dtypes": {"families"},
 }
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
@@ -37,9 +45,11 @@ def modules(root):
 
 
 def layer(name):
-    """The layer of a dotted module name: its first folder under the package, else "api"."""
-    parts = name.split(".")
-    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in MAY_IMPORT) else "api"
+    """The floor of a dotted module name (its folder under the package, two deep where that is a
+    floor), else "face": a module at the package root."""
+    parts = name.split(".")[1:]
+    floors = ["/".join(parts[:depth]) for depth in (2, 1) if len(parts) >= depth]
+    return next((floor for floor in floors if floor in MAY_IMPORT), "face")
 
 
 def imported(name, path, node):
@@ -60,7 +70,7 @@ def _own(dotted, mods):
     return dotted if dotted in mods else None
 
 
-def _third_party_layer(dotted):
+def _third_party_floors(dotted):
     prefixes = [p for p in THIRD_PARTY if dotted == p or dotted.startswith(p + ".")]
     return THIRD_PARTY[max(prefixes, key=len)] if prefixes else None
 
@@ -70,6 +80,9 @@ def _read(root):
     mods, edges, findings = modules(root), {}, []
     for name, path in mods.items():
         source = path.read_text()
+        if layer(name) == "face" and path.stem not in FACE:
+            findings.append(f"{path}: the package root holds only the face ({', '.join(sorted(FACE))}); "
+                            f"move it onto a floor")
         if len(source.splitlines()) > MAX_MODULE_LINES:
             findings.append(f"{path}: {len(source.splitlines())} lines (at most {MAX_MODULE_LINES})")
         for node in ast.walk(ast.parse(source, str(path))):
@@ -81,15 +94,15 @@ def _read(root):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
             for dotted in imported(name, path, node):
-                own, outside = _own(dotted, mods), _third_party_layer(dotted)
+                own, outside = _own(dotted, mods), _third_party_floors(dotted)
                 if own and own != name:
                     edges.setdefault(name, set()).add(own)
-                    if layer(name) != "api" and layer(own) not in MAY_IMPORT[layer(name)] | {layer(name)}:
+                    if layer(name) != "face" and layer(own) not in MAY_IMPORT[layer(name)] | {layer(name)}:
                         findings.append(f"{path}:{node.lineno}: {layer(name)} imports {own} "
                                         f"from {layer(own)}, against the layer order")
-                if outside and layer(name) != outside:
+                if outside and layer(name) not in outside:
                     findings.append(f"{path}:{node.lineno}: {dotted} is imported in {layer(name)}; "
-                                    f"only {outside} may import it")
+                                    f"only {' or '.join(sorted(outside))} may import it")
     return edges, findings
 
 

@@ -28,10 +28,23 @@ def test_a_cycle_through_imports_inside_functions_is_found(scratch):
 
 
 def test_an_upward_import_is_found(scratch):
-    (scratch / "families" / "reach.py").write_text("import os\n\n\ndef reach():\n    from ..gpu import launch\n")
+    (scratch / "families" / "reach.py").write_text("import os\n\n\ndef reach():\n    from ..gpu.runtime import launch\n")
     findings = check(scratch)
     assert len(findings) == 1
-    assert "families/reach.py:5: families imports gen.gpu.launch from gpu, against the layer order" in findings[0]
+    assert ("families/reach.py:5: families imports gen.gpu.runtime.launch from gpu/runtime, against the layer order"
+            in findings[0])
+
+
+def test_the_cuda_runtime_does_not_reach_up_into_the_gpu_worker(scratch):
+    (scratch / "gpu" / "runtime" / "reach.py").write_text("from ..process.jobs import Job\n")
+    assert [f.split(": ", 1)[1] for f in check(scratch)] == [
+        "gpu/runtime imports gen.gpu.process.jobs from gpu/process, against the layer order"]
+
+
+def test_a_module_at_the_package_root_beside_the_face_is_found(scratch):
+    (scratch / "helpers.py").write_text("from .core.errors import UsageError\n")
+    assert [f.split("helpers.py", 1)[1] for f in check(scratch)] == [
+        ": the package root holds only the face (__init__, __main__, api); move it onto a floor"]
 
 
 def test_the_compile_layer_and_gpu_do_not_import_each_other(scratch):
@@ -44,7 +57,7 @@ def test_a_third_party_package_outside_its_layer_is_found(scratch):
     (scratch / "evaluate" / "draw.py").write_text("import jinja2\nimport numpy\nfrom cuda.bindings import driver\n")
     findings = [f.split(": ", 1)[1] for f in check(scratch)]
     assert findings == ["jinja2 is imported in evaluate; only compiling may import it",
-                        "cuda.bindings.driver is imported in evaluate; only gpu may import it"]
+                        "cuda.bindings.driver is imported in evaluate; only gpu/runtime may import it"]
 
 
 def test_a_long_module_and_a_long_function_are_found(scratch):
