@@ -18,15 +18,15 @@ __all__ = ["TilegenError", "UsageError", "__version__", "kernel", "load_families
 
 
 # The API's functions, each imported from its module when first used, so that `import gen` stays light.
-_LAZY = {"sweep": "tuning", "tune": "tuning", "tuned": "search.lookup", "kernel": "kernels", "matmul": "kernels",
-         "tune_kernel": "kernel_tuner"}
+_LAZY = {"sweep": "commands.python_api", "tune": "commands.python_api", "tuned": "call.lookup",
+         "kernel": "call.kernels", "matmul": "call.kernels", "tune_kernel": "kernel_tuner.tune"}
 
 
 def __getattr__(name: str) -> Any:
-    """gen.sweep and gen.tune (gen.tuning); gen.tuned, the best known variant for a shape, answered
-    from the tuning database without a GPU (gen.search.lookup); gen.kernel and gen.matmul, tuned
-    variants ready to call on the caller's arrays (gen.kernels); gen.tune_kernel, Kernel Tuner's
-    call over a family made on the fly (gen.kernel_tuner)."""
+    """gen.sweep and gen.tune (gen.commands.python_api); gen.tuned, the best known variant for a shape, answered
+    from the tuning database without a GPU (gen.call.lookup); gen.kernel and gen.matmul, tuned
+    variants ready to call on the caller's arrays (gen.call.kernels); gen.tune_kernel, Kernel Tuner's
+    call over a family made on the fly (gen.kernel_tuner.tune)."""
     if name in _LAZY:
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'gen' has no attribute {name!r}")

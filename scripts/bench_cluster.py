@@ -119,7 +119,7 @@ def killed_sweep(args: argparse.Namespace) -> dict:
     from gen.gpu.dask import DaskExecutor
     from gen.evaluate.options import RunOptions
     from gen.core.timing import TimingOptions
-    from gen.search.sweep import SweepOptions, sweep as run_sweep
+    from gen.commands.sweep import SweepOptions, sweep as run_sweep
     from gen.core.nvidia_smi import parse_gpus
 
     out = args.out / "killed"

@@ -207,7 +207,7 @@ def cold_tune(space: str, strategy: str, budget: int | None, screen: str | None,
     os.environ["TILEGEN_CACHE"] = str(cold)
     from gen.core.timing import TUNE_TIMING
     from gen.evaluate.options import RunOptions
-    from gen.search.tune import TuneOptions, tune
+    from gen.commands.tune import TuneOptions, tune
     from gen.store.tuning_db import TuningDB
 
     family, size, params = SPACES[space]

@@ -24,7 +24,7 @@ from bench_vs_kernel_tuner import SPACE  # noqa: E402
 from gen.core.table import text_table  # noqa: E402
 from gen.evaluate.options import RunOptions  # noqa: E402
 from gen.core.timing import TUNE_TIMING  # noqa: E402
-from gen.search.tune import TuneOptions, tune  # noqa: E402
+from gen.commands.tune import TuneOptions, tune  # noqa: E402
 from gen.store.tuning_db import TuningDB  # noqa: E402
 
 HEADERS = ["timing", "wall s", "GPU busy s", "samples", "stopped early", "winner", "winner ms"]

@@ -28,7 +28,7 @@ from pathlib import Path
 from gen.core.table import text_table
 from gen.evaluate.options import RunOptions
 from gen.core.timing import TUNE_TIMING
-from gen.search.tune import TuneOptions, tune
+from gen.commands.tune import TuneOptions, tune
 from gen.store.tuning_db import TuningDB
 
 WATCH_S = 2.0  # seconds each meter is watched, idle and under load

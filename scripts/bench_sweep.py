@@ -38,9 +38,9 @@ from gen.evaluate.options import RunOptions  # noqa: E402
 from gen.families import get_family  # noqa: E402
 from gen.families.family import point_refusal  # noqa: E402
 from gen.families.space import Space  # noqa: E402
-from gen.gpu.jobs import job_for  # noqa: E402
+from gen.gpu.process.jobs import job_for  # noqa: E402
 from gen.gpu.local import LocalExecutor  # noqa: E402
-from gen.search.sweep import SweepOptions, SweepReport, sweep  # noqa: E402
+from gen.commands.sweep import SweepOptions, SweepReport, sweep  # noqa: E402
 from tests.fakes import SERVICE_S  # noqa: E402
 
 
@@ -139,7 +139,7 @@ def profile_jobs(family_name: str, size: str, pattern: str | None, run: RunOptio
     """`count` jobs of the space on a Runner in this process, under cProfile: the worker's host time."""
     import pycuda.autoprimaryctx  # noqa: F401  (the Runner's context)
 
-    from gen.gpu.runner import Runner
+    from gen.gpu.process.runner import Runner
 
     family = get_family(family_name)
     shape = family.parse_shape(size)

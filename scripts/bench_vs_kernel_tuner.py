@@ -150,7 +150,7 @@ def run_tilegen(size: str, strategy: str, evaluations: int | None, compiler: str
     os.environ["TILEGEN_CACHE"] = str(cold)
     from gen.evaluate.options import RunOptions
     from gen.core.timing import TUNE_TIMING
-    from gen.search.tune import TuneOptions, tune
+    from gen.commands.tune import TuneOptions, tune
 
     params = {} if full else {name: [str(v) for v in values] for name, values in SPACE.items()}
     started_at, clock = time.time(), time.perf_counter()

@@ -34,10 +34,10 @@ import pycuda.gpuarray as gpuarray  # noqa: E402
 
 import gen  # noqa: E402
 from gen.families import get_family  # noqa: E402
-from gen.kernels import Kernel  # noqa: E402
-from gen.search.lookup import tuned_with_reason  # noqa: E402
+from gen.call.kernels import Kernel  # noqa: E402
+from gen.call.lookup import tuned_with_reason  # noqa: E402
 from gen.core.timing import TimingOptions  # noqa: E402
-from gen.gpu.timing import event_samples  # noqa: E402
+from gen.gpu.process.timing import event_samples  # noqa: E402
 from gen.core.table import markdown_table, text_table  # noqa: E402
 
 SGEMM_SHAPES = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
@@ -107,7 +107,7 @@ def main() -> None:
 
 def tune_each(db: Path | None, evaluations: int, problems: list[tuple[str, str, str | None]]) -> None:
     """Tune each problem at its own size on this GPU (Bayesian search), in tilegen's isolated workers."""
-    from gen.search.tune import TuneOptions, tune
+    from gen.commands.tune import TuneOptions, tune
 
     for family, size, dtype in problems:
         print(f"tuning {family} {dtype or ''} {size} ({evaluations} evaluations)", flush=True)
@@ -245,7 +245,7 @@ def l2_flusher() -> Callable[[int], None]:
 def paired_medians_ms(ours: Callable[[], Any], theirs: Callable[[], Any], flush: Callable[[int], None],
                       samples: int = SAMPLES) -> tuple[float, float]:
     """Median event times of both, sampled in alternation so that clock or thermal drift hits
-    both alike; each sample starts from a flushed L2 (gen.gpu.timing's one timing loop, one sample a turn)."""
+    both alike; each sample starts from a flushed L2 (gen.gpu.process.timing's one timing loop, one sample a turn)."""
     for _ in range(3):
         ours(), theirs()
     one = TimingOptions(min_samples=1, max_samples=1, warmup=0)

@@ -22,8 +22,8 @@ from collections import Counter
 from gen.compiling.compiler import CompileOptions, compile_variant
 from gen.core.table import text_table
 from gen.families import get_family, variant_from_name
-from gen.gpu.jobs import Job
-from gen.gpu.worker_process import once_command
+from gen.gpu.process.jobs import Job
+from gen.gpu.process.worker import once_command
 
 NCU_METRICS = {
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "shared load bank conflicts",

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from gen.compiling.nvcc import Nvcc
-from gen.gpu.jobs import Job
+from gen.gpu.process.jobs import Job
 from gen.gpu.sanitize import TOOLS
-from gen.gpu.worker_process import HeldPhases
+from gen.gpu.process.worker import HeldPhases
 from gen.core.objectives import NO_ENERGY
 from gen.core.results import DeviceInfo, Measurement, Status
 from gen.core.timing import Timing
@@ -85,7 +85,7 @@ def exiting_worker(connection: Connection, index: int) -> None:
 
 def busy_phases_worker(connection: Connection, index: int) -> None:
     """A t8 variant goes through a new phase every 20 ms for 1.5 s: each too short to be told on its
-    own (gen.gpu.worker_process.HeldPhases), and never silent."""
+    own (gen.gpu.process.worker.HeldPhases), and never silent."""
     connection.send(("ready", FAKE_DEVICE))
     phases = HeldPhases(connection)
     while (job := connection.recv()) is not None:
@@ -194,7 +194,7 @@ SERVICE_S = "TILEGEN_FAKE_SERVICE_S"  # timed_worker's service time per job, in 
 def timed_worker(connection: Connection, index: int) -> None:
     """A simulated GPU of any index (scripts/bench_scale.py): every job ok after $TILEGEN_FAKE_SERVICE_S
     seconds (default 0.01), reporting the phases a real worker reports for a job that is checked and
-    timed, as it does (a phase is told only once it lasts: gen.gpu.worker_process.HeldPhases)."""
+    timed, as it does (a phase is told only once it lasts: gen.gpu.process.worker.HeldPhases)."""
     seconds = float(os.environ.get(SERVICE_S, "0.01"))
     device = replace(FAKE_DEVICE, index=index)
     connection.send(("ready", device))
@@ -208,7 +208,7 @@ def timed_worker(connection: Connection, index: int) -> None:
 
 
 def phase_hanging_worker(connection: Connection, index: int) -> None:
-    """As the real worker reports phases (gen.gpu.worker_process.HeldPhases): a t8 variant hangs
+    """As the real worker reports phases (gen.gpu.process.worker.HeldPhases): a t8 variant hangs
     while measuring a ceiling, after a phase too short to be told."""
     connection.send(("ready", FAKE_DEVICE))
     phases = HeldPhases(connection)
@@ -248,7 +248,7 @@ def ceiling_worker(connection: Connection, index: int) -> None:
     """Fake timings against the ceiling of the job's family, as the ceilings code gives it in a GPU
     worker process: measured once per GPU model (by the family's own `measure`), then kept."""
     from gen.families import get_family
-    from gen.gpu.ceilings import Ceilings
+    from gen.gpu.process.ceilings import Ceilings
 
     ceilings = Ceilings(FAKE_DEVICE.model)
     connection.send(("ready", FAKE_DEVICE))
@@ -326,7 +326,7 @@ class NoGpuExecutor(FakeExecutor):
 def slow_sweep(out: str) -> None:
     """A sweep of 18 variants x 2 sizes at 0.3 s a job, for a test to kill in the middle."""
     from gen.evaluate.options import RunOptions
-    from gen.search.sweep import SweepOptions, sweep
+    from gen.commands.sweep import SweepOptions, sweep
 
     sweep(SweepOptions("matmul", Path(out), sizes=["64x64x64", "96x96x96"], progress=False, run=RunOptions(seed=1)),
           executor=FakeExecutor(delay_s=0.3))

@@ -23,7 +23,7 @@ MAY_IMPORT["cli"] = MAY_IMPORT["commands"] | {"commands"}
 
 # Each third-party package (or part of one), by its dotted prefix, and the floors that import it.
 THIRD_PARTY = {
-    "pycuda": {"gpu/runtime", "gpu/process"}, "torch": {"gpu/runtime"}, "cupy": {"gpu/runtime"},
+    "pycuda": {"gpu/runtime", "gpu/process"}, "torch": {"gpu/process"}, "cupy": {"gpu/process"},  # cuBLAS ceilings
     "cuda.bindings.driver": {"gpu/runtime"},  # where PyCUDA cannot serve: a tensor map passed by value
     "pynvml": {"gpu/process"}, "distributed": {"gpu"}, "dask": {"gpu"},
     "cuda.bindings.nvrtc": {"compiling"}, "cuda.pathfinder": {"compiling"},  # NVRTC, the compiler

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import gen
-from gen.arrays import LEGACY_STREAM, caller_stream, describe, stream_handle, stream_source
+from gen.call.arrays import LEGACY_STREAM, caller_stream, describe, stream_handle, stream_source
 from gen.families import get_family
 from gen.families import gemm_families
-from gen.kernels import shape_from_dims
-from gen.search.lookup import tuned_with_reason
+from gen.call.kernels import shape_from_dims
+from gen.call.lookup import tuned_with_reason
 
 from . import fakes
 
@@ -143,7 +143,7 @@ def test_import_gen_loads_no_gpu_library_and_never_torch_or_cupy() -> None:
     import subprocess
     import sys
 
-    loaded = subprocess.run([sys.executable, "-c", "import sys, gen; gen.kernel; gen.tune; import gen.kernels; "
+    loaded = subprocess.run([sys.executable, "-c", "import sys, gen; gen.kernel; gen.tune; import gen.call.kernels; "
                              "print(sorted(m for m in ('pycuda', 'torch', 'cupy', 'cuda.bindings.driver') "
                              "if m in sys.modules))"], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
@@ -155,7 +155,7 @@ def test_a_launch_packs_each_argument_once_and_goes_on_the_stream_given(monkeypa
     import ctypes
 
     pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
-    from gen.gpu import native
+    from gen.gpu.runtime import native
 
     calls = []
 

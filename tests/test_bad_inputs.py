@@ -36,8 +36,8 @@ from gen.core.results import DeviceInfo, Row, Status
 from gen.core.timing import TimingOptions
 from gen.families.space import Space
 from gen.store.results_log import read_rows
-from gen.search.sweep import SweepOptions, preview, sweep
-from gen.search.tune import TuneOptions, tune
+from gen.commands.sweep import SweepOptions, preview, sweep
+from gen.commands.tune import TuneOptions, tune
 from gen.store.tuning_db import TuningKey, TuningDB
 
 from .conftest import REPO, _gpu_missing

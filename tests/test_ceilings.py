@@ -14,9 +14,9 @@ from gen.core.results import GpuModel
 from gen.evaluate.options import RunOptions
 from gen.families.problem import Ceiling
 from gen.families.registry import registry
-from gen.gpu.ceilings import Ceilings
+from gen.gpu.process.ceilings import Ceilings
 from gen.gpu.local import LocalExecutor
-from gen.search.sweep import SweepOptions, sweep
+from gen.commands.sweep import SweepOptions, sweep
 from gen.store.results_log import read_rows
 
 from .conftest import REPO

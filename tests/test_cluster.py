@@ -33,12 +33,12 @@ from gen.gpu.dask_flight import JOBS_PER_TASK, MAX_RESENDS, lost_verdict, task_s
 from gen.gpu.dask_cluster import gather_within, local_cluster  # noqa: E402
 from gen.core.errors import Interrupted, TilegenError  # noqa: E402
 from gen.families import get_family  # noqa: E402
-from gen.gpu.jobs import Job  # noqa: E402
+from gen.gpu.process.jobs import Job  # noqa: E402
 from gen.evaluate.options import RunOptions  # noqa: E402
 from gen.core.results import DeviceInfo, GpuModel, Row, Status  # noqa: E402
-from gen.search.sweep import SweepOptions, sweep  # noqa: E402
-from gen.search.revalidate import revalidate  # noqa: E402
-from gen.search.tune import TuneOptions, tune  # noqa: E402
+from gen.commands.sweep import SweepOptions, sweep  # noqa: E402
+from gen.commands.revalidate import revalidate  # noqa: E402
+from gen.commands.tune import TuneOptions, tune  # noqa: E402
 from gen.store.tuning_db import TuningDB  # noqa: E402
 
 from . import fakes  # noqa: E402
@@ -551,7 +551,7 @@ from pathlib import Path
 from gen.evaluate.options import RunOptions
 from gen.gpu.dask import DaskExecutor
 from gen.gpu.dask_cluster import gather_within
-from gen.search.sweep import SweepOptions, sweep
+from gen.commands.sweep import SweepOptions, sweep
 
 
 class Stalled:

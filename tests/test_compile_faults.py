@@ -30,7 +30,7 @@ from gen.families import MatmulVariant
 from gen.evaluate.options import RunOptions
 from gen.core.results import Row, Status
 from gen.store.results_log import read_rows
-from gen.search.sweep import SweepOptions, sweep
+from gen.commands.sweep import SweepOptions, sweep
 
 from .conftest import REPO
 from .fakes import ANNOUNCE_AND_HANG, FakeExecutor, LineReader, ends_within

@@ -17,11 +17,11 @@ from gen.core.objectives import pareto_front, ranked, score
 from gen.core.results import Row, Status, row_from_json
 from gen.core.timing import TimingOptions
 from gen.evaluate.options import RunOptions
-from gen.gpu.energy import NO_NVML, Reading, average_watts, energy_per_launch, open_meter
-from gen.search.lookup import tuned
-from gen.search.sweep import SweepOptions, summary, sweep
-from gen.search.tune import TuneOptions, tune
-from gen.search.tune_result import describe
+from gen.gpu.process.energy import NO_NVML, Reading, average_watts, energy_per_launch, open_meter
+from gen.call.lookup import tuned
+from gen.commands.sweep import SweepOptions, summary, sweep
+from gen.commands.tune import TuneOptions, tune
+from gen.commands.tune_result import describe
 from gen.store.export import t4_result
 from gen.store.results_log import ResultLog, read_rows
 from gen.store.tuning_db import TuningDB

@@ -24,7 +24,7 @@ from gen.families.space import Space
 from gen.search.proposers import PointList, Rounds, Search
 from gen.search.replay import replay
 from gen.search.strategies import SearchSpace, make_strategy
-from gen.search.sweep import SweepOptions, sweep
+from gen.commands.sweep import SweepOptions, sweep
 from gen.store.results_log import read_rows
 
 from . import fakes

@@ -22,7 +22,7 @@ import pytest
 from gen.core.results import DeviceInfo, GpuModel, Measurement
 from gen.gpu.executor import Executor, GpuUnavailable
 from gen.gpu.feed import JobFeed
-from gen.gpu.jobs import Job
+from gen.gpu.process.jobs import Job
 from gen.gpu.local import LocalExecutor
 from gen.gpu.sanitize import TOOLS, sanitizer_path
 

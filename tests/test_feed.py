@@ -7,7 +7,7 @@ import threading
 from dataclasses import replace
 
 from gen.gpu.feed import JobFeed
-from gen.gpu.jobs import Job
+from gen.gpu.process.jobs import Job
 
 
 def _job(number: int) -> Job:

@@ -14,7 +14,7 @@ from gen.families.space import Space
 from gen.core.timing import TimingOptions
 from gen.core.results import Row, Status
 from gen.evaluate.options import RunOptions
-from gen.search.sweep import SweepOptions, sweep
+from gen.commands.sweep import SweepOptions, sweep
 
 pytestmark = pytest.mark.gpu
 QUICK = TimingOptions(budget_s=0.05, min_samples=5)
@@ -169,11 +169,11 @@ def test_every_cache_configuration_runs(tmp_path: Path) -> None:
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_the_device_checker_catches_unwritten_stray_and_wrong_elements(dtype: str) -> None:
     import numpy as np
-    import pycuda.autoprimaryctx  # noqa: F401  (importing gen.gpu.checker makes no context: the caller brings one)
+    import pycuda.autoprimaryctx  # noqa: F401  (importing gen.gpu.process.checker makes no context: the caller brings one)
     import pycuda.gpuarray as gpuarray
 
     from gen.families.problem import numpy_dtype
-    from gen.gpu import checker as gpu
+    from gen.gpu.process import checker as gpu
 
     reference = np.random.default_rng(3).uniform(-1, 1, (5, 7))
     expected = np.full((5, 9), np.nan)  # two padding columns (ld 9) outside the output region
@@ -229,7 +229,7 @@ def test_gen_kernel_runs_the_tuned_plugin_variant_on_the_callers_arrays(tmp_path
 
     import gen
     from gen.families.registry import registry
-    from gen.search.tune import TuneOptions, tune
+    from gen.commands.tune import TuneOptions, tune
 
     monkeypatch.setenv("TILEGEN_DB", str(tmp_path / "t.sqlite"))
     monkeypatch.setenv("TILEGEN_FAMILY_PATH", str(EXAMPLE))
@@ -268,7 +268,7 @@ def test_your_own_family_goes_from_sweep_to_tune_to_best_to_a_kernel_on_numpy_ar
     import gen
     from gen.cli.main import main
     from gen.families.registry import registry
-    from gen.search.tune import TuneOptions, tune
+    from gen.commands.tune import TuneOptions, tune
 
     db = tmp_path / "t.sqlite"
     monkeypatch.setenv("TILEGEN_DB", str(db))
@@ -346,7 +346,7 @@ def _gpu_count() -> int:
 
 @pytest.mark.skipif(_gpu_count() < 2, reason="needs two GPUs of one host")
 def test_tuning_on_two_gpus_shares_the_space_and_never_shares_a_gpu(tmp_path: Path) -> None:
-    from gen.search.tune import TuneOptions, tune
+    from gen.commands.tune import TuneOptions, tune
     from gen.store.tuning_db import TuningDB
 
     db = tmp_path / "t.sqlite"
@@ -364,7 +364,7 @@ def test_tuned_and_matmul_run_in_the_callers_own_context(tmp_path: Path, monkeyp
 
     import gen
     from gen.families import variant_from_name
-    from gen.search.tune import TuneOptions, tune
+    from gen.commands.tune import TuneOptions, tune
     from gen.store.tuning_db import TuningDB
 
     monkeypatch.setenv("TILEGEN_DB", str(tmp_path / "t.sqlite"))

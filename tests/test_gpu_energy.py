@@ -14,9 +14,9 @@ from gen.core.results import Status
 from gen.core.timing import TimingOptions
 from gen.evaluate.options import RunOptions
 from gen.families import get_family
-from gen.search.sweep import SweepOptions, sweep
-from gen.search.tune import TuneOptions, tune
-from gen.search.tune_result import describe
+from gen.commands.sweep import SweepOptions, sweep
+from gen.commands.tune import TuneOptions, tune
+from gen.commands.tune_result import describe
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(importlib.util.find_spec("pynvml") is None,
                                                   reason="GPU energy test: nvidia-ml-py is not installed "

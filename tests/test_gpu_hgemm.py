@@ -1,6 +1,6 @@
 """The tensor-core GEMM on a real GPU (marker `gpu`): every layout and stage count right at odd and
 strided shapes, in both element types and both output types, before anything is timed; TMA copies
-(sm_90) in every geometry, and called through gen.kernels on PyTorch tensors with padded rows."""
+(sm_90) in every geometry, and called through gen.call.kernels on PyTorch tensors with padded rows."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from gen.core.results import Status
 from gen.families import get_family
-from gen.kernels import Kernel
+from gen.call.kernels import Kernel
 
 from .test_gpu import _only_skipped_and_ok, run, runnable, skip_unless_gpu
 

@@ -16,7 +16,7 @@ from gen.core.results import Status
 from gen.core.timing import TimingOptions
 from gen.evaluate.options import RunOptions
 from gen.families import get_family
-from gen.search.sweep import SweepOptions, sweep
+from gen.commands.sweep import SweepOptions, sweep
 
 from .conftest import REPO
 

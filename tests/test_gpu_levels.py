@@ -11,8 +11,8 @@ from gen.compiling.levels import COMPILE_LEVELS, FULL
 from gen.core.results import Status
 from gen.core.timing import TimingOptions
 from gen.evaluate.options import RunOptions
-from gen.search.sweep import SweepOptions, sweep
-from gen.search.tune import TuneOptions, tune
+from gen.commands.sweep import SweepOptions, sweep
+from gen.commands.tune import TuneOptions, tune
 from gen.store.tuning_db import TuningDB
 
 pytestmark = pytest.mark.gpu

@@ -14,7 +14,7 @@ import gen
 from gen.compiling.render import render
 from gen.core.errors import UsageError
 from gen.families import get_family
-from gen.search.lookup import tuned
+from gen.call.lookup import tuned
 
 from . import fakes
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gen.core.results import Status
-from gen.gpu.jobs import Job
+from gen.gpu.process.jobs import Job
 from gen.gpu.local import LocalExecutor
 from gen.gpu.sanitize import sanitizer_path
 

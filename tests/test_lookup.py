@@ -11,7 +11,7 @@ import pytest
 from gen.families import MatmulVariant, SgemmVariant
 from gen.families.hgemm import HgemmVariant
 from gen.core.results import DeviceInfo
-from gen.search.lookup import tuned, tuned_with_reason
+from gen.call.lookup import tuned, tuned_with_reason
 from gen.core.results import Row, Status
 from gen.store.tuning_db import TuningDB
 

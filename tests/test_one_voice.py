@@ -16,7 +16,7 @@ from gen.cli.main import main
 from gen.core.progress import EVERY_ENV, Progress
 from gen.core.results import Row, Status
 from gen.evaluate.options import RunOptions
-from gen.search.sweep import SweepOptions, summary, sweep
+from gen.commands.sweep import SweepOptions, summary, sweep
 from gen.store.report import report
 from gen.store.tuning_db import TuningDB
 

@@ -17,7 +17,7 @@ from gen.families import MatmulVariant, get_family
 from gen.families.space import Space
 from gen.search.proposers import Search
 from gen.search.strategies import STRATEGIES, SearchSpace, make_strategy
-from gen.search.tune import TuneOptions, candidates, tune, warm_start
+from gen.commands.tune import TuneOptions, candidates, tune, warm_start
 from gen.store.tuning_db import TuningDB
 
 from . import fakes

@@ -21,12 +21,12 @@ from gen.core.errors import UsageError
 from gen.core.results import Row, Status
 from gen.families import get_family
 from gen.families.space import Space
-from gen.kernels import Kernel
+from gen.call.kernels import Kernel
 from gen.families.registry import registry
 from gen.store.plots import plot
 from gen.store.results_log import read_rows
-from gen.search.tune import TuneOptions, tune
-from gen.search.tune_result import describe
+from gen.commands.tune import TuneOptions, tune
+from gen.commands.tune_result import describe
 
 from .conftest import REPO
 from .fakes import FAKE_DEVICE, FakeExecutor
@@ -235,7 +235,7 @@ def test_an_error_in_a_compile_thread_ends_the_command_with_one_line(copied: Pat
 # ---- tune does what its user means ----------------------------------------------------------------------
 
 def test_brute_force_covers_the_whole_space_unless_given_a_budget(tmp_path: Path, compile_options) -> None:
-    from gen.search.tune import preview
+    from gen.commands.tune import preview
 
     space = {"tile": ["8", "16", "32"], "padding": ["0", "1"], "bounds": ["guard"], "sync": ["both"]}
     whole = TuneOptions("matmul", "64x64x64", params=space, strategy="brute", db=tmp_path / "a.sqlite", top=1,
@@ -258,7 +258,7 @@ def test_a_dry_run_says_what_the_budget_will_run(own_families: Path, capsys) -> 
 
 def test_a_shape_the_default_space_cannot_run_is_tuned_through_the_familys_adaptations(
         tmp_path: Path, capsys, compile_options) -> None:
-    from gen.search.tune import candidates
+    from gen.commands.tune import candidates
 
     code, out, err = run_main(capsys, ["tune", "sgemm", "--size", "2000x7000x3000", "--dry-run"])
     assert code == 0 and "; 3,168 to run (3,168 of them adapted: bounds=guard), 12,384 not run (51 reasons)" in out

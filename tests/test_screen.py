@@ -16,8 +16,8 @@ from gen.core.results import Row, Status
 from gen.families import MatmulVariant
 from gen.search.proposers import Search
 from gen.search.strategies import SearchSpace, make_strategy
-from gen.search.tune import DEFAULT_SCREEN, TuneOptions, tune
-from gen.search.tune_result import describe
+from gen.commands.tune import DEFAULT_SCREEN, TuneOptions, tune
+from gen.commands.tune_result import describe
 from gen.store.tuning_db import TuningDB
 
 from . import fakes

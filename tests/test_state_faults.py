@@ -278,7 +278,7 @@ TUNE_INTO = """
 import sys
 from pathlib import Path
 from gen.core.errors import TilegenError
-from gen.search.tune import TuneOptions, tune
+from gen.commands.tune import TuneOptions, tune
 from tests.fakes import FakeExecutor
 try:
     tune(TuneOptions("matmul", "64x64x64", params={"tile": ["8", "16"], "padding": ["0"], "bounds": ["guard"]},

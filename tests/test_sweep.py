@@ -17,12 +17,12 @@ import pytest
 from gen.compiling import compiler
 from gen.cli.main import main
 from gen.core.errors import TilegenError
-from gen.gpu.jobs import Job
+from gen.gpu.process.jobs import Job
 from gen.core.results import Status
 from gen.store.results_log import read_rows
 from gen.evaluate.options import RunOptions
 from gen.core.processes import python_environment
-from gen.search.sweep import SweepOptions, summary, sweep
+from gen.commands.sweep import SweepOptions, summary, sweep
 from gen.core.nvidia_smi import parse_gpus
 from gen.gpu.executor import GpuUnavailable
 from gen.gpu.isolated import IsolatedWorker
@@ -195,7 +195,7 @@ SCRIPT = """
 print("the script ran")  # at import: a worker that imported this module would print it again
 from pathlib import Path
 from gen.evaluate.options import RunOptions
-from gen.search.sweep import SweepOptions, sweep
+from gen.commands.sweep import SweepOptions, sweep
 report = sweep(SweepOptions("matmul", out=Path("run"), params={"tile": 8, "padding": 0, "bounds": "guard"},
                             sizes="64x64x64", progress=False, run=RunOptions(arch="sm_90")))
 print("note:", report.note)
@@ -205,7 +205,7 @@ print("note:", report.note)
 @pytest.mark.skipif(importlib.util.find_spec("pycuda") is not None, reason="needs a machine without pycuda")
 def test_a_script_without_a_main_guard_sweeps_and_its_workers_say_why_no_kernel_ran(tmp_path: Path,
                                                                                       compile_options) -> None:
-    """The README's Python example as a user's script: workers are `python -m gen.gpu.worker_process` processes,
+    """The README's Python example as a user's script: workers are `python -m gen.gpu.process.worker` processes,
     which never import the script, and a worker that cannot start names the real cause."""
     (tmp_path / "my_sweep.py").write_text(SCRIPT)
     done = subprocess.run([sys.executable, "my_sweep.py"], capture_output=True, text=True, cwd=tmp_path,

@@ -17,7 +17,7 @@ from gen.store.results_log import read_rows
 from gen.search.strategies import STRATEGIES, SearchSpace, make_strategy
 from gen.evaluate.options import RunOptions
 from gen.search.replay import replay
-from gen.search.tune import TuneOptions, tune, warm_start
+from gen.commands.tune import TuneOptions, tune, warm_start
 from gen.store.plots import best_so_far
 from gen.store.tuning_db import TuningDB
 
@@ -192,9 +192,9 @@ def test_revalidate_flags_stored_winners_that_moved(tmp_path: Path, compile_opti
     from dataclasses import replace as replaced
 
     from gen.families import MatmulVariant
-    from gen.gpu.jobs import Job
+    from gen.gpu.process.jobs import Job
     from gen.core.results import Row, Status
-    from gen.search.revalidate import revalidate
+    from gen.commands.revalidate import revalidate
 
     db = TuningDB(tmp_path / "t.sqlite")
     executor = fakes.FakeExecutor()

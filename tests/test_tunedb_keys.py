@@ -20,8 +20,8 @@ from gen.core.results import DeviceInfo, GpuModel, Row, Status
 from gen.families import get_family
 from gen.families.registry import registry
 from gen.families.space import Space
-from gen.search.lookup import tuned_with_reason
-from gen.search.tune import INTERLEAVED_ROUNDS, TuneOptions, tune, warm_start
+from gen.call.lookup import tuned_with_reason
+from gen.commands.tune import INTERLEAVED_ROUNDS, TuneOptions, tune, warm_start
 from gen.store.tuning_db import TuningDB
 
 from .conftest import REPO

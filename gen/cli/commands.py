@@ -25,13 +25,13 @@ from ..evaluate.session import Session
 from ..families import all_families, get_family
 from ..families.registry import registry
 from ..families.space import Space, parse_options
-from ..search.compiling import compile_space, resource_table
-from ..search.lookup import gpu_model_named, tuned_with_reason
-from ..search.revalidate import revalidate
-from ..search.sweep import SweepOptions, preview, summary, sweep
-from ..search.tune import TuneOptions, tune
-from ..search.tune import preview as tune_preview
-from ..search.tune_result import describe
+from ..commands.compile import compile_space, resource_table
+from ..call.lookup import gpu_model_named, tuned_with_reason
+from ..commands.revalidate import revalidate
+from ..commands.sweep import SweepOptions, preview, summary, sweep
+from ..commands.tune import TuneOptions, tune
+from ..commands.tune import preview as tune_preview
+from ..commands.tune_result import describe
 from ..store.export import EXPORTERS
 from ..store.report import compiled_by, load_rows, report, status_counts
 from ..store.results_log import ResultLog

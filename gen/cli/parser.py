@@ -19,7 +19,7 @@ from ..families.space import MAX_POINTS
 from ..search.strategies import STRATEGIES
 from ..store.export import EXPORTERS
 from ..store.report import REPORT_STYLES
-from ..search.tune import DEFAULT_SCREEN
+from ..commands.tune import DEFAULT_SCREEN
 from ..store.tuning_db import DB_ENV
 from ..core.errors import EXIT_USAGE
 from . import commands as run

@@ -1,7 +1,7 @@
 """Compile levels: how hard the compilers optimise, as one table (level name -> NVRTC's options and
 nvcc's). `full` is what tilegen has always compiled with (each compiler's own default optimisation);
 the others trade a kernel's speed for compile time: a tune may screen its candidates at one and
-confirm its finalists at `full` (gen.search.tune), and scripts/bench_cold.py measures how well
+confirm its finalists at `full` (gen.commands.tune), and scripts/bench_cold.py measures how well
 each ranks variants against `full`.
 
 Measured with NVRTC 13 on one sgemm variant (H100 host): `ofc-max` compiles in 0.18 s against 1.96 s

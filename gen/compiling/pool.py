@@ -1,6 +1,6 @@
 """A streaming compile pool: variants asked for one at a time come back as futures, compiled by a
 few threads (one per core), several to a compiler run when many wait. The one place tilegen
-compiles many variants at once (the engine, `compile_variants`, gen.kernels all use it).
+compiles many variants at once (the engine, `compile_variants`, gen.call.kernels all use it).
 
     pool = CompilePool(options)
     future = pool.submit(variant)          # urgent: a point waits for it

@@ -1,7 +1,7 @@
 """What a tune, `best` and `gen.tuned` minimise: a row's time, its energy, or their product.
 
 - `time`: the median milliseconds per launch (the default);
-- `energy`: joules per launch, from the GPU's energy counter (gen.gpu.energy);
+- `energy`: joules per launch, from the GPU's energy counter (gen.gpu.process.energy);
 - `edp`: the energy-delay product, joules x seconds per launch.
 
 A row measured without energy has no energy or edp score: it can be ranked by time only.

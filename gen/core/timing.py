@@ -1,6 +1,6 @@
 """The timing rules, one place for each: how long and how many samples (`TimingOptions`, a sweep's
 defaults and a tune's `TUNE_TIMING`), the warm-up, when timing a loser may stop early, and the
-statistics of the samples. The loop that applies them runs in the GPU worker (gen.gpu.timing)."""
+statistics of the samples. The loop that applies them runs in the GPU worker (gen.gpu.process.timing)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ class TimingOptions:
     min_samples: int = 10
     max_samples: int = 2000
     target_rsd: float = 0.005  # stop once the median's relative standard error is under this
-    warmup: int = 3  # launches before timing; one is enough for a kernel that runs 1 ms or more (gen.gpu.timing)
+    warmup: int = 3  # launches before timing; one is enough for a kernel that runs 1 ms or more (gen.gpu.process.timing)
     stop_above_ms: float | None = None  # stop once EARLY_STOP_SAMPLES samples are all slower than this
-    energy: bool = False  # also measure joules per launch from the GPU's energy counter (gen.gpu.energy)
+    energy: bool = False  # also measure joules per launch from the GPU's energy counter (gen.gpu.process.energy)
 
 
 TUNE_TIMING = TimingOptions(budget_s=0.5)  # a tune's: many variants, each timed for less
 CEILING_SAMPLES = TimingOptions(min_samples=10, max_samples=20, target_rsd=0.0, warmup=3, budget_s=30.0)  # a ceiling's
-WARMUP_MS = 1.0  # a first warm-up launch this long is warm-up enough (gen.gpu.timing)
+WARMUP_MS = 1.0  # a first warm-up launch this long is warm-up enough (gen.gpu.process.timing)
 
 EARLY_STOP_MARGIN = 0.1  # a search stops timing a point whose samples are all 10% slower than its best so far
 EARLY_STOP_SAMPLES = 5  # all of them slower than the cutoff: by the sign test, p = 0.5**5 ≈ 3% that the

@@ -34,7 +34,7 @@ from ..core.timing import TimingOptions
 from ..families import get_family
 from ..families.variant import Variant
 from ..gpu.feed import JobFeed
-from ..gpu.jobs import Job, job_for, sanitizer_job
+from ..gpu.process.jobs import Job, job_for, sanitizer_job
 from ..gpu.executor import Executor, GpuUnavailable
 from ..families.family import runs_on
 from .plan import Point, shape_text

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Sequence
 
-# COMPILERS, COMPILER_ENV, COMPILE_LEVELS, FULL, check_level, usable_cores and sanitizer_path: for search/ and cli/, which reach them here
+# COMPILERS, COMPILER_ENV, COMPILE_LEVELS, FULL, check_level, usable_cores and sanitizer_path: for commands/ and cli/, which reach them here
 from ..compiling.compilers import COMPILER_ENV, COMPILERS, compiler_named
 from ..compiling.levels import COMPILE_LEVELS, FULL, check_level
 from ..compiling.options import CompileOptions, local_arch, usable_cores

@@ -1,4 +1,4 @@
-"""What the commands that evaluate nothing ask of the layers below, re-exported (search/ and cli/
+"""What the commands that evaluate nothing ask of the layers below, re-exported (commands/ and cli/
 reach compiling/ and gpu/ only through evaluate/): the compile cache, templates rendered and emitted,
 a Dask worker served and a cluster's scheduler reached (`distributed` imported only then)."""
 

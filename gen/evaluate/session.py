@@ -15,7 +15,7 @@ from ..compiling.levels import FULL
 from ..compiling.pool import CompilePool
 from ..core.errors import UsageError
 from ..core.results import DeviceInfo, GpuModel
-from ..gpu.executor import Executor, GpuUnavailable  # for search/: the drivers' executor= and a GPU missing
+from ..gpu.executor import Executor, GpuUnavailable  # for commands/: the drivers' executor= and a GPU missing
 from .engine import Checking, Engine
 from .options import RunOptions, make_executor
 
@@ -71,13 +71,13 @@ def current_device() -> DeviceInfo:
     from ..gpu.local import LocalExecutor
 
     if "pycuda.driver" in sys.modules:
-        from ..gpu.device import current_device_info
+        from ..gpu.runtime.device import current_device_info
 
         found = current_device_info()
         if found is not None:
             return found
     try:  # a context PyTorch, CuPy or another library made current
-        from ..gpu.native import current_device_info as current_context_device
+        from ..gpu.runtime.native import current_device_info as current_context_device
     except ImportError:
         pass
     else:

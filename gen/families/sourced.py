@@ -1,7 +1,7 @@
 """A family made from one kernel source and a description of its tuning (Kernel Tuner's way of
 saying it), kept in a folder: `spec.json` (the parameters, the launch geometry, the arguments),
 one `.npy` file per array (the arguments, the expected output, the constant-memory arrays) and the
-template. `gen.kernel_tuner.tune_kernel` writes such a folder; its `family.py` subclasses
+template. `gen.kernel_tuner.tune.tune_kernel` writes such a folder; its `family.py` subclasses
 `family_from_folder(__file__)` in a class statement, so every process that loads the folder from
 the family path (the isolated GPU workers, Dask workers) rebuilds the same family.
 

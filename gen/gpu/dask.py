@@ -34,8 +34,8 @@ from .dask_flight import Sent, drain, failure, lost_verdict, task_size
 from .dask_worker import device_task, jobs_task
 from .executor import GpuUnavailable
 from .feed import JobFeed
-from .jobs import Job
-from .worker_process import WORKER
+from .process.jobs import Job
+from .process.worker import WORKER
 
 JOBS_AHEAD_PER_GPU = 8  # jobs in flight per GPU: the next ones wait on its worker while results travel back
 WATCH_S = 1.0  # how often the coordinator looks for workers that left or joined

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.results import Measurement, Status
-from .jobs import Job
+from .process.jobs import Job
 
 JOBS_PER_TASK = 4  # at most, in one Dask task: what waits for the GPUs when the task is sent
 MAX_RESENDS = 3  # a job whose workers all left is sent again this often (then it is a launch_error)

@@ -28,7 +28,7 @@ from ..core.processes import ProcessGroup, visible_devices_for
 from ..core.results import DeviceInfo, Measurement
 from .dask_cluster import GPU, check_reachable
 from .isolated import IsolatedWorker
-from .jobs import Job
+from .process.jobs import Job
 from .local import run_job
 
 _held: dict[str, IsolatedWorker] = {}  # this Dask worker's GPU subprocess per target, kept between jobs

@@ -3,7 +3,7 @@
 no kernel can run. Its duties are written here, once; tests/test_executors.py holds every executor
 (local, Dask, the test fakes) to them.
 
-A **job** (gen.gpu.jobs.Job) is plain, picklable data: a compiled variant's cubin (a path on the
+A **job** (gen.gpu.process.jobs.Job) is plain, picklable data: a compiled variant's cubin (a path on the
 coordinator), a shape, a cache preference, the seeds of its checks, its timing rules (None: check
 only) and the engine's `ticket`. A job either checks (and times) the variant, on a GPU that runs
 no other job meanwhile; or, as a **sanitizer job** (`sanitizer`), runs it under compute-sanitizer's
@@ -28,7 +28,7 @@ from typing import Iterable, Iterator, Protocol
 
 from ..core.errors import TilegenError
 from ..core.results import DeviceInfo, GpuModel, Measurement
-from .jobs import Job
+from .process.jobs import Job
 
 
 class GpuUnavailable(TilegenError):

@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from typing import Callable, Iterable, Iterator
 
-from .jobs import Job
+from .process.jobs import Job
 
 
 class JobFeed:

@@ -1,11 +1,11 @@
-"""The coordinator's handle on one isolated GPU worker process (gen.gpu.worker_process), so that a
+"""The coordinator's handle on one isolated GPU worker process (gen.gpu.process.worker), so that a
 bad variant cannot stop a sweep.
 
 A variant that hangs is killed after `silence_s` without a word from its worker (`timeout`); one
 that crashes its process or loses its CUDA context is a `launch_error`. Either way the worker is
 replaced by a fresh process with a fresh context and the next job runs.
 
-A worker is `python -m gen.gpu.worker_process --serve ...` in a session of its own, talking over a
+A worker is `python -m gen.gpu.process.worker --serve ...` in a session of its own, talking over a
 socket: it imports nothing of the caller's main module (a user's script needs no `__main__`
 guard), a Ctrl-C at the terminal reaches only tilegen (which stops it), and what it prints on the
 way to an early death becomes the reason given.
@@ -31,8 +31,8 @@ from ..core.errors import Interrupted
 from ..core.processes import Child, python_environment
 from ..core.results import DeviceInfo, Measurement, Status
 from .executor import GpuUnavailable
-from .jobs import Job
-from .worker_process import MODULE, WORKER
+from .process.jobs import Job
+from .process.worker import MODULE, WORKER
 
 START_TIMEOUT_S = 120.0  # importing pycuda and making a context can take a while on a cold machine
 

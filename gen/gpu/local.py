@@ -16,10 +16,10 @@ from ..core.processes import ProcessGroup
 from ..core.results import DeviceInfo, GpuModel, Measurement
 from .feed import JobFeed
 from .isolated import IsolatedWorker
-from .jobs import Job
+from .process.jobs import Job
 from .sanitize import sanitize
 from .table import JOBS_AHEAD, Table
-from .worker_process import WORKER
+from .process.worker import WORKER
 
 
 class LocalExecutor:

@@ -1,4 +1,4 @@
-"""compute-sanitizer on one variant at a small shape (a sanitizer job, gen.gpu.jobs): racecheck,
+"""compute-sanitizer on one variant at a small shape (a sanitizer job, gen.gpu.process.jobs): racecheck,
 synccheck and memcheck hazards.
 
 A numerically right answer does not make a variant safe: a race may simply not have bitten this
@@ -17,8 +17,8 @@ import subprocess
 from ..core.errors import ToolMissing
 from ..core.processes import ProcessGroup
 from ..core.results import Measurement, Status
-from .jobs import Job
-from .worker_process import once_command
+from .process.jobs import Job
+from .process.worker import once_command
 
 TOOLS = ("racecheck", "synccheck", "memcheck")
 SANITIZER_TIMEOUT_S = 120.0

@@ -27,7 +27,7 @@ from ..core.errors import Interrupted
 from ..core.results import Measurement, Status
 from .feed import JobFeed
 from .isolated import IsolatedWorker
-from .jobs import Job
+from .process.jobs import Job
 
 JOBS_AHEAD = 2  # jobs a worker holds at once: the one it runs and the next
 POLL_S = 0.1  # the longest the table waits before it looks for a kill

@@ -1,8 +1,8 @@
-"""What runs INSIDE an isolated GPU worker process (`python -m gen.gpu.worker_process`): the only
+"""What runs INSIDE an isolated GPU worker process (`python -m gen.gpu.process.worker`): the only
 process that makes a CUDA context for the pipeline's jobs.
 
-    python -m gen.gpu.worker_process --serve FD GPU MODULE:FUNCTION   # one per GPU (gen.gpu.isolated)
-    python -m gen.gpu.worker_process --once JOB_JSON                  # one job (compute-sanitizer, ncu)
+    python -m gen.gpu.process.worker --serve FD GPU MODULE:FUNCTION   # one per GPU (gen.gpu.isolated)
+    python -m gen.gpu.process.worker --once JOB_JSON                  # one job (compute-sanitizer, ncu)
 
 With --serve, the process runs MODULE:FUNCTION (`WORKER`, or a stand-in a test names) on the socket
 it inherited, as descriptor FD; it ignores Ctrl-C, which only tilegen, its parent, acts on.
@@ -21,12 +21,12 @@ from dataclasses import asdict
 from multiprocessing.connection import Connection
 from typing import Callable
 
-from ..core.results import Measurement, Status
+from ...core.results import Measurement, Status
 
-from ..core.timing import TimingOptions
+from ...core.timing import TimingOptions
 from .jobs import Job
 
-MODULE = "gen.gpu.worker_process"  # what `python -m` runs (this module's __name__ is "__main__" then)
+MODULE = "gen.gpu.process.worker"  # what `python -m` runs (this module's __name__ is "__main__" then)
 WORKER = f"{MODULE}:worker_main"
 PHASE_HOLD_S = 0.1  # a job's phase is told the coordinator once it has lasted this long
 

@@ -11,9 +11,9 @@ import numpy as np
 import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
 
-from ..core.errors import UsageError
-from ..core.limits import DTYPE_CTYPE
-from ..families.problem import Problem, numpy_dtype
+from ...core.errors import UsageError
+from ...core.limits import DTYPE_CTYPE
+from ...families.problem import Problem, numpy_dtype
 
 
 @dataclass

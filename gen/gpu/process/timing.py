@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import pycuda.driver as cuda
 
-from ..core.timing import (EARLY_STOP_SAMPLES, WARMUP_MS, TimingOptions, median_relative_error,
+from ...core.timing import (EARLY_STOP_SAMPLES, WARMUP_MS, TimingOptions, median_relative_error,
                            slower_than_cutoff)
 
 WARM_SAMPLE_MS = 1.0  # a warm sample times back-to-back launches for about this long

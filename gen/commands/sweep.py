@@ -31,7 +31,7 @@ from ..evaluate.session import Executor, Session
 from ..families.space import MAX_POINTS, Space, values_of
 from ..store.report import fastest_table, status_counts
 from ..store.results_log import ResultLog, latest
-from .proposers import PointList
+from ..search.proposers import PointList
 
 ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: their size is said first
 SANITIZE_NOTE = ("--sanitize runs each of the {count:,} variants three more times, under compute-sanitizer's "

@@ -9,8 +9,8 @@ from ..core.objectives import DEFAULT_OBJECTIVE, needs_energy, pareto_front
 from ..core.results import Row, is_ok
 from ..store.report import compiled_by
 from ..store.tuning_db import TuningKey
-from .proposers import Standing
-from .strategies import STRATEGY_TYPES
+from ..search.proposers import Standing
+from ..search.strategies import STRATEGY_TYPES
 
 
 @dataclass

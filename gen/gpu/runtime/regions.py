@@ -1,5 +1,5 @@
 """The memory of a region of an array as 2-D spans, for a memset to clear: what pycuda's launches
-(gen.gpu.launch) and the driver's (gen.gpu.native) both zero before a kernel that adds into its
+(gen.gpu.runtime.launch) and the driver's (gen.gpu.runtime.native) both zero before a kernel that adds into its
 output. Pure arithmetic: no CUDA here."""
 
 from __future__ import annotations

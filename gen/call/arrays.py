@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .core.errors import UsageError
+from ..core.errors import UsageError
 
 LEGACY_STREAM = 1  # CUDA's legacy default stream, as the array interface and DLPack write it
 KINDS = "a PyTorch tensor, a CuPy, Numba or JAX array (__cuda_array_interface__ or __dlpack__), a pycuda " \
@@ -24,7 +24,7 @@ KINDS = "a PyTorch tensor, a CuPy, Numba or JAX array (__cuda_array_interface__ 
 @dataclass(frozen=True)
 class DeviceArray:
     """One of the caller's arrays. `device` is None on the host (NumPy) or where the array does
-    not say (its pointer is asked, gen.gpu.native.pointer_device); `stream` is the stream its
+    not say (its pointer is asked, gen.gpu.runtime.native.pointer_device); `stream` is the stream its
     interface names (None: none)."""
 
     pointer: int
@@ -203,7 +203,7 @@ def allocate(like: DeviceArray, shape: tuple[int, ...], dtype: np.dtype) -> Any:
     if like.kind == "cai" and type(like.owner).__module__.startswith("numba"):
         return sys.modules["numba.cuda"].device_array(shape, dtype)
     if like.kind == "pycuda":
-        from .gpu.launch import empty
+        from ..gpu.runtime.launch import empty
 
         return empty(shape, dtype)
     raise UsageError(f"tilegen makes outputs for PyTorch, CuPy, Numba, PyCUDA and NumPy arrays; for a "
@@ -219,7 +219,7 @@ def _c_strides(shape: tuple[int, ...], item: int) -> tuple[int, ...]:
 
 
 def _bfloat16() -> np.dtype:
-    from .families.problem import numpy_dtype
+    from ..families.problem import numpy_dtype
 
     return numpy_dtype("bf16")
 

@@ -37,9 +37,9 @@ from ..families.family import Family, refused
 from ..families.space import MAX_POINTS, Space
 from ..families.variant import Variant
 from ..store.tuning_db import FINALIST_KEY, TuningKey, TuningDB, checked_db_path
-from .lookup import shape_distance
-from .proposers import PointList, Rounds, Search
-from .strategies import STRATEGIES, STRATEGY_TYPES, SearchSpace, make_strategy
+from ..call.lookup import shape_distance
+from ..search.proposers import PointList, Rounds, Search
+from ..search.strategies import STRATEGIES, STRATEGY_TYPES, SearchSpace, make_strategy
 from .tune_result import TuneResult
 
 INTERLEAVED_ROUNDS = 5

@@ -14,7 +14,7 @@ from ..evaluate.plan import Point
 from ..evaluate.session import Executor, Session
 from ..families import get_family
 from ..store.tuning_db import TuningKey, TuningDB
-from .proposers import PointList
+from ..search.proposers import PointList
 from .tune import record_measured
 
 

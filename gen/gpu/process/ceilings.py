@@ -25,12 +25,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..core.errors import UsageError
-from ..core.own_files import open_own, write_atomically
-from ..core.paths import cache_dir
-from ..core.results import GpuModel
-from ..core.timing import CEILING_SAMPLES
-from ..families.problem import COPY_BANDWIDTH, GEMM_BF16, GEMM_F16, GEMM_F32, GEMM_F64, Ceiling
+from ...core.errors import UsageError
+from ...core.own_files import open_own, write_atomically
+from ...core.paths import cache_dir
+from ...core.results import GpuModel
+from ...core.timing import CEILING_SAMPLES
+from ...families.problem import COPY_BANDWIDTH, GEMM_BF16, GEMM_F16, GEMM_F32, GEMM_F64, Ceiling
 
 
 

@@ -67,7 +67,7 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
     if no_database and not chosen_family.fallback:
         return untuned
     if gpu_model is None and device is None:
-        from ..evaluate.session import current_device  # imported only when a GPU is asked: gen.kernels stays light
+        from ..evaluate.session import current_device  # imported only when a GPU is asked: gen.call.kernels stays light
 
         try:
             device = current_device()

@@ -1,5 +1,5 @@
 """Loading and launching kernels in the current context: the GPU worker's launches, and the
-ready-to-call kernels of gen.kernels in the caller's own process and context (the caller's arrays,
+ready-to-call kernels of gen.call.kernels in the caller's own process and context (the caller's arrays,
 copies to and from NumPy). Importing this module makes no context."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import numpy as np
 import pycuda.driver as cuda
 import pycuda.gpuarray as gpuarray
 
-from ..core.cubin import kernel_symbol
-from ..core.errors import RunFailed, UsageError
-from ..core.limits import CACHE_CONFIGS, MAX_STATIC_SHARED_BYTES
-from ..families.family import Launch
-from ..families.problem import Problem
+from ...core.cubin import kernel_symbol
+from ...core.errors import RunFailed, UsageError
+from ...core.limits import CACHE_CONFIGS, MAX_STATIC_SHARED_BYTES
+from ...families.family import Launch
+from ...families.problem import Problem
 from .regions import spans
 
 def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays: Mapping[str, Any],
@@ -23,7 +23,7 @@ def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays
     """A prepared launch of `function` on these device arrays (GPUArrays, views included): little
     host work per call. An output the launch clears is zeroed first, in the same stream. A kernel
     that takes a structure by value (np.void: a TMA tensor map) runs as `load_native()` (the same
-    kernel loaded through the driver API, gen.gpu.native) instead: the driver does not deliver such
+    kernel loaded through the driver API, gen.gpu.runtime.native) instead: the driver does not deliver such
     a parameter from the one packed buffer pycuda launches with (on an H100 and an H200 with driver
     580, the kernel saw no tensor map), but does from cuLaunchKernel's array of parameters. That
     copy of the kernel gets no cache preference and no constants (refused)."""
@@ -61,7 +61,7 @@ def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays
 
 
 def region_clearer(array: Any, region: tuple[slice, ...]) -> Callable[[], None]:
-    """Zeroes `region` of a device array (its padding left alone), in 2-D memsets (gen.gpu.regions)."""
+    """Zeroes `region` of a device array (its padding left alone), in 2-D memsets (gen.gpu.runtime.regions)."""
     blocks = spans(int(array.gpudata), array.strides, array.dtype.itemsize, region)
 
     def clear() -> None:
@@ -102,7 +102,7 @@ def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> No
         function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_shared_bytes)
 
 
-# ---- ready-to-call kernels in the caller's context (gen.kernels) -------------------------------------
+# ---- ready-to-call kernels in the caller's context (gen.call.kernels) -------------------------------------
 
 def empty(dims: tuple[int, ...], dtype: Any) -> Any:
     return gpuarray.empty(dims, dtype=dtype)

@@ -18,20 +18,20 @@ from typing import Any, Callable
 
 import pycuda.driver as cuda
 
-from ..core.errors import UsageError
-from ..core.objectives import NO_ENERGY
-from ..core.results import Measurement, Status
-from ..core.timing import Timing, slower_than_cutoff
-from ..families import get_family
-from ..families.family import Family, Launch
-from ..families.problem import Problem, numpy_dtype
-from ..families.variant import Variant
+from ...core.errors import UsageError
+from ...core.objectives import NO_ENERGY
+from ...core.results import Measurement, Status
+from ...core.timing import Timing, slower_than_cutoff
+from ...families import get_family
+from ...families.family import Family, Launch
+from ...families.problem import Problem, numpy_dtype
+from ...families.variant import Variant
 from .ceilings import Ceilings
 from .checker import DeviceProblem, OutputChecker
-from .device import read_device_info
+from ..runtime.device import read_device_info
 from .energy import Meter, energy_per_launch, open_meter
 from .jobs import Job
-from .launch import configure, fill_constants, function_named, launcher
+from ..runtime.launch import configure, fill_constants, function_named, launcher
 from .timing import event_samples
 
 UNCHECKED = "output not checked: the problem gives no reference (tune_kernel without an answer)"
@@ -156,10 +156,10 @@ class Runner:
         return self._problems[key]
 
     def _native_function(self, job: Job, launch: Launch) -> Any:
-        """The job's kernel loaded through the driver API (gen.gpu.native), for launches pycuda cannot make."""
+        """The job's kernel loaded through the driver API (gen.gpu.runtime.native), for launches pycuda cannot make."""
         key = (job.cubin, job.name, "native")
         if key not in self._functions:
-            from . import native
+            from ..runtime import native
 
             self._functions[key] = native.load(self._cubins[job.cubin], job.name, launch.dynamic_shared_bytes)
         return self._functions[key]

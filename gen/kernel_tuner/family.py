@@ -22,11 +22,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .core.errors import UsageError
-from .core.paths import cache_dir
-from .families.builtin import BUILTIN_FAMILIES
-from .families.sourced import FUNCTIONS, OUTPUT_DTYPES, RESERVED, SCALAR_CTYPES, SPEC, TEMPLATE, block_of
-from .families.variant import Variant
+from ..core.errors import UsageError
+from ..core.paths import cache_dir
+from ..families.builtin import BUILTIN_FAMILIES
+from ..families.sourced import FUNCTIONS, OUTPUT_DTYPES, RESERVED, SCALAR_CTYPES, SPEC, TEMPLATE, block_of
+from ..families.variant import Variant
 
 FOLDER = "kernel_tuner"  # under tilegen's cache folder: one folder per family made
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".c", ".cpp", ".j2", ".jinja", ".jinja2")

@@ -1,5 +1,5 @@
 """What identifies a GPU (its model, L2 size, driver), read through pycuda: in the GPU worker process,
-or in the caller's process for its current context (gen.search.lookup)."""
+or in the caller's process for its current context (gen.call.lookup)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pycuda.driver as cuda
 
-from ..core import nvidia_smi
-from ..core.results import DeviceInfo
+from ...core import nvidia_smi
+from ...core.results import DeviceInfo
 
 
 def read_device_info(device: Any, physical_index: int) -> DeviceInfo:

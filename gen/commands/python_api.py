@@ -1,6 +1,6 @@
 """Sweeping and tuning from Python: `gen.sweep(...)` and `gen.tune(...)` take keyword arguments and
 return the rows as dicts. They build the options the command line builds and call the same drivers
-(gen.search.sweep, gen.search.tune), so they check, write and stop as `tilegen sweep` and
+(gen.commands.sweep, gen.commands.tune), so they check, write and stop as `tilegen sweep` and
 `tilegen tune` do; only the printing differs (notes become warnings).
 
     rows = gen.sweep("transpose", sizes=["8192x8192"], out="runs/tr", timing_budget=0.5)
@@ -14,16 +14,16 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .core.objectives import DEFAULT_OBJECTIVE
-from .core.results import Row, is_ok
-from .core.timing import TUNE_TIMING, TimingOptions
-from .evaluate.options import FULL, RunOptions
-from .families.space import MAX_POINTS
-from .gpu.executor import Executor
-from .search.sweep import SweepOptions
-from .search.sweep import sweep as run_sweep
-from .search.tune import DEFAULT_SCREEN, TuneOptions, tuned_rows
-from .search.tune import tune as run_tune
+from ..core.objectives import DEFAULT_OBJECTIVE
+from ..core.results import Row, is_ok
+from ..core.timing import TUNE_TIMING, TimingOptions
+from ..evaluate.options import FULL, RunOptions
+from ..evaluate.session import Executor
+from ..families.space import MAX_POINTS
+from .sweep import SweepOptions
+from .sweep import sweep as run_sweep
+from .tune import DEFAULT_SCREEN, TuneOptions, tuned_rows
+from .tune import tune as run_tune
 
 
 def sweep(family: str, sizes: str | Sequence[str] = (), *, out: str | Path,
@@ -106,7 +106,7 @@ def _run_options(arch: str | None, compiler: str | None, compile_jobs: int | Non
     options = RunOptions(arch=arch, compiler=compiler, compile_jobs=compile_jobs, gpus=gpus, cluster=cluster,
                          timing=timing, silence_s=silence_s, **extra)
     if cluster and cluster != "local":
-        from .gpu.dask_cluster import check_reachable
+        from ..evaluate.services import check_reachable
 
         check_reachable(cluster)
     return options

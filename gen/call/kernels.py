@@ -1,7 +1,7 @@
 """Ready-to-call kernels: the tuned variant of any family, run on the caller's arrays (PyTorch,
-CuPy, Numba, JAX, PyCUDA or NumPy: gen.arrays), in the caller's current CUDA context, on the
+CuPy, Numba, JAX, PyCUDA or NumPy: gen.call.arrays), in the caller's current CUDA context, on the
 caller's stream, with no copy of device arrays and no synchronisation. The driver API launches them
-(gen.gpu.native); NumPy arrays are copied through pycuda (gen.gpu.launch).
+(gen.gpu.runtime.native); NumPy arrays are copied through pycuda (gen.gpu.runtime.launch).
 
     kernel = gen.kernel("reduce", "4096x8192")     # the tuned variant for this GPU and shape
     kernel(data=rows, sums=out)                    # arrays by argument name (or in order)
@@ -19,13 +19,13 @@ import numpy as np
 
 from .arrays import (LEGACY_STREAM, DeviceArray, allocate, caller_stream, describe, from_dlpack, stream_handle,
                      stream_source)
-from .compiling.compiler import CompileOptions, compile_variant
-from .core.errors import TilegenError, UsageError
-from .families import MatmulShape, gemm_families, get_family
-from .families.family import Family
-from .families.problem import Scalar, element_type_of, numpy_dtype
-from .families.variant import Variant
-from .search.lookup import shape_text, tuned_with_reason
+from ..compiling.compiler import CompileOptions, compile_variant
+from ..core.errors import TilegenError, UsageError
+from ..families import MatmulShape, gemm_families, get_family
+from ..families.family import Family
+from ..families.problem import Scalar, element_type_of, numpy_dtype
+from ..families.variant import Variant
+from .lookup import shape_text, tuned_with_reason
 
 VECTOR_BYTES = 16  # vector loads (float4) need every array to start on a 16-byte boundary
 LAUNCHES_KEPT = 8  # prepared launches kept per kernel (by the arrays' addresses: they keep no array alive)
@@ -36,7 +36,7 @@ class Prepared:
     """A launch on fixed arrays: call it (with a stream, else the arrays' own) to run the kernel again."""
 
     def __init__(self, launch: Any, arrays: dict[str, DeviceArray], variant: Variant):
-        self.launch, self.variant = launch, variant  # launch: a gen.gpu.native.Launch
+        self.launch, self.variant = launch, variant  # launch: a gen.gpu.runtime.native.Launch
         self.arrays = arrays  # they keep the caller's arrays alive while the launch may run
         self._stream: Any = None  # what gives the arrays' stream, found at the first call given none
 
@@ -69,7 +69,7 @@ class Kernel:
 
     def __call__(self, *positional: Any, **named: Any) -> Any:
         """Launch on these arrays (in argument order, or by name) on `stream=` (default: the arrays'
-        own, see gen.arrays.caller_stream; for a family with an array named `stream`, that array:
+        own, see gen.call.arrays.caller_stream; for a family with an array named `stream`, that array:
         choose the stream through prepared()); returns the output array. NumPy arrays are copied to
         the device and back (the call then waits for the copy), and a NumPy output is filled in place."""
         stream = named.pop("stream", None) if "stream" not in self.arrays else None
@@ -325,15 +325,15 @@ def loaded(variant: Variant, context: int) -> Any:
 
 
 def native_spans(array: DeviceArray, region: tuple[slice, ...]) -> list[tuple[int, int, int, int]]:
-    from .gpu.regions import spans
+    from ..gpu.runtime.regions import spans
 
     return spans(array.pointer, array.strides, array.dtype.itemsize, region)
 
 
 def _gpu() -> Any:
-    """gen.gpu.launch, the kernels' way to pycuda (NumPy copies); UsageError where pycuda is missing."""
+    """gen.gpu.runtime.launch, the kernels' way to pycuda (NumPy copies); UsageError where pycuda is missing."""
     try:
-        from .gpu import launch
+        from ..gpu.runtime import launch
     except ImportError as error:
         raise UsageError(f"NumPy arrays are copied to the GPU through pycuda ({error}): pip install "
                          f"'tilegen[cuda]' on a machine with an NVIDIA GPU, or pass arrays already on the GPU, "
@@ -342,9 +342,9 @@ def _gpu() -> Any:
 
 
 def _native() -> Any:
-    """gen.gpu.native, the driver API's launches; UsageError where cuda.bindings is missing."""
+    """gen.gpu.runtime.native, the driver API's launches; UsageError where cuda.bindings is missing."""
     try:
-        from .gpu import native
+        from ..gpu.runtime import native
     except ImportError as error:
         raise UsageError(f"running a kernel needs cuda-bindings ({error}): pip install 'tilegen[cuda]'") from None
     return native

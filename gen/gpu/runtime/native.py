@@ -12,11 +12,11 @@ from typing import Any, Sequence
 import numpy as np
 from cuda.bindings import driver
 
-from ..core.cubin import kernel_symbol
-from ..core.errors import RunFailed, UsageError
-from ..core.limits import MAX_STATIC_SHARED_BYTES
-from ..core.nvidia_smi import query
-from ..core.results import DeviceInfo
+from ...core.cubin import kernel_symbol
+from ...core.errors import RunFailed, UsageError
+from ...core.limits import MAX_STATIC_SHARED_BYTES
+from ...core.nvidia_smi import query
+from ...core.results import DeviceInfo
 
 SUCCESS = driver.CUresult.CUDA_SUCCESS
 _streams: dict[tuple[Any, int], Any] = {}  # handles as cuda.bindings objects, made once each

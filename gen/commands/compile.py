@@ -15,7 +15,7 @@ from ..evaluate.plan import make_plan, space_line
 from ..evaluate.session import Session
 from ..families.space import Space
 from ..store.results_log import ResultLog
-from .proposers import PointList
+from ..search.proposers import PointList
 
 ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: their size is said first
 

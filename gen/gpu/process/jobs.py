@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..core.timing import TimingOptions
+from ...core.timing import TimingOptions
 
 RACY_CHECKS = 3  # deliberately racy variants are checked this many times, on different inputs
 

@@ -1,5 +1,5 @@
 """`gen.tune_kernel`: Kernel Tuner's `tune_kernel`, with its signature and meaning for the options
-its users use most, over an ordinary tilegen family made on the fly (gen.kernel_tuner_family), so
+its users use most, over an ordinary tilegen family made on the fly (gen.kernel_tuner.tune.family), so
 that isolation, L2-flushed timing, checks, the compile cache and the tuning database all hold.
 Options tilegen does not support are refused in one line that names the option.
 """
@@ -13,19 +13,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .core.errors import UsageError
-from .core.results import Status
-from .core.timing import TUNE_TIMING, TimingOptions
-from .evaluate.options import RunOptions
-from .families.registry import add_family_path, get_family
-from .families.space import MAX_POINTS
-from .families.sourced import OUTPUT_DTYPES, evaluate_expression
-from .gpu.executor import Executor
-from .kernel_tuner_family import (MAX_THREADS, clean_tune_params, constants, describe_arguments, first_valid,
+from ..core.errors import UsageError
+from ..core.results import Status
+from ..core.timing import TUNE_TIMING, TimingOptions
+from ..evaluate.options import RunOptions
+from ..evaluate.session import Executor
+from ..families.registry import add_family_path, get_family
+from ..families.space import MAX_POINTS
+from ..families.sourced import OUTPUT_DTYPES, evaluate_expression
+from .family import (MAX_THREADS, clean_tune_params, constants, describe_arguments, first_valid,
                                   include_flags, read_source, tags, write_family)
-from .search.tune import DEFAULT_SCREEN, TuneOptions, tune, tuned_rows
-from .search.tune_result import TuneResult
-from .store.tuning_db import TuningDB
+from ..commands.tune import DEFAULT_SCREEN, TuneOptions, tune, tuned_rows
+from ..commands.tune_result import TuneResult
+from ..store.tuning_db import TuningDB
 
 STRATEGIES = {"brute_force": "brute", "random_sample": "random", "simulated_annealing": "anneal",
               "genetic_algorithm": "genetic", "bayes_opt": "bayes"}

@@ -1,0 +1,1 @@
+"""What runs a tuned kernel in the user's program: gen.kernel, gen.matmul, gen.tuned."""

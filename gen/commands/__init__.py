@@ -1,0 +1,1 @@
+"""The commands that evaluate (sweep, compile, tune, revalidate), and gen.sweep / gen.tune."""

@@ -1,0 +1,1 @@
+"""The CUDA bindings: the device, its context, launches and regions cleared."""
