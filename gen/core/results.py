@@ -18,6 +18,7 @@ from enum import Enum, StrEnum
 from typing import Any
 
 from .checks import strict_json
+from .quantities import OPTIONAL_COLUMNS
 from .timing import Timing
 
 
@@ -340,7 +341,8 @@ class Measurement:
                 t.median_ms, t.min_ms, t.max_ms, t.stdev_ms, t.samples)
             row.l2_flushed = self.l2_flushed
         row.throughput, row.unit, row.ceiling = self.throughput, self.unit, self.ceiling
-        row.energy_j, row.power_w = self.energy_j, self.power_w
+        for column in OPTIONAL_COLUMNS:
+            setattr(row, column.field, getattr(self, column.field))
         row.measure_seconds = self.check_seconds + self.time_seconds
         if self.throughput is not None and self.ceiling:
             row.ceiling_share = self.throughput / self.ceiling

@@ -1,7 +1,7 @@
 """Results in the auto-tuning community's T4 format (the Open Autotuning Results Schema used by
 Kernel Tuner: https://github.com/odgaard/TuningSchema, results-schema.json, version 1.0.0).
-The schema names no energy fields; a row's energy (joules per launch) and average power are
-measurements named as Kernel Tuner's NVML observer names them: nvml_energy (J), nvml_power (W).
+The schema names no energy fields; a row's measured quantities (gen.core.quantities: its energy in
+joules per launch, its average power) are measurements named as Kernel Tuner's observers name them.
 
 An export writes over a T4 file tilegen wrote; another existing file only with `force`, and
 never an SQLite database or a run's results, even then. The file is written whole or not at all.
@@ -20,6 +20,7 @@ from ..core.own_files import write_atomically
 from ..core.version import __version__
 from ..core.errors import UsageError
 from ..core.paths import writable_file
+from ..core.quantities import OPTIONAL_COLUMNS, TIME, Column
 from ..core.results import FULL_LEVEL, Row, Status
 from .files import write_failure
 from .run_folder import RUN_FILES, RUN_MARKER
@@ -62,13 +63,16 @@ def t4_result(row: Row, several: bool = False) -> dict[str, Any]:
         "measurements": [],
     }
     if row.median_ms is not None:
-        result["measurements"] = [{"name": "time", "value": row.median_ms, "unit": "ms"}]
+        result["measurements"] = [_measurement(TIME, row.median_ms)]
         if row.throughput is not None:
             result["measurements"].append({"name": row.unit, "value": row.throughput, "unit": row.unit})
-    result["measurements"] += [{"name": name, "value": value, "unit": unit} for name, value, unit in
-                               (("nvml_energy", row.energy_j, "J"), ("nvml_power", row.power_w, "W"))
-                               if value is not None]
+    result["measurements"] += [_measurement(column, value) for column in OPTIONAL_COLUMNS
+                               if (value := getattr(row, column.field)) is not None]
     return result
+
+
+def _measurement(column: Column, value: float) -> dict[str, Any]:
+    return {"name": column.observer, "value": value, "unit": column.unit}
 
 
 def write_t4(rows: Iterable[Row], path: Path, force: bool = False) -> int:

@@ -31,8 +31,8 @@ from ..core.objectives import DEFAULT_OBJECTIVE, check_objective
 from ..core.objectives import ranked as ranked_by
 from ..core.results import FULL_LEVEL, GpuModel, Row, row_from_json
 from ..families import element_type
-from .tuning_schema import (ELEMENT_TYPE, MODEL_COLUMNS, WRITE_WAIT_S, Layout, check_schema, connect, database_errors, layout, migrate,
-                            model_values)
+from .tuning_schema import (ADDED_COLUMNS, ELEMENT_TYPE, MODEL_COLUMNS, WRITE_WAIT_S, Layout, check_schema, connect,
+                            database_errors, layout, migrate, model_values)
 
 DB_ENV = "TILEGEN_DB"
 FINALIST_KEY = "interleaved_rounds"  # the provenance key of a finalist's row: rounds it was measured in
@@ -41,6 +41,7 @@ FINALIST_KEY = "interleaved_rounds"  # the provenance key of a finalist's row: r
 ROW_LEVEL = (f"CASE WHEN json_valid(row) THEN COALESCE(NULLIF(json_extract(row, '$.compile_level'), ''), "
              f"'{FULL_LEVEL}') ELSE '{FULL_LEVEL}' END")
 FULL_ROWS = f"{ROW_LEVEL} = '{FULL_LEVEL}'"
+_MEASURED = tuple(ADDED_COLUMNS["measurements"])  # the optional measured quantities' columns (gen.core.quantities)
 
 
 @dataclass(frozen=True, order=True)
@@ -125,8 +126,8 @@ class TuningDB:
         with self._transaction() as connection:
             connection.executemany(
                 f"INSERT INTO measurements ({', '.join(MODEL_COLUMNS)}, family, dtype, shape, variant, cache_config, "
-                "status, median_ms, throughput, cc, driver, nvcc, measured_at, row, energy_j, power_w) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [_values(found, row) for found, row in keyed])
+                f"status, median_ms, throughput, cc, driver, nvcc, measured_at, row, {', '.join(_MEASURED)}) "
+                f"VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?{',?' * len(_MEASURED)})", [_values(found, row) for found, row in keyed])
         return len(keyed)
 
     def start_session(self, problem: TuningKey, strategy: str) -> int:
@@ -298,7 +299,7 @@ def _values(model: GpuModel, row: Row) -> tuple:
     p = row.provenance
     return (*model_values(model), row.family, element_type(row.name), row.shape, row.name, row.cache_config or "none",
             str(row.status), row.median_ms, row.throughput, p.get("cc"), p.get("driver"), p.get("nvcc"), time.time(),
-            row.to_json(), row.energy_j, row.power_w)
+            row.to_json(), *(getattr(row, column) for column in _MEASURED))
 
 
 def _of_problem(found: Layout, problem: TuningKey) -> tuple[str, tuple]:

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.errors import RunFailed, TilegenError, UsageError
 from ..core.checks import strict_json
+from ..core.quantities import OPTIONAL_COLUMNS
 from ..core.results import GpuModel
 from ..families import registry
 
@@ -55,7 +56,7 @@ _MEASUREMENTS = "CREATE TABLE IF NOT EXISTS {table} (" + _PROBLEM_COLUMNS + """\
 )"""
 # Columns added after tilegen 0.3's tables, each with its SQL type: a writer's migrate adds them to
 # an older file (ALTER TABLE); readers take a file without them as it is, and read them from the row.
-ADDED_COLUMNS = {"measurements": {"energy_j": "REAL", "power_w": "REAL"}}
+ADDED_COLUMNS = {"measurements": {column.field: "REAL" for column in OPTIONAL_COLUMNS}}  # gen.core.quantities
 _SESSIONS = "CREATE TABLE IF NOT EXISTS {table} (" + _PROBLEM_COLUMNS + """\
     strategy TEXT NOT NULL,
     started_at REAL NOT NULL
