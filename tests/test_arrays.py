@@ -173,7 +173,7 @@ def test_a_launch_packs_each_argument_once_and_goes_on_the_stream_given(monkeypa
             return (native.SUCCESS,)
 
     monkeypatch.setattr(native, "driver", Driver)
-    launch = native.Launch("kernel", (3, 2), (32,), 256, [np.uintp(0xABC000), np.int32(7), np.float32(1.5)],
+    launch = native.DriverLaunch("kernel", (3, 2), (32,), 256, [np.uintp(0xABC000), np.int32(7), np.float32(1.5)],
                            clears=[(0x1000, 64, 32, 4)])
     launch(0x5EED)
     memset, (_, function, *geometry, shared, stream, parameters, extra) = calls

@@ -59,3 +59,14 @@ def test_the_local_architecture_is_the_first_gpus_compute_capability(tmp_path: P
         assert local_arch() == DEFAULT_ARCH
     finally:
         local_arch.cache_clear()
+
+
+def test_the_driver_version_is_nvidia_smis_else_the_api_version_the_binding_reads(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    def never() -> int:
+        raise AssertionError("the driver was asked though nvidia-smi answered")
+
+    _fake_nvidia_smi(tmp_path, monkeypatch, 'printf "580.159.04\\n"')
+    assert nvidia_smi.driver_version(0, never) == "580.159.04"
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert nvidia_smi.driver_version(0, lambda: 13010) == "CUDA 13.1"

@@ -36,7 +36,7 @@ class Prepared:
     """A launch on fixed arrays: call it (with a stream, else the arrays' own) to run the kernel again."""
 
     def __init__(self, launch: Any, arrays: dict[str, DeviceArray], variant: Variant):
-        self.launch, self.variant = launch, variant  # launch: a gen.gpu.runtime.native.Launch
+        self.launch, self.variant = launch, variant  # launch: a gen.gpu.runtime.native.DriverLaunch
         self.arrays = arrays  # they keep the caller's arrays alive while the launch may run
         self._stream: Any = None  # what gives the arrays' stream, found at the first call given none
 
@@ -120,7 +120,7 @@ class Kernel:
         arguments = problem.kernel_arguments(shape, {name: array.pointer for name, array in described.items()})
         clears = native_spans(output, problem.output_region(shape)) if launch.clears_output else ()
         function = loaded(variant, context)
-        return Prepared(native.Launch(function, launch.grid, launch.block, launch.dynamic_shared_bytes, arguments,
+        return Prepared(native.DriverLaunch(function, launch.grid, launch.block, launch.dynamic_shared_bytes, arguments,
                                       clears), described, variant)
 
     def _validated(self, described: dict[str, DeviceArray]) -> tuple[Variant, Any]:

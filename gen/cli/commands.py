@@ -13,7 +13,7 @@ from typing import Any
 from ..core.errors import TemplateProblem, UsageError
 from ..core.nvidia_smi import parse_gpus
 from ..core.paths import as_path, writable_file
-from ..core.progress import log_every_s
+from ..core.progress import log_every_s, note
 from ..core.results import GpuModel, Row, Status
 from ..core.timing import TUNE_TIMING, TimingOptions
 from ..core.table import text_table
@@ -41,15 +41,14 @@ from ..store.tuning_db import TuningDB, checked_db_path
 def cmd_list(args: argparse.Namespace) -> None:
     found = registry()
     for problem in found.problems:
-        print(f"tilegen: warning: {problem}", file=sys.stderr)
+        note(problem, "warning")
     for conflict in found.conflicts.values():
-        print(f"tilegen: warning: {conflict}; neither is listed until one is renamed (its name attribute)",
-              file=sys.stderr)
+        note(f"{conflict}; neither is listed until one is renamed (its name attribute)", "warning")
     broken = {name: problems for name, family in found.families.items() if (problems := template_problems(family))}
     if args.family in broken:  # left out, as a family that fails its checks is (docs/families.md)
         raise TemplateProblem(broken[args.family][0])
     for problem in (problem for problems in broken.values() for problem in problems):
-        print(f"tilegen: warning: {problem}", file=sys.stderr)
+        note(problem, "warning")
     if args.family is None:
         print(text_table(["family", "size", "what"], [[f.name, f.shape_format, f.summary]
                                                       for f in all_families().values() if f.name not in broken]))
@@ -120,8 +119,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(preview(options).preview())
         return 0
     result = sweep(options)
-    for note in result.notes:
-        print(f"tilegen: note: {note}", file=sys.stderr)
+    for line in result.notes:
+        note(line)
     print(summary(result, args.top))
     print(f"\n{result.new_rows} new rows in {args.out}/results.jsonl and results.csv ({result.time_line()})")
     if result.stats.compiled and not result.stats.cached:
@@ -246,9 +245,8 @@ def _say_another_compiler(rows: list[Row], compiling: Any) -> None:
     made = next((r for r in rows if r.status not in (Status.SKIPPED, Status.COMPILE_ERROR)), None)
     other = made and cached_by_another(get_family(made.family).variant_type.from_name(made.name), compiling)
     if other:
-        print(f"tilegen: note: nothing came from the compile cache, which holds these variants made by {other}: "
-              f"this run compiled with {made_by(compiling)} (NVRTC where installed, else nvcc); --compiler "
-              f"{other.split()[0]} would use them", file=sys.stderr)
+        note(f"nothing came from the compile cache, which holds these variants made by {other}: this run compiled "
+             f"with {made_by(compiling)} (NVRTC where installed, else nvcc); --compiler {other.split()[0]} would use them")
 
 
 def _progress(args: argparse.Namespace) -> bool:

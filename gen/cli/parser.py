@@ -4,12 +4,12 @@ refuse what the Python API refuses (gen.core.checks)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ..core import checks
 from ..core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from ..core.progress import note
 from ..core.limits import CACHE_CONFIGS
 from ..core.timing import TUNE_TIMING, TimingOptions
 from ..evaluate.options import COMPILE_LEVELS, COMPILER_ENV, COMPILERS, FULL, usable_cores
@@ -47,8 +47,7 @@ class _Renamed(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        print(f"tilegen: note: {parser.prog} {option_string} is now {self.new}; the old name is taken until "
-              f"tilegen {RENAMED_UNTIL}", file=sys.stderr)
+        note(f"{parser.prog} {option_string} is now {self.new}; the old name is taken until tilegen {RENAMED_UNTIL}")
         setattr(namespace, self.dest, values)
 
 
@@ -73,8 +72,7 @@ def jobs(text: str) -> int:
     CompileOptions), and that is said."""
     wanted = count(text)
     if wanted > (cores := usable_cores()):
-        print(f"tilegen: note: --jobs {wanted} is more than the {cores} cores tilegen can use here: {cores} compiles "
-              f"at a time", file=sys.stderr)
+        note(f"--jobs {wanted} is more than the {cores} cores tilegen can use here: {cores} compiles at a time")
     return wanted
 
 

@@ -11,13 +11,11 @@ from ..core.results import Row, Status
 from ..core.table import text_table
 from ..evaluate.engine import EngineStats
 from ..evaluate.loop import Sink, evaluate
-from ..evaluate.plan import make_plan, space_line
+from ..evaluate.plan import ANNOUNCE_POINTS, make_plan, space_line
 from ..evaluate.session import Session
 from ..families.space import Space
 from ..store.results_log import ResultLog
 from ..search.proposers import PointList
-
-ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: their size is said first
 
 
 @dataclass

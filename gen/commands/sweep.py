@@ -24,7 +24,7 @@ from ..core.results import Row, Status
 from ..evaluate.engine import Engine, EngineStats
 from ..evaluate.loop import Sink, evaluate
 from ..evaluate.options import FULL, RunOptions, sanitizer_path
-from ..evaluate.plan import Plan, make_plan, space_line
+from ..evaluate.plan import ANNOUNCE_POINTS, Plan, make_plan, space_line
 from ..families import get_family
 from ..families.family import Family
 from ..evaluate.session import Executor, Session
@@ -33,7 +33,6 @@ from ..store.report import fastest_table, status_counts
 from ..store.results_log import ResultLog, latest
 from ..search.proposers import PointList
 
-ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: their size is said first
 SANITIZE_NOTE = ("--sanitize runs each of the {count:,} variants three more times, under compute-sanitizer's "
                  "racecheck, synccheck and memcheck, each in a process of its own that starts CUDA: expect a few "
                  "seconds per variant")

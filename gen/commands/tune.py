@@ -189,11 +189,11 @@ def record_measured(db: TuningDB, rows: list[Row], problem: TuningKey) -> None:
 
 
 class TuneSink(Sink):
-    """A tune's rows, recorded in the tuning database as they come; with a `session`, every
-    evaluation (recalled ones too) also goes into that session's trace."""
+    """A tune's rows, recorded in the tuning database as they come; with a `tuning_session` (the
+    database's, not the evaluate/ Session), every evaluation (recalled ones too) also goes into its trace."""
 
-    def __init__(self, db: TuningDB, problem: TuningKey, session: int | None = None):
-        self.db, self.problem, self.session = db, problem, session
+    def __init__(self, db: TuningDB, problem: TuningKey, tuning_session: int | None = None):
+        self.db, self.problem, self.tuning_session = db, problem, tuning_session
         self.steps = 0
 
     def record(self, rows: list[Row]) -> None:
@@ -201,8 +201,8 @@ class TuneSink(Sink):
         self.recall(rows)
 
     def recall(self, rows: list[Row]) -> None:
-        for row in rows if self.session is not None else ():
-            self.db.trace(self.session, self.steps, row.name, row.median_ms if is_ok(row) else None)
+        for row in rows if self.tuning_session is not None else ():
+            self.db.trace(self.tuning_session, self.steps, row.name, row.median_ms if is_ok(row) else None)
             self.steps += 1
 
     def kept(self) -> str:

@@ -20,8 +20,9 @@ from ..core.cubin import symbol_of, symbols
 from ..core.errors import RunFailed, UsageError, path_failure
 from ..core.own_files import size_of, write_atomically
 from ..core.paths import cache_dir
+from ..core.progress import note
 from .ptxas import Resources
-from .verdict import has_diagnostic, note
+from .verdict import has_diagnostic
 
 CACHE_FORMAT = 3  # part of every cache key: records of another format are never read as entries
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Callable, Sequence
 
 from ..core.errors import RunFailed
+from ..core.progress import note
 from .deadlines import TIMEOUT_ENV
 from .ptxas import kernel_logs
 
@@ -174,12 +174,3 @@ def temporary_folder() -> str:
         return tempfile.gettempdir()
     except OSError:  # none usable
         return os.environ.get("TMPDIR", "/tmp")
-
-
-def note(text: str) -> None:
-    """One line on stderr that the user should know, while the run goes on."""
-    try:
-        sys.stderr.write(f"tilegen: note: {text}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):  # no terminal left to say it on
-        pass

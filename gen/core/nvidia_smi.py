@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .checks import whole_text
 from .errors import UsageError
@@ -57,3 +57,13 @@ def parse_gpus(text: str) -> list[int]:
     if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
         raise UsageError(f"--gpus {text!r} must list distinct GPU indices like 0,1")
     return gpus
+
+
+def driver_version(gpu: int, api_version: Callable[[], int]) -> str:
+    """The driver's version as nvidia-smi prints it (580.159.04), else the CUDA API version it
+    serves, which `api_version` asks the driver for (through whichever CUDA binding the caller has)."""
+    listed = query(["driver_version"], gpu=gpu)
+    if listed:
+        return listed[0]
+    api = api_version()
+    return f"CUDA {api // 1000}.{api % 1000 // 10}"

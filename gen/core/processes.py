@@ -29,6 +29,7 @@ from .errors import Interrupted
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 EXIT_INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C, SIGTERM or SIGHUP
+POLL_S = 0.1  # the longest a wait (for rows, for workers) lasts before it looks for a stop or a kill
 
 
 def install_stop_handlers() -> dict[int, Any]:

@@ -18,6 +18,16 @@ LOG_EVERY_S = 5.0  # without a terminal: a line at most this often, and one at t
 EVERY_ENV = "TILEGEN_PROGRESS_S"  # sets that period
 
 
+def note(text: str, kind: str = "note") -> None:
+    """One line on stderr that the user should know while the run goes on (`kind`: note or
+    warning): every such line tilegen writes is written here."""
+    try:
+        sys.stderr.write(f"tilegen: {kind}: {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # no terminal left to say it on
+        pass
+
+
 def log_every_s() -> float:
     """Seconds between progress lines without a terminal: $TILEGEN_PROGRESS_S, else LOG_EVERY_S."""
     if os.environ.get(EVERY_ENV, "").strip() == "0":

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Sequence
 from ..compiling.compiler import Compiled, compiled_row
 from ..compiling.pool import CompilePool
 from ..core.errors import Interrupted, UsageError
+from ..core.processes import POLL_S
 from ..core.results import DeviceInfo, Measurement, Row
 from ..core.timing import TimingOptions
 from ..families import get_family
@@ -39,7 +40,6 @@ from ..gpu.executor import Executor, GpuUnavailable
 from ..families.family import runs_on
 from .plan import Point, shape_text
 
-POLL_S = 0.1  # how long a wait lasts before it looks for a stop
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from ..families.space import Space, name_matches
 from ..families.variant import Variant
 
 SAMPLE = 5  # points a dry run shows
+ANNOUNCE_POINTS = 10_000  # spaces this large take a second or more to check: their size is said first
 
 
 @dataclass(frozen=True)

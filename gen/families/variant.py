@@ -90,14 +90,6 @@ class Parameter:
             raise ValueError(token)
         return value
 
-    def describe(self) -> str:
-        allowed = (
-            ", ".join(str(c) for c in self.choices) if self.choices is not None
-            else f"integer >= {self.minimum}"
-        )
-        space = ",".join(str(v) for v in self.space)
-        return f"{self.name:<10} {allowed:<40} default {self.default!s:<8} space {space:<12} {self.help}"
-
 
 def choice(default: Any, choices: Iterable[Any], *, help: str, space: Iterable[Any] | None = None,
            emitted: Iterable[Any] | None = None, omit: Any = None, tag: str = "") -> Any:

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from ..core.errors import Interrupted
+from ..core.processes import POLL_S
 from ..core.results import Measurement, Status
 from .feed import JobFeed
 from .isolated import IsolatedWorker
 from .process.jobs import Job
 
 JOBS_AHEAD = 2  # jobs a worker holds at once: the one it runs and the next
-POLL_S = 0.1  # the longest the table waits before it looks for a kill
 SCAN_S = 0.02  # how often the busy workers' silences are looked at (a hang is found this much late at most)
 
 # What runs aside, in a thread of its own, while the job's worker holds no job: a sanitizer job,

@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..core.errors import UsageError
+from ..core.limits import MAX_THREADS_PER_BLOCK
 from ..core.paths import cache_dir
 from ..families.builtin import BUILTIN_FAMILIES
 from ..families.sourced import FUNCTIONS, OUTPUT_DTYPES, RESERVED, SCALAR_CTYPES, SPEC, TEMPLATE, block_of
@@ -31,7 +32,6 @@ from ..families.variant import Variant
 FOLDER = "kernel_tuner"  # under tilegen's cache folder: one folder per family made
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".c", ".cpp", ".j2", ".jinja", ".jinja2")
 JINJA_SUFFIXES = (".j2", ".jinja", ".jinja2")
-MAX_THREADS = 1024
 FAMILY_MODULE = '''"""Made by gen.tune_kernel for {kernel}; rebuilt from spec.json and the arrays beside it."""
 from gen.families.sourced import family_from_folder
 
@@ -126,7 +126,7 @@ def first_valid(tune_params: Mapping[str, list[Any]], rules: Sequence[Callable[[
     for values in itertools.product(*tune_params.values()):
         params = dict(zip(tune_params, values))
         threads = np.prod(block_of(params, block_size_names))
-        if threads <= MAX_THREADS and all(rule(params) for rule in rules):
+        if threads <= MAX_THREADS_PER_BLOCK and all(rule(params) for rule in rules):
             return params
     raise UsageError("no configuration of tune_params passes the restrictions with at most 1024 threads per block")
 

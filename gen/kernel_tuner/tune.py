@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..core.errors import UsageError
+from ..core.limits import MAX_THREADS_PER_BLOCK
 from ..core.results import Status
 from ..core.timing import TUNE_TIMING, TimingOptions
 from ..evaluate.options import RunOptions
@@ -21,14 +22,14 @@ from ..evaluate.session import Executor
 from ..families.registry import add_family_path, get_family
 from ..families.space import MAX_POINTS
 from ..families.sourced import OUTPUT_DTYPES, evaluate_expression
-from .family import (MAX_THREADS, clean_tune_params, constants, describe_arguments, first_valid,
+from .family import (clean_tune_params, constants, describe_arguments, first_valid,
                                   include_flags, read_source, tags, write_family)
 from ..commands.tune import DEFAULT_SCREEN, TuneOptions, tune, tuned_rows
 from ..commands.tune_result import TuneResult
 from ..store.tuning_db import TuningDB
 
-STRATEGIES = {"brute_force": "brute", "random_sample": "random", "simulated_annealing": "anneal",
-              "genetic_algorithm": "genetic", "bayes_opt": "bayes"}
+KERNEL_TUNER_STRATEGIES = {"brute_force": "brute", "random_sample": "random", "simulated_annealing": "anneal",
+                           "genetic_algorithm": "genetic", "bayes_opt": "bayes"}  # Kernel Tuner's name: tilegen's
 STRATEGY_OPTIONS = ("max_fevals", "time_limit")  # tilegen's budget and time_s
 # Kernel Tuner's options tilegen does not take, with the value that means "not used".
 UNSUPPORTED = {"platform": 0, "smem_args": None, "texmem_args": None, "compiler": None, "log": None,
@@ -197,8 +198,8 @@ def _compiler_options(options: Any) -> list[str]:
 
 def tune_options(family: str, spec: Mapping[str, Any], strategy: Any, strategy_options: Any, iterations: Any,
                  device: Any, quiet: bool, seed: Any, db: Path | None) -> TuneOptions:
-    if strategy is not None and strategy not in STRATEGIES:
-        raise UsageError(f"strategy={strategy!r}: tilegen has {', '.join(STRATEGIES)}")
+    if strategy is not None and strategy not in KERNEL_TUNER_STRATEGIES:
+        raise UsageError(f"strategy={strategy!r}: tilegen has {', '.join(KERNEL_TUNER_STRATEGIES)}")
     if strategy_options is not None and not isinstance(strategy_options, Mapping):
         raise UsageError(f"strategy_options must be a dict like {{'max_fevals': 100}}; got {strategy_options!r}")
     limits = dict(strategy_options or {})
@@ -212,7 +213,7 @@ def tune_options(family: str, spec: Mapping[str, Any], strategy: Any, strategy_o
     run = RunOptions(gpus=(device,), timing=timing)
     whole_space = math.prod(len(values) for values in spec["tune_params"].values())  # Kernel Tuner's: no limit
     return TuneOptions(family=family, size="x".join(str(s) for s in spec["problem_size"]),
-                       strategy=STRATEGIES[strategy or "brute_force"], budget=limits.get("max_fevals"),
+                       strategy=KERNEL_TUNER_STRATEGIES[strategy or "brute_force"], budget=limits.get("max_fevals"),
                        time_s=limits.get("time_limit"), db=db, seed=0 if seed is None else seed, run=run,
                        progress=not quiet, max_points=max(MAX_POINTS, whole_space))
 
@@ -261,5 +262,5 @@ def environment(result: TuneResult, made: Any, options: TuneOptions, seconds: fl
             "strategy": options.strategy, "iterations": options.run.timing.min_samples, "family": made.family,
             "family_folder": str(made.folder), "best": result.winner.name, "best_time": result.standings[0].median_ms,
             "evaluations": result.evaluations, "tune_seconds": seconds, "gpu_seconds": result.gpu_seconds,
-            "search_seconds": result.search_seconds, "screen": result.screen, "max_threads": MAX_THREADS,
+            "search_seconds": result.search_seconds, "screen": result.screen, "max_threads": MAX_THREADS_PER_BLOCK,
             "db": str(TuningDB(options.db, create=False).path)}

@@ -98,11 +98,6 @@ class Strategy(ABC):
         self._learn(variant, time_ms)
         self.seconds += time.perf_counter() - started
 
-    @property
-    def best(self) -> tuple[Variant, float] | None:
-        measured = [(v, t) for v, t in self.results.items() if t is not None]
-        return min(measured, key=lambda item: item[1]) if measured else None
-
     def likely_next(self, count: int) -> list[Variant]:
         """Up to `count` variants it expects to ask for next, most likely first, to compile ahead; its
         state and its proposals stay as they are. None unless the strategy can say cheaply."""

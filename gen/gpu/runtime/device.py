@@ -18,7 +18,7 @@ def read_device_info(device: Any, physical_index: int) -> DeviceInfo:
     return DeviceInfo(
         name=device.name(), cc=f"{major}.{minor}", sm_count=device.get_attribute(attribute.MULTIPROCESSOR_COUNT),
         memory_bytes=device.total_memory(), l2_bytes=device.get_attribute(attribute.L2_CACHE_SIZE),
-        driver=driver_version(physical_index), index=physical_index)
+        driver=nvidia_smi.driver_version(physical_index, cuda.get_driver_version), index=physical_index)
 
 
 def current_device_info() -> DeviceInfo | None:
@@ -27,12 +27,3 @@ def current_device_info() -> DeviceInfo | None:
         return read_device_info(cuda.Context.get_device(), 0)
     except cuda.Error:
         return None
-
-
-def driver_version(physical_index: int) -> str:
-    """The driver's version as nvidia-smi prints it (580.159.04), else the CUDA API version it serves."""
-    listed = nvidia_smi.query(["driver_version"], gpu=physical_index)
-    if listed:
-        return listed[0]
-    api = cuda.get_driver_version()
-    return f"CUDA {api // 1000}.{api % 1000 // 10}"

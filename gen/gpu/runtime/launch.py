@@ -39,7 +39,7 @@ def launcher(function: Any, launch: Launch, problem: Problem, shape: Any, arrays
                              f"does not fill yet; pass the constants as an input array instead")
         from . import native
 
-        run = native.Launch(load_native(), launch.grid, launch.block, launch.dynamic_shared_bytes, arguments)
+        run = native.DriverLaunch(load_native(), launch.grid, launch.block, launch.dynamic_shared_bytes, arguments)
 
         def start() -> None:
             try:

@@ -15,7 +15,7 @@ from cuda.bindings import driver
 from ...core.cubin import kernel_symbol
 from ...core.errors import RunFailed, UsageError
 from ...core.limits import MAX_STATIC_SHARED_BYTES
-from ...core.nvidia_smi import query
+from ...core.nvidia_smi import driver_version
 from ...core.results import DeviceInfo
 
 SUCCESS = driver.CUresult.CUDA_SUCCESS
@@ -66,7 +66,8 @@ def current_device_info() -> DeviceInfo | None:
     return DeviceInfo(name=name.split(b"\0")[0].decode(), sm_count=asked["MULTIPROCESSOR_COUNT"],
                       cc=f"{asked['COMPUTE_CAPABILITY_MAJOR']}.{asked['COMPUTE_CAPABILITY_MINOR']}",
                       memory_bytes=int(_checked(driver.cuDeviceTotalMem(device), "cuDeviceTotalMem")),
-                      l2_bytes=asked["L2_CACHE_SIZE"], driver=driver_version(index), index=index)
+                      l2_bytes=asked["L2_CACHE_SIZE"], index=index,
+                      driver=driver_version(index, lambda: _checked(driver.cuDriverGetVersion(), "cuDriverGetVersion")))
 
 
 @functools.cache
@@ -99,16 +100,7 @@ def load(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
     return function
 
 
-def driver_version(index: int) -> str:
-    """The driver's version as nvidia-smi prints it, else the CUDA API version it serves."""
-    listed = query(["driver_version"], gpu=index)
-    if listed:
-        return listed[0]
-    api = _checked(driver.cuDriverGetVersion(), "cuDriverGetVersion")
-    return f"CUDA {api // 1000}.{api % 1000 // 10}"
-
-
-class Launch:
+class DriverLaunch:
     """One kernel on fixed arguments: call it with a stream handle to launch (no host work but the
     call). `clears` are (address, pitch, width, height) regions zeroed first, on the same stream."""
 
