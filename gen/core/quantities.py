@@ -1,13 +1,10 @@
-"""The measured quantities: what a row says of a variant's run beside its verdict, each declared
-once, as output formats are (`EXPORTERS`). Kernel Tuner's observers are the anchor: a column's
-`observer` is the name Kernel Tuner's observer gives the same measurement, which a T4 file uses.
+"""The measured quantities, each declared once, as output formats are. Kernel Tuner's observers are
+the anchor: a column's `observer` is the name Kernel Tuner gives the same measurement (a T4 file's).
 
-A quantity's columns are fields of `Row` and `Measurement` (gen/core/results.py). From this
-table, and nowhere else, a measurement's optional columns go into its row, a row's into the
-tuning database's measurements table (gen/store/tuning_schema.py) and into a T4 file's
-measurements (gen/store/export.py). How one is measured is the GPU worker's (gen/gpu/process/).
-Adding one: its row here, its fields in results.py, its measurer in the worker.
-"""
+A column is a field of `Row` and `Measurement` (gen/core/results.py). From this table alone, a
+measurement's optional columns go into its row, a row's into the tuning database's columns
+(gen/store/tuning_schema.py) and into a T4 file (gen/store/export.py). The GPU worker measures
+them (gen/gpu/process/). Adding one: its row here, its fields in results.py, its measurer."""
 
 from __future__ import annotations
 
@@ -16,29 +13,24 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Column:
-    """One figure of a quantity: the Row and Measurement field, its unit, Kernel Tuner's name."""
-
-    field: str
+    field: str  # of Row and Measurement
     unit: str
-    observer: str
+    observer: str  # Kernel Tuner's name for it
 
 
 @dataclass(frozen=True)
 class Quantity:
-    """A measured quantity: its name, what it is, its columns; `optional`: measured only when asked
-    (a column added to the tuning database after its first tables), not in every timed row."""
-
     name: str
     what: str
     columns: tuple[Column, ...]
-    optional: bool = True
+    optional: bool = True  # measured only when asked: a column the tuning database added after its first tables
 
 
 QUANTITIES = (
     Quantity("time", "milliseconds per launch: the median of CUDA-event samples (gen/gpu/process/timing.py)",
              (Column("median_ms", "ms", "time"),), optional=False),
-    Quantity("energy", "joules per launch and the GPU's average power while it ran the variant, from NVML "
-                       "(gen/gpu/process/energy.py): with --energy, and a tune's finalists",
+    Quantity("energy", "joules per launch and the GPU's average power, from NVML (gen/gpu/process/energy.py): "
+                       "with --energy, and a tune's finalists",
              (Column("energy_j", "J", "nvml_energy"), Column("power_w", "W", "nvml_power"))),
 )
 OPTIONAL_COLUMNS = tuple(column for quantity in QUANTITIES if quantity.optional for column in quantity.columns)

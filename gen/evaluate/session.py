@@ -5,7 +5,6 @@ model with cubins for its architecture (`for model, engine in session.per_model(
 from __future__ import annotations
 
 import random
-import sys
 from dataclasses import replace
 from functools import cache
 from typing import Iterator
@@ -66,17 +65,11 @@ class Session:
 
 @cache
 def current_device() -> DeviceInfo:
-    """The GPU of the caller's current context (pycuda's, or any other library's), else the first GPU
-    (asked in a worker process)."""
+    """The GPU of the caller's current context (pycuda's, PyTorch's, CuPy's: any library's), else the
+    first GPU (asked in a worker process)."""
     from ..gpu.local import LocalExecutor
 
-    if "pycuda.driver" in sys.modules:
-        from ..gpu.runtime.device import current_device_info
-
-        found = current_device_info()
-        if found is not None:
-            return found
-    try:  # a context PyTorch, CuPy or another library made current
+    try:
         from ..gpu.runtime.native import current_device_info as current_context_device
     except ImportError:
         pass

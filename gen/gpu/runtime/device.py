@@ -1,5 +1,5 @@
-"""What identifies a GPU (its model, L2 size, driver), read through pycuda: in the GPU worker process,
-or in the caller's process for its current context (gen.call.lookup)."""
+"""What identifies a GPU (its model, L2 size, driver), read through pycuda in the GPU worker process
+(the caller's current context is read through the driver API: gen.gpu.runtime.native)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,3 @@ def read_device_info(device: Any, physical_index: int) -> DeviceInfo:
         name=device.name(), cc=f"{major}.{minor}", sm_count=device.get_attribute(attribute.MULTIPROCESSOR_COUNT),
         memory_bytes=device.total_memory(), l2_bytes=device.get_attribute(attribute.L2_CACHE_SIZE),
         driver=nvidia_smi.driver_version(physical_index, cuda.get_driver_version), index=physical_index)
-
-
-def current_device_info() -> DeviceInfo | None:
-    """The GPU of the caller's current context, or None when there is none."""
-    try:
-        return read_device_info(cuda.Context.get_device(), 0)
-    except cuda.Error:
-        return None
