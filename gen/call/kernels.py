@@ -121,7 +121,7 @@ class Kernel:
         clears = native_spans(output, problem.output_region(shape)) if launch.clears_output else ()
         function = loaded(variant, context)
         return Prepared(native.DriverLaunch(function, launch.grid, launch.block, launch.dynamic_shared_bytes, arguments,
-                                      clears), described, variant)
+                                            clears), described, variant)
 
     def _validated(self, described: dict[str, DeviceArray]) -> tuple[Variant, Any]:
         """The variant and shape for these arrays, each array checked: element type, dimensions,
