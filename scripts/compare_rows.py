@@ -48,7 +48,10 @@ TUNES = (("sgemm", "2000x7000x3000"), ("sgemm", "2048x2048x2048"), ("hgemm", "10
 CANDIDATES = """
 import sys
 from gen.families import get_family
-from gen.commands.tune import TuneOptions, candidates
+try:
+    from gen.commands.tune import TuneOptions, candidates
+except ImportError:  # a tree from before issue 45's move
+    from gen.search.tune import TuneOptions, candidates
 for name, size in (word.split(':') for word in sys.argv[1:]):
     family = get_family(name)
     found = candidates(family, family.parse_shape(size), TuneOptions(family=name, size=size, strategy='brute'))
