@@ -25,6 +25,7 @@ from ..families import MatmulShape, gemm_families, get_family
 from ..families.family import Family
 from ..families.problem import Scalar, element_type_of, numpy_dtype
 from ..families.variant import Variant
+from ..gpu.runtime.regions import spans
 from .lookup import shape_text, tuned_with_reason
 
 VECTOR_BYTES = 16  # vector loads (float4) need every array to start on a 16-byte boundary
@@ -118,7 +119,8 @@ class Kernel:
         launch = family.launch(variant, shape)
         problem, output = family.problem_of(variant), described[self.output]
         arguments = problem.kernel_arguments(shape, {name: array.pointer for name, array in described.items()})
-        clears = native_spans(output, problem.output_region(shape)) if launch.clears_output else ()
+        clears = spans(output.pointer, output.strides, output.dtype.itemsize,
+                       problem.output_region(shape)) if launch.clears_output else ()
         function = loaded(variant, context)
         return Prepared(native.DriverLaunch(function, launch.grid, launch.block, launch.dynamic_shared_bytes, arguments,
                                             clears), described, variant)
@@ -322,12 +324,6 @@ def loaded(variant: Variant, context: int) -> Any:
     if not compiled.ok:
         raise UsageError(f"{variant.name} does not compile: {compiled.log.strip().splitlines()[-1]}")
     return native.load(compiled.cubin.read_bytes(), variant.name, variant.dynamic_shared_bytes)
-
-
-def native_spans(array: DeviceArray, region: tuple[slice, ...]) -> list[tuple[int, int, int, int]]:
-    from ..gpu.runtime.regions import spans
-
-    return spans(array.pointer, array.strides, array.dtype.itemsize, region)
 
 
 def _gpu() -> Any:

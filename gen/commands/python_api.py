@@ -18,6 +18,7 @@ from ..core.objectives import DEFAULT_OBJECTIVE
 from ..core.results import Row, is_ok
 from ..core.timing import TUNE_TIMING, TimingOptions
 from ..evaluate.options import FULL, RunOptions
+from ..evaluate.services import check_reachable
 from ..evaluate.session import Executor
 from ..families.space import MAX_POINTS
 from .sweep import SweepOptions
@@ -106,7 +107,5 @@ def _run_options(arch: str | None, compiler: str | None, compile_jobs: int | Non
     options = RunOptions(arch=arch, compiler=compiler, compile_jobs=compile_jobs, gpus=gpus, cluster=cluster,
                          timing=timing, silence_s=silence_s, **extra)
     if cluster and cluster != "local":
-        from ..evaluate.services import check_reachable
-
         check_reachable(cluster)
     return options

@@ -70,13 +70,11 @@ def current_device() -> DeviceInfo:
     from ..gpu.local import LocalExecutor
 
     try:
-        from ..gpu.runtime.native import current_device_info as current_context_device
-    except ImportError:
-        pass
-    else:
-        found = current_context_device()
-        if found is not None:
-            return found
+        from ..gpu.runtime.native import current_device_info
+    except ImportError:  # no cuda.bindings: a worker process asks
+        current_device_info = lambda: None  # noqa: E731
+    if (found := current_device_info()) is not None:
+        return found
     executor = LocalExecutor([0])
     try:
         return executor.devices()[0]

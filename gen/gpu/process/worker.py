@@ -99,11 +99,7 @@ class HeldPhases:
 
 def once_command(job: Job) -> list[str]:
     """The command that runs one job in a process of its own (under compute-sanitizer or ncu)."""
-    return [sys.executable, "-m", MODULE, "--once", job_json(job)]
-
-
-def job_json(job: Job) -> str:
-    return json.dumps(asdict(job))
+    return [sys.executable, "-m", MODULE, "--once", json.dumps(asdict(job))]
 
 
 def job_from_json(text: str) -> Job:

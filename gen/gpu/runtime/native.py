@@ -57,16 +57,10 @@ def current_device_info() -> DeviceInfo | None:
         device = _checked(driver.cuCtxGetDevice(), "cuCtxGetDevice")
     except (OSError, RuntimeError, RunFailed):
         return None
-    attribute = driver.CUdevice_attribute
-    asked = {name: _checked(driver.cuDeviceGetAttribute(getattr(attribute, f"CU_DEVICE_ATTRIBUTE_{name}"), device),
-                            name) for name in ("COMPUTE_CAPABILITY_MAJOR", "COMPUTE_CAPABILITY_MINOR",
-                                               "MULTIPROCESSOR_COUNT", "L2_CACHE_SIZE")}
-    name = _checked(driver.cuDeviceGetName(256, device), "cuDeviceGetName")
-    index = int(device)
-    return DeviceInfo(name=name.split(b"\0")[0].decode(), sm_count=asked["MULTIPROCESSOR_COUNT"],
-                      cc=f"{asked['COMPUTE_CAPABILITY_MAJOR']}.{asked['COMPUTE_CAPABILITY_MINOR']}",
-                      memory_bytes=int(_checked(driver.cuDeviceTotalMem(device), "cuDeviceTotalMem")),
-                      l2_bytes=asked["L2_CACHE_SIZE"], index=index,
+    name, index = _checked(driver.cuDeviceGetName(256, device), "cuDeviceGetName"), int(device)
+    return DeviceInfo(name=name.split(b"\0")[0].decode(), sm_count=_attribute(device, "MULTIPROCESSOR_COUNT"),
+                      cc=compute_capability(index), l2_bytes=_attribute(device, "L2_CACHE_SIZE"),
+                      memory_bytes=int(_checked(driver.cuDeviceTotalMem(device), "cuDeviceTotalMem")), index=index,
                       driver=driver_version(index, lambda: _checked(driver.cuDriverGetVersion(), "cuDriverGetVersion")))
 
 
@@ -74,10 +68,13 @@ def current_device_info() -> DeviceInfo | None:
 def compute_capability(device: int) -> str:
     """'9.0': GPU `device`'s compute capability, asked of the driver once."""
     handle = _checked(driver.cuDeviceGet(device), "cuDeviceGet")
-    attribute = driver.CUdevice_attribute
-    major, minor = (_checked(driver.cuDeviceGetAttribute(getattr(attribute, f"CU_DEVICE_ATTRIBUTE_{which}"), handle),
-                             which) for which in ("COMPUTE_CAPABILITY_MAJOR", "COMPUTE_CAPABILITY_MINOR"))
-    return f"{major}.{minor}"
+    return f"{_attribute(handle, 'COMPUTE_CAPABILITY_MAJOR')}.{_attribute(handle, 'COMPUTE_CAPABILITY_MINOR')}"
+
+
+def _attribute(device: Any, name: str) -> int:
+    """CU_DEVICE_ATTRIBUTE_<name> of a device handle."""
+    return _checked(driver.cuDeviceGetAttribute(getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"),
+                                                device), name)
 
 
 def pointer_device(pointer: int) -> int | None:
