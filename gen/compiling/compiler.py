@@ -102,7 +102,7 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions, children
     keys = {v: cache_key(source, options) for v, source in sources.items()}
     results: dict[Variant, Compiled] = {}
     for variant in sources:
-        entry = cache.load(keys[variant], variant.name)
+        entry = cache.load(keys[variant], variant.name, options.level)
         if entry is not None:
             results[variant] = _compiled(variant, options, cache, entry, cached=True)
     missing = [v for v in sources if v not in results]
@@ -183,7 +183,7 @@ def _compile_alone(variant: Variant, source: str, key: str, options: CompileOpti
     else:
         entry = CacheEntry(attempt.log, attempt.seconds, cache.put_cubin(attempt.cubin),
                            parse_ptxas(verdict.reports[variant.name]))
-    cache.put(key, variant.name, entry)
+    cache.put(key, variant.name, options.level, entry)
     return _compiled(variant, options, cache, entry, cached=False)
 
 
@@ -200,7 +200,7 @@ def _compile_together(variants: list[Variant], sources: dict[Variant, str], keys
     for variant in variants:
         report = verdict.reports[variant.name]
         entry = CacheEntry(report, round(attempt.seconds / len(variants), 3), cubin, parse_ptxas(report))
-        cache.put(keys[variant], variant.name, entry)
+        cache.put(keys[variant], variant.name, options.level, entry)
         results[variant] = _compiled(variant, options, cache, entry, cached=False)
     return results
 
@@ -235,6 +235,6 @@ def cached_by_another(variant: Variant, options: CompileOptions) -> str | None:
             key = cache_key(source, other)
         except (TilegenError, OSError):  # that compiler is not installed here
             continue
-        if CompileCache(options.cache).load(key, variant.name) is not None:
+        if CompileCache(options.cache).load(key, variant.name, options.level) is not None:
             return made_by(other)
     return None
