@@ -372,7 +372,6 @@ def _cubin_a_folder(cache: Path) -> None:
 CACHE_SHAPES = {  # what is wrong, the fault it is made under, the command, its exit code and its line
     "cubins/ a file": (_cubins_a_file, "", ["compile", "matmul", "-p", "tile=8", *POINTS], 2,
                        "cubins is a file, not a folder"),
-    "a cubin a folder": (_cubin_a_folder, "", ["compile", "matmul", "-p", "tile=8", *POINTS], 2, ".cubin"),
     "read-only, a damaged entry": (lambda cache: next((cache / "cubins").glob("*.json")).write_text("{"), "EROFS",
                                    ["compile", "matmul", "-p", "tile=8", *POINTS], 2, "cache"),
     "read-only, --clear": (lambda cache: None, "EROFS", ["cache", "--clear"], 2, "cache"),

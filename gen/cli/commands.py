@@ -25,6 +25,7 @@ from ..evaluate.session import Session
 from ..families import all_families, get_family
 from ..families.registry import registry
 from ..families.space import Space, parse_options
+from ..families.sourced import clear_store, store_folder, store_summary
 from ..search.compiling import compile_space, resource_table
 from ..search.lookup import gpu_model_named, tuned_with_reason
 from ..search.revalidate import revalidate
@@ -218,6 +219,8 @@ def cmd_cache(args: argparse.Namespace) -> None:
         entries, others = clear_cache(folder)
         kept = f"; kept the {others} files there that tilegen did not write" if others else ""
         print(f"removed {entries} cached compiles from {folder}{kept}")
+        families, arrays = clear_store()
+        print(f"removed {families} tune_kernel families and {arrays} arrays from {store_folder()}")
     elif args.purge_failed:
         errors, damaged = purge_failed(folder)
         print(f"removed {errors} cached compile errors and {damaged} damaged entries or stray files from {folder}")
@@ -227,6 +230,9 @@ def cmd_cache(args: argparse.Namespace) -> None:
               f"damaged entries or stray files, {found.bytes / 2**20:.1f} MiB")
         if found.failed or found.damaged:
             print("tilegen cache --purge-failed removes the compile errors and the damaged entries")
+        made = store_summary()
+        print(f"{made.folder}: {made.families} tune_kernel families, {made.arrays} arrays, "
+              f"{made.bytes / 2**20:.1f} MiB (tilegen cache --clear removes them)")
 
 
 # ---- helpers shared by the commands ---------------------------------------------------------------
