@@ -141,8 +141,8 @@ def cmd_tune(args: argparse.Namespace) -> None:
         strategy=args.strategy, budget=args.budget, time_s=args.time, db=args.db, seed=args.seed,
         top=args.finalists, max_points=args.max_points, early_stop=not args.full_timing, progress=_progress(args),
         objective=args.objective, screen=args.screen,
-        run=RunOptions(timing=TUNE_TIMING) if args.dry_run else _run_options(args))
-    if args.dry_run:
+        run=RunOptions(arch=args.arch, timing=TUNE_TIMING) if args.dry_run else _run_options(args))
+    if args.dry_run:  # planned for --arch, asking no cluster
         print(tune_preview(options))
         return None
     options.run.compile_options()  # --arch, --jobs, --compiler and the compile cache, before the database is made

@@ -30,7 +30,7 @@ from ..core.processes import ProcessGroup
 from ..core.results import Row, Status
 from ..core.version import __version__
 from ..families import get_family
-from ..families.family import Family, arch_base, arch_cc, runs_on
+from ..families.family import Family, family_arch
 from ..families.variant import Variant
 from .compilers import COMPILERS, compiler_named
 from .levels import level_flags
@@ -118,19 +118,6 @@ def with_family_flags(options: CompileOptions, variants: Sequence[Variant]) -> C
     """The options with the flags of the variants' families (Family.compile_flags) after the run's own."""
     extra = [f for family in dict.fromkeys(v.family for v in variants) for f in get_family(family).compile_flags]
     return replace(options, flags=(*options.flags, *extra)) if extra else options
-
-
-def family_arch(family: Family, arch: str) -> str:
-    """What the family's kernels compile for when a run compiles for `arch`: the family's own
-    architecture (Family.target_arch) where it has one, else `arch`. UsageError when the family's
-    kernels cannot run where `arch` does."""
-    own = family.target_arch
-    if own is None or own == arch:
-        return arch
-    if not runs_on(own, arch_cc(arch)):
-        raise UsageError(f"{family.name} kernels use {own}'s own instructions and run on {arch_base(own)} GPUs only; "
-                         f"this run compiles for {arch} (use another family there)")
-    return own
 
 
 def with_level_flags(options: CompileOptions) -> CompileOptions:
