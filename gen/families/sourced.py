@@ -192,8 +192,10 @@ class SourcedProblem(Problem):
 
     @functools.cached_property
     def _arrays(self) -> dict[str, np.ndarray]:
-        """The arrays by name, each from the file spec.json names (relative to the folder)."""
-        return {name: np.load(self.folder / file, mmap_mode="r") for name, file in self.spec["arrays"].items()}
+        """The arrays by name, each from the file spec.json names (relative to the folder; an older
+        tilegen's folder holds them itself)."""
+        files = self.spec.get("arrays") or {path.stem: path.name for path in self.folder.glob("*.npy")}
+        return {name: np.load(self.folder / file, mmap_mode="r") for name, file in files.items()}
 
     def arrays(self, shape: Any) -> dict[str, tuple[int, ...]]:
         return {a["name"]: tuple(a["shape"]) for a in self.spec["arguments"] if a["kind"] == "array"}
