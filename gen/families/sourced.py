@@ -25,13 +25,13 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from ..core.errors import UsageError
+from ..core.errors import InvalidVariant, UsageError
 from ..core.limits import MAX_THREADS_PER_BLOCK
 from ..core.own_files import size_of
 from ..core.paths import cache_dir
 from .family import Family, Launch, blocks
 from .problem import COPY_BANDWIDTH, Ceiling, Input, Output, Problem, Scalar
-from .variant import Variant, choice, require
+from .variant import Variant, choice
 
 STORE = "kernel_tuner"  # under tilegen's cache folder: a folder per family made, and ARRAYS
 ARRAYS = "arrays"  # in STORE: every family's arrays, each once, named by its content's hash
@@ -77,12 +77,17 @@ def _variant_type(spec: Mapping[str, Any], restrictions: list[Callable[[dict], b
 
 
 def _check_combination(variant: Any) -> None:
+    """The block's threads and the restrictions (every point of a space is checked: the reasons are
+    spelt only for a point that breaks one)."""
     params = variant.params()
-    threads = math.prod(variant.tk_threads)
-    require(threads <= MAX_THREADS_PER_BLOCK, f"a block of {' x '.join(map(str, variant.tk_threads))} is {threads} "
-                                              f"threads; the CUDA limit is {MAX_THREADS_PER_BLOCK}")
+    block = block_of(params, variant.tk_spec["block_size_names"])
+    threads = math.prod(block)
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise InvalidVariant(f"a block of {' x '.join(map(str, block))} is {threads} threads; the CUDA limit is "
+                             f"{MAX_THREADS_PER_BLOCK}")
     broken = broken_rule(variant.tk_rules, variant.tk_spec["restrictions"], params)
-    require(broken is None, f"restriction {broken} is false")
+    if broken is not None:
+        raise InvalidVariant(f"restriction {broken} is false")
 
 
 def rules_of(strings: Sequence[str], functions: Sequence[Callable[[dict], bool]]) -> list[Callable[[dict], bool]]:
@@ -94,15 +99,19 @@ def broken_rule(rules: Sequence[Callable[[dict], bool]], strings: Sequence[str],
     """The first restriction `params` break, named as the user gave it; None when they pass them all.
     A restriction that fails to evaluate (a misspelt name, a function that raises) is a UsageError."""
     for number, rule in enumerate(rules):
-        named = repr(strings[number]) if number < len(strings) else f"function {number - len(strings) + 1}"
         try:
             allowed = bool(rule(params))
         except Exception as error:
-            raise UsageError(f"restrictions: {named} raised {type(error).__name__} ({error}) at {params}; fix it to "
-                             f"give True or False for every configuration of tune_params") from None
+            raise UsageError(f"restrictions: {_rule_name(strings, number)} raised {type(error).__name__} ({error}) "
+                             f"at {params}; fix it to give True or False for every configuration of tune_params") \
+                from None
         if not allowed:
-            return named
+            return _rule_name(strings, number)
     return None
+
+
+def _rule_name(strings: Sequence[str], number: int) -> str:
+    return repr(strings[number]) if number < len(strings) else f"function {number - len(strings) + 1}"
 
 
 def _threads(variant: Any) -> tuple[int, int, int]:
