@@ -251,7 +251,8 @@ def _cache_file(cache: Any, kernel_name: str, spec: Mapping[str, Any]) -> Path |
         what = "is a folder" if path.is_dir() else f"is in {path.parent}, which is no folder"
         raise UsageError(f"cache={str(path)!r} {what}; give a file in a folder that exists")
     if not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"cache={str(path)!r} cannot be written (permission denied); give a file you can write")
+        raise UsageError(f"cache={str(path)!r} cannot be written (no permission, or a read-only disk); give a file "
+                         f"you can write")
     if path.exists():
         try:
             held = json.loads(path.read_text())
