@@ -478,6 +478,11 @@ CLI_CASES = [
                                                 "more than --max-points 10"),
     case("sweep matmul --out x --size 64x64x64 --size 96x96x96 --max-points 20",
          "at 2 sizes and cache preferences 36, more than --max-points 20"),
+    # a dry run plans no variant that the run refuses
+    case("tune wgmma --size 1024x1024x1024 --arch sm_80 --dry-run",
+         "wgmma kernels use sm_90a's own instructions and run on sm_90 GPUs only; this run compiles for sm_80"),
+    case("sweep wgmma --size 1024x1024x1024 --arch sm_80 --dry-run",
+         "wgmma kernels use sm_90a's own instructions and run on sm_90 GPUs only; this run compiles for sm_80"),
 ]
 
 

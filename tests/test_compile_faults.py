@@ -165,6 +165,36 @@ def test_a_cubin_altered_in_the_cache_is_compiled_again(cache: Path, compiled: d
     assert [path.read_bytes()[:4] for path in cache.glob("*.cubin")] == [b"\x7fELF"]  # the altered one is gone
 
 
+def test_a_folder_where_a_cubin_should_be_is_counted_removed_and_compiled_again(
+        cache: Path, compiled: dict[str, Path], capsys: pytest.CaptureFixture) -> None:
+    shutil.copytree(compiled["one"], cache)
+    (cubin,) = cache.glob("*.cubin")
+    cubin.unlink()
+    (cubin / "inside").mkdir(parents=True)  # a folder, not empty, under the cubin's name
+    code, out, _ = run_main(capsys, ["cache"])
+    assert code == 0 and "0 compiled variants (0 compile errors), 2 damaged entries" in out, out
+    code, out, err = run_main(capsys, ["compile", *ONE])
+    assert code == 0 and "1 compiled (0 from cache), 0 failed" in out, (out, err)
+    assert "is not a file" in notes(err)[0]
+    assert [path.read_bytes()[:4] for path in cache.glob("*.cubin")] == [b"\x7fELF"]  # the folder is gone
+    code, out, err = run_main(capsys, ["compile", *ONE])
+    assert code == 0 and "1 compiled (1 from cache), 0 failed" in out and not notes(err), (out, err)
+
+
+def test_a_record_edited_to_serve_another_levels_cubin_is_damage_not_a_hit(
+        cache: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["compile", *ONE, "--compile-level", "ptxas-o1"]) == 0
+    (fast_path,) = cache.glob("*.json")
+    assert main(["compile", *ONE]) == 0
+    (full_path,) = set(cache.glob("*.json")) - {fast_path}
+    capsys.readouterr()
+    full, fast = json.loads(full_path.read_text()), json.loads(fast_path.read_text())
+    full_path.write_text(json.dumps({**fast, "key": full["key"]}))  # the ptxas-o1 entry under full's key
+    code, out, err = run_main(capsys, ["compile", *ONE])
+    assert code == 0 and "1 compiled (0 from cache), 0 failed" in out, (out, err)
+    assert "compile at ptxas-o1, not full" in notes(err)[0]
+
+
 def test_the_cache_command_counts_damaged_entries_and_purge_failed_removes_them(
         cache: Path, compiled: dict[str, Path], capsys: pytest.CaptureFixture) -> None:
     shutil.copytree(compiled["batch"], cache)

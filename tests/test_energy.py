@@ -90,6 +90,14 @@ def test_a_tune_measures_its_finalists_energy_and_ranks_them_by_the_objective(tm
     assert db.best(result.problem, "time").name == TIME_BEST and db.best(result.problem, "energy").name == ENERGY_BEST
 
 
+def test_a_winner_by_energy_slower_than_the_default_is_said_slower_not_faster(tmp_path: Path, compile_options) -> None:
+    result = energy_tune(tmp_path, "energy", fakes.EnergyExecutor())
+    slower = result.standings[0].median_ms / result.default.median_ms
+    assert result.winner.name == ENERGY_BEST and slower > 1  # the fake's energy-optimal tile is slow
+    (line,) = [line for line in describe(result).splitlines() if "default variant" in line]
+    assert line.endswith(f": {slower:.2f}x slower (the winner is chosen by energy, not by time)"), line
+
+
 def test_best_and_gen_tuned_take_the_objective(tmp_path: Path, compile_options, capsys) -> None:
     result = energy_tune(tmp_path, "time", fakes.EnergyExecutor())
     db = str(tmp_path / "t.sqlite")

@@ -21,14 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
 import pytest
 
+import gen
 from gen.compiling.compiler import CompileOptions, compile_variant
+from gen.core.errors import UsageError
 from gen.families.matmul import MatmulVariant
 from gen.store.export import write_t4
 from gen.store.results_log import RUN_LOCK
 from gen.store.tuning_db import TuningDB
 
+from . import fakes
 from .conftest import REPO
 from .test_state_faults import WITHOUT_ROOT_POWERS, after, measured
 
@@ -372,7 +376,6 @@ def _cubin_a_folder(cache: Path) -> None:
 CACHE_SHAPES = {  # what is wrong, the fault it is made under, the command, its exit code and its line
     "cubins/ a file": (_cubins_a_file, "", ["compile", "matmul", "-p", "tile=8", *POINTS], 2,
                        "cubins is a file, not a folder"),
-    "a cubin a folder": (_cubin_a_folder, "", ["compile", "matmul", "-p", "tile=8", *POINTS], 2, ".cubin"),
     "read-only, a damaged entry": (lambda cache: next((cache / "cubins").glob("*.json")).write_text("{"), "EROFS",
                                    ["compile", "matmul", "-p", "tile=8", *POINTS], 2, "cache"),
     "read-only, --clear": (lambda cache: None, "EROFS", ["cache", "--clear"], 2, "cache"),
@@ -410,3 +413,18 @@ def test_a_full_disk_under_an_empty_out_is_one_line_and_leaves_no_file(scene: Sc
     assert done.returncode == 1 and len(errors) == 1 and "(No space left on device)" in errors[0], done.stderr
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr
     assert not list((disk / "run").iterdir())
+
+
+def test_tune_kernel_with_a_cache_file_it_cannot_write_is_one_line_before_the_tune(
+        scene: Scene, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_family_path) -> None:
+    results = scene.tmpfs("results")
+    scene.read_only(results)
+    monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path / "cache"))
+    a = np.ones(100, dtype=np.float32)
+    source = "__global__ void add(float *c, const float *a, int n) { int i = threadIdx.x; if (i < n) c[i] += a[i]; }"
+    with pytest.raises(UsageError, match="cache=.* cannot be written") as raised:
+        gen.tune_kernel("add", source, 100, [np.zeros_like(a), a, np.int32(100)], {"block_size_x": [32, 64]},
+                        cache=str(results / "add.json"), db=tmp_path / "t.sqlite", executor=fakes.FakeExecutor(),
+                        quiet=True)
+    assert "\n" not in str(raised.value)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["results"]  # no database, no family folder

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import gen
+from gen.cli.main import main
 from gen.compiling.render import render
 from gen.core.errors import UsageError
 from gen.families import get_family
@@ -214,6 +215,11 @@ def test_options_tilegen_does_not_support_are_refused_by_name(tmp_path: Path, op
     ({"answer": [None, None, None, None, None]}, "answer"), ({"restrictions": ["block_size_x >"]}, "restrictions"),
     ({"cmem_args": {"weights": [1, 2]}}, "cmem_args"), ({"iterations": 0}, "iterations"),
     ({"tune_params": {"block_size_x": [2048]}}, "1024 threads"), ({"tune_params": {"name": [1]}}, "'name'"),
+    ({"cache": 5}, "cache must be a file name"), ({"cache": ""}, "cache must be a file name"),
+    ({"cache": "/no/such/folder/results.json"}, "which is no folder"),
+    ({"restrictions": ["block_sise_x > 32"]}, "'block_sise_x > 32' raised NameError"),
+    ({"restrictions": [lambda p: p["block_size_x"] // 0 > 1]}, "function 1 raised ZeroDivisionError"),
+    ({"cmem_args": {"weights": np.array([1.0, None])}}, r"cmem_args\['weights'\] is an array of object"),
 ])
 def test_bad_values_are_one_line_naming_the_option(tmp_path: Path, options: dict, says: str) -> None:
     with pytest.raises(UsageError, match=says) as raised:
@@ -231,3 +237,53 @@ def test_block_sizes_not_tuned_take_kernel_tuners_defaults(tmp_path: Path) -> No
     family = get_family(env["family"])  # neither block size tuned: 256 x 1, and the grid divides by them
     launch = family.launch(family.variant({"unused": 2}), family.parse_shape("1000x30"))
     assert (launch.grid, launch.block) == ((4, 30, 1), (256, 1, 1))
+
+
+def test_a_source_file_that_is_not_utf8_is_one_line_naming_the_line(tmp_path: Path) -> None:
+    source = tmp_path / "vector_add.cu"
+    source.write_bytes(b"// vector_add\n// caf\xe9\n" + VECTOR_ADD.encode())
+    with pytest.raises(UsageError, match=r"vector_add.cu line 2 holds the byte 0xe9, which is not UTF-8") as raised:
+        vector_add_call(tmp_path, kernel_source=str(source))
+    assert "\n" not in str(raised.value)
+
+
+class Asked:
+    """A restriction that lets every configuration through and keeps each it was asked about (a
+    class of a module: it pickles by reference, with or without cloudpickle)."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict] = []
+
+    def __call__(self, params: dict) -> bool:
+        self.seen.append(dict(params))
+        return True
+
+
+def test_without_a_gpu_nothing_is_enumerated_or_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path / "cache"))
+    asked = Asked()
+    a = np.ones(N, dtype=np.float32)
+    with pytest.raises(UsageError, match="tune_kernel needs a GPU: no usable CUDA GPU 0") as raised:
+        gen.tune_kernel("vector_add", VECTOR_ADD, N, [np.zeros_like(a), a, a, np.int32(N)],
+                        {"block_size_x": [32, 64, 128], "unroll": list(range(50))}, restrictions=[asked],
+                        cache=str(tmp_path / "results.json"), db=tmp_path / "t.sqlite",
+                        executor=fakes.NoGpuExecutor(), quiet=True)
+    assert "\n" not in str(raised.value)
+    assert len(asked.seen) == 1  # the first configuration alone, the default variant's: the space is not enumerated
+    assert not list(tmp_path.iterdir())  # no family folder, no array, no database, no results file
+
+
+def test_arrays_are_stored_once_and_the_cache_command_counts_and_clears_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path / "cache"))
+    first = vector_add_call(tmp_path)[1]
+    other = vector_add_call(tmp_path, tune_params={"block_size_x": [32, 64]})[1]  # another family, the same arrays
+    assert first["family_folder"] != other["family_folder"]
+    assert not list(Path(first["family_folder"]).glob("*.npy"))
+    stored = sorted((tmp_path / "cache" / "kernel_tuner" / "arrays").iterdir())
+    assert len(stored) == 4  # c, a, b and the answer, each once for both families
+    assert main(["cache"]) == 0
+    assert "2 tune_kernel families, 4 arrays" in capsys.readouterr().out
+    assert main(["cache", "--clear"]) == 0
+    assert "removed 2 tune_kernel families and 4 arrays" in capsys.readouterr().out
+    assert not list((tmp_path / "cache" / "kernel_tuner").rglob("*.*"))

@@ -115,3 +115,11 @@ def test_an_undefined_name_names_file_and_line(broken_templates) -> None:
     broken_templates("// line 1\n{{ no_such_value }}\n")
     with pytest.raises(TemplateProblem, match=r"matmul\.cu\.j2:2: \{\{ no_such_value \}\} is not defined"):
         render(MatmulVariant())
+
+
+def test_an_include_of_a_missing_template_names_the_including_file_and_line(broken_templates, tmp_path: Path) -> None:
+    broken_templates('// line 1\n{% import "macros.cu.j2" as m %}\n{% include "macro.cu.j2" %}\n')
+    with pytest.raises(TemplateProblem) as raised:
+        render(MatmulVariant())
+    assert str(raised.value).startswith(f"{tmp_path / 'matmul.cu.j2'}:3: template 'macro.cu.j2' is missing from ")
+    assert "\n" not in str(raised.value)

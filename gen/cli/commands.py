@@ -32,6 +32,7 @@ from ..commands.sweep import SweepOptions, preview, summary, sweep
 from ..commands.tune import TuneOptions, tune
 from ..commands.tune import preview as tune_preview
 from ..commands.tune_result import describe
+from ..families.sourced import clear_store, store_folder, store_summary
 from ..store.export import EXPORTERS
 from ..store.report import compiled_by, load_rows, report, status_counts
 from ..store.results_log import ResultLog
@@ -139,8 +140,8 @@ def cmd_tune(args: argparse.Namespace) -> None:
         strategy=args.strategy, budget=args.budget, time_s=args.time, db=args.db, seed=args.seed,
         top=args.finalists, max_points=args.max_points, early_stop=not args.full_timing, progress=_progress(args),
         objective=args.objective, screen=args.screen,
-        run=RunOptions(timing=TUNE_TIMING) if args.dry_run else _run_options(args))
-    if args.dry_run:
+        run=RunOptions(arch=args.arch, timing=TUNE_TIMING) if args.dry_run else _run_options(args))
+    if args.dry_run:  # planned for --arch, asking no cluster
         print(tune_preview(options))
         return None
     options.run.compile_options()  # --arch, --jobs, --compiler and the compile cache, before the database is made
@@ -217,6 +218,8 @@ def cmd_cache(args: argparse.Namespace) -> None:
         entries, others = clear_cache(folder)
         kept = f"; kept the {others} files there that tilegen did not write" if others else ""
         print(f"removed {entries} cached compiles from {folder}{kept}")
+        families, arrays = clear_store()
+        print(f"removed {families} tune_kernel families and {arrays} arrays from {store_folder()}")
     elif args.purge_failed:
         errors, damaged = purge_failed(folder)
         print(f"removed {errors} cached compile errors and {damaged} damaged entries or stray files from {folder}")
@@ -226,6 +229,9 @@ def cmd_cache(args: argparse.Namespace) -> None:
               f"damaged entries or stray files, {found.bytes / 2**20:.1f} MiB")
         if found.failed or found.damaged:
             print("tilegen cache --purge-failed removes the compile errors and the damaged entries")
+        made = store_summary()
+        print(f"{made.folder}: {made.families} tune_kernel families, {made.arrays} arrays, "
+              f"{made.bytes / 2**20:.1f} MiB (tilegen cache --clear removes them)")
 
 
 # ---- helpers shared by the commands ---------------------------------------------------------------

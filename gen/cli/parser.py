@@ -230,9 +230,11 @@ def _worker_command(commands: Any) -> None:
 
 
 def _cache_command(commands: Any) -> None:
-    parser = _command(commands, "cache", help="the compile cache: what it holds; clear it or purge failures")
+    parser = _command(commands, "cache", help="the compile cache and tune_kernel's families: what they hold; clear "
+                                              "them or purge failures")
     action = parser.add_mutually_exclusive_group()
-    action.add_argument("--clear", action="store_true", help="remove every cached compile (tilegen's files only)")
+    action.add_argument("--clear", action="store_true", help="remove every cached compile and tune_kernel's families "
+                        "and arrays (tilegen's files only)")
     action.add_argument("--purge-failed", action="store_true",
                         help="remove the cached compile errors and damaged entries, so those variants compile again")
 

@@ -84,8 +84,17 @@ def describe(result: TuneResult) -> str:
     lines += _front(result)
     speedup = result.speedup_over_default
     if speedup is not None:
-        lines.append(f"against the family's default variant {result.default.name}: {speedup:.2f}x faster")
+        lines.append(f"against the family's default variant {result.default.name}: {_compared(speedup, result)}")
     return "\n".join(lines)
+
+
+def _compared(speedup: float, result: TuneResult) -> str:
+    """The winner's time against the default's, in words that hold either way: '2.10x faster',
+    '2.10x slower' (a winner by energy may be), never '0.48x faster'."""
+    chosen = f" (the winner is chosen{_by(result)}, not by time)" if _by(result) else ""
+    if speedup >= 1:
+        return f"{speedup:.2f}x faster{chosen}"
+    return f"{1 / speedup:.2f}x slower{chosen}"
 
 
 def _screened(result: TuneResult) -> str:

@@ -1,8 +1,9 @@
 """The compile cache, the same for every compiler (`CompileCache`): each variant's compile, a cubin
 and its resources or a compile error with the compiler's diagnostic, under a key that names the
 source, the options, and the compiler and its version (`compiler.cache_key`). Every entry is proven
-before it is trusted; one that fails the proof is removed, with a note on stderr, and compiled
-again. Only tilegen's own files here are ever removed.
+before it is trusted (its record names its key, its kernel and its compile level, its cubin's sha256); one that fails the proof is removed, with a note on stderr, and compiled
+again. Only tilegen's own files here are ever removed (and a folder under one of their names, which
+would block that entry).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import functools
 import hashlib
 import json
 import re
+import shutil
+import stat
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,7 @@ from ..core.progress import note
 from .ptxas import Resources
 from .verdict import has_diagnostic
 
-CACHE_FORMAT = 3  # part of every cache key: records of another format are never read as entries
+CACHE_FORMAT = 4  # part of every cache key: records of another format are never read as entries
 
 _RECORD_NAME = re.compile(r"^[0-9a-f]{32}\.json$")
 _CUBIN_NAME = re.compile(r"^[0-9a-f]{32}\.cubin$")
@@ -78,12 +81,12 @@ class CompileCache:
     def __init__(self, folder: Path):
         self.folder = folder
 
-    def load(self, key: str, kernel: str) -> CacheEntry | None:
-        """The proven entry under `key` for the kernel named `kernel` (a variant's name), else None. A
-        damaged one is removed, with a note naming the kernel."""
+    def load(self, key: str, kernel: str, level: str) -> CacheEntry | None:
+        """The proven entry under `key` for the kernel named `kernel` (a variant's name) compiled at
+        `level`, else None. A damaged one is removed, with a note naming the kernel."""
         record = self.folder / f"{key}.json"
         try:
-            return self._proven(record, key, kernel)
+            return self._proven(record, key, kernel, level)
         except FileNotFoundError:
             return None
         except DamagedEntry as damage:
@@ -99,9 +102,11 @@ class CompileCache:
         self._write(self.folder / named.name, cubin)
         return named
 
-    def put(self, key: str, kernel: str, entry: CacheEntry) -> None:
-        """Record the entry of the kernel named `kernel`; its cubin must be in the cache already (`put_cubin`)."""
-        record = {"format": CACHE_FORMAT, "key": key, "kernel": kernel, "seconds": entry.seconds, "log": entry.log,
+    def put(self, key: str, kernel: str, level: str, entry: CacheEntry) -> None:
+        """Record the entry of the kernel named `kernel`, compiled at `level`; its cubin must be in the
+        cache already (`put_cubin`)."""
+        record = {"format": CACHE_FORMAT, "key": key, "kernel": kernel, "level": level, "seconds": entry.seconds,
+                  "log": entry.log,
                   "cubin": asdict(entry.cubin) if entry.cubin else None,
                   "resources": asdict(entry.resources) if entry.resources else None}
         self._write(self.folder / f"{key}.json", json.dumps(record).encode())
@@ -134,9 +139,12 @@ class CompileCache:
         own: list[Path] = []
         others: list[Path] = []
         used: set[str] = set()
-        files = sorted(p for p in self.folder.iterdir() if p.is_file()) if self.folder.is_dir() else []
-        for path in files:
-            (own if _OWN_NAME.match(path.name) else others).append(path)
+        found = sorted(self.folder.iterdir()) if self.folder.is_dir() else []
+        for path in found:
+            if path.is_file():
+                (own if _OWN_NAME.match(path.name) else others).append(path)
+            elif _OWN_NAME.match(path.name):  # a folder under an entry's name: it blocks that entry
+                own.append(path)
         for record in (p for p in own if _RECORD_NAME.match(p.name)):
             try:
                 entry = self._proven(record, record.stem)
@@ -151,10 +159,11 @@ class CompileCache:
         damaged += [p for p in own if not _RECORD_NAME.match(p.name) and p.name not in used]
         return proven, failed, damaged, own, others
 
-    def _proven(self, record: Path, key: str, kernel: str | None = None) -> CacheEntry:
-        """The entry `record` holds, if it proves whole, for the kernel `kernel` (None: the one it
-        names): DamagedEntry says why not. Its cubin must be the one compiled (its sha256) and hold
-        the kernel's symbol: a record that names another kernel's cubin is damaged, not a hit."""
+    def _proven(self, record: Path, key: str, kernel: str | None = None, level: str | None = None) -> CacheEntry:
+        """The entry `record` holds, if it proves whole, for the kernel `kernel` at the compile level
+        `level` (None: the ones it names): DamagedEntry says why not. Its cubin must be the one
+        compiled (its sha256) and hold the kernel's symbol: a record that names another kernel's
+        cubin, or another level's, is damaged, not a hit."""
         try:
             text = record.read_bytes()
         except FileNotFoundError:
@@ -173,6 +182,9 @@ class CompileCache:
         named = _field(fields_, "kernel", str)
         if kernel is not None and named != kernel:
             raise DamagedEntry(f"it is the record of the kernel {named!r}")
+        compiled_at = _field(fields_, "level", str)
+        if level is not None and compiled_at != level:
+            raise DamagedEntry(f"it is the record of a compile at {compiled_at}, not {level}")
         if fields_.get("cubin") is None:
             if not has_diagnostic(log):
                 raise DamagedEntry("a compile error without the compiler's diagnostic")
@@ -188,6 +200,8 @@ class CompileCache:
             found = path.stat()
         except FileNotFoundError:
             raise DamagedEntry(f"its cubin {cubin.name} is missing") from None
+        if not stat.S_ISREG(found.st_mode):
+            raise DamagedEntry(f"its cubin {cubin.name} is not a file", path)
         if found.st_size != cubin.size:
             raise DamagedEntry(f"its cubin {cubin.name} has {found.st_size} bytes, not {cubin.size}", path)
         if _sha256_of(path, found.st_size, found.st_mtime_ns, found.st_ino) != cubin.sha256:
@@ -196,13 +210,19 @@ class CompileCache:
             raise DamagedEntry(f"its cubin {cubin.name} holds no kernel {kernel!r}")  # another's: not removed
 
     def _remove(self, path: Path) -> None:
+        """Remove one of tilegen's files here, or a folder under such a name."""
         try:
-            path.unlink(missing_ok=True)
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
         except OSError as error:
             raise path_failure(error, path, "remove", elsewhere="remove it yourself, or set $TILEGEN_CACHE to "
                                "another folder") from None
 
     def _write(self, path: Path, data: bytes) -> None:
+        if path.is_dir() and not path.is_symlink():
+            self._remove(path)  # a folder under the name would block this entry for good
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             write_atomically(path, data)

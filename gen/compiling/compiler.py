@@ -30,7 +30,7 @@ from ..core.processes import ProcessGroup
 from ..core.results import Row, Status
 from ..core.version import __version__
 from ..families import get_family
-from ..families.family import Family, arch_base, arch_cc, runs_on
+from ..families.family import Family, family_arch
 from ..families.variant import Variant
 from .compilers import COMPILERS, compiler_named
 from .levels import level_flags
@@ -102,7 +102,7 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions, children
     keys = {v: cache_key(source, options) for v, source in sources.items()}
     results: dict[Variant, Compiled] = {}
     for variant in sources:
-        entry = cache.load(keys[variant], variant.name)
+        entry = cache.load(keys[variant], variant.name, options.level)
         if entry is not None:
             results[variant] = _compiled(variant, options, cache, entry, cached=True)
     missing = [v for v in sources if v not in results]
@@ -118,19 +118,6 @@ def with_family_flags(options: CompileOptions, variants: Sequence[Variant]) -> C
     """The options with the flags of the variants' families (Family.compile_flags) after the run's own."""
     extra = [f for family in dict.fromkeys(v.family for v in variants) for f in get_family(family).compile_flags]
     return replace(options, flags=(*options.flags, *extra)) if extra else options
-
-
-def family_arch(family: Family, arch: str) -> str:
-    """What the family's kernels compile for when a run compiles for `arch`: the family's own
-    architecture (Family.target_arch) where it has one, else `arch`. UsageError when the family's
-    kernels cannot run where `arch` does."""
-    own = family.target_arch
-    if own is None or own == arch:
-        return arch
-    if not runs_on(own, arch_cc(arch)):
-        raise UsageError(f"{family.name} kernels use {own}'s own instructions and run on {arch_base(own)} GPUs only; "
-                         f"this run compiles for {arch} (use another family there)")
-    return own
 
 
 def with_level_flags(options: CompileOptions) -> CompileOptions:
@@ -183,7 +170,7 @@ def _compile_alone(variant: Variant, source: str, key: str, options: CompileOpti
     else:
         entry = CacheEntry(attempt.log, attempt.seconds, cache.put_cubin(attempt.cubin),
                            parse_ptxas(verdict.reports[variant.name]))
-    cache.put(key, variant.name, entry)
+    cache.put(key, variant.name, options.level, entry)
     return _compiled(variant, options, cache, entry, cached=False)
 
 
@@ -200,7 +187,7 @@ def _compile_together(variants: list[Variant], sources: dict[Variant, str], keys
     for variant in variants:
         report = verdict.reports[variant.name]
         entry = CacheEntry(report, round(attempt.seconds / len(variants), 3), cubin, parse_ptxas(report))
-        cache.put(keys[variant], variant.name, entry)
+        cache.put(keys[variant], variant.name, options.level, entry)
         results[variant] = _compiled(variant, options, cache, entry, cached=False)
     return results
 
@@ -235,6 +222,6 @@ def cached_by_another(variant: Variant, options: CompileOptions) -> str | None:
             key = cache_key(source, other)
         except (TilegenError, OSError):  # that compiler is not installed here
             continue
-        if CompileCache(options.cache).load(key, variant.name) is not None:
+        if CompileCache(options.cache).load(key, variant.name, options.level) is not None:
             return made_by(other)
     return None

@@ -214,23 +214,40 @@ def _stamps(paths: list[Path]) -> tuple[Any, ...]:
 def _template_closure(template_dirs: tuple[Path, ...], template: str) -> list[tuple[str, Path]]:
     loader = environment(template_dirs).loader
     seen: dict[str, Path] = {}
-    pending = [template]
+    pending: list[tuple[str, str]] = [(template, "")]  # a template's name, and where it is named ('' for the family's)
     while pending:
-        name = pending.pop()
+        name, named_at = pending.pop()
         if name in seen:
             continue
         try:
             source, filename, _ = loader.get_source(environment(template_dirs), name)
         except jinja2.TemplateNotFound:
             folders = ", ".join(str(d) for d in template_dirs)
+            if named_at:
+                raise TemplateProblem(f"{named_at}: template {name!r} is missing from {folders}; fix the name there, "
+                                      f"or restore the file") from None
             raise TemplateProblem(f"template {name!r} is missing from {folders}; restore it") from None
         seen[name] = Path(filename)
         try:
             parsed = environment(template_dirs).parse(source, name=name, filename=filename)
         except jinja2.TemplateSyntaxError as error:
             raise TemplateProblem(f"{_where(filename)}:{error.lineno}: {error.message}; fix the template") from None
-        pending.extend(n for n in jinja2.meta.find_referenced_templates(parsed) if n)
+        pending.extend((named, f"{_where(filename)}:{line}") for named, line in _references(parsed))
     return sorted(seen.items())
+
+
+REFERENCES = (jinja2.nodes.Extends, jinja2.nodes.Include, jinja2.nodes.Import, jinja2.nodes.FromImport)
+
+
+def _references(parsed: jinja2.nodes.Template) -> list[tuple[str, int]]:
+    """The templates a template includes, imports or extends by a name written in it (or a list of
+    names), each with its line."""
+    found = []
+    for node in parsed.find_all(REFERENCES):
+        names = [node.template] if isinstance(node.template, jinja2.nodes.Const) else getattr(node.template, "items", [])
+        found += [(name.value, node.lineno) for name in names
+                  if isinstance(name, jinja2.nodes.Const) and isinstance(name.value, str)]
+    return found
 
 
 def _template_location(error: Exception) -> str:

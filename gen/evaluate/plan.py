@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..core.results import Row, row_key, skipped_row
-from ..families.family import Family, point_refusal, refused
+from ..families.family import Family, family_arch, point_refusal, refused
 from ..families.space import Space, name_matches
 from ..families.variant import Variant
 
@@ -101,9 +101,12 @@ def make_plan(family: Family, space: Space, shapes: Sequence[Any], cache_configs
               pattern: str | None = None, keep: bool = False, adapt: bool = False, arch: str | None = None) -> Plan:
     """Every point of the space at every shape (None: compile only) and cache preference, each
     checked once: the runnable ones listed, the others counted per reason (and kept, with `keep`).
-    Given the `arch` the run compiles for, variants that cannot be compiled for it are skipped too.
+    Given the `arch` the run compiles for, variants that cannot be compiled for it are skipped too,
+    and a family whose kernels cannot run there is refused (UsageError), as the run refuses it.
     With `adapt` (a tune), a valid variant that cannot run a shape runs as the family's nearest
     adaptation that can (Family.runnable), each runnable point listed once."""
+    if arch is not None:
+        family_arch(family, arch)
     runnable: list[Point] = []
     skipped: dict[tuple[str, str, str], SkippedGroup] = {}
     matched = False

@@ -222,6 +222,19 @@ def point_refusal(family: Family, variant: Variant, shape: Any = None, arch: str
     return None if shape is None else refused(family, variant, shape)
 
 
+def family_arch(family: Family, arch: str) -> str:
+    """What the family's kernels compile for when a run compiles for `arch`: the family's own
+    architecture (Family.target_arch) where it has one, else `arch`. UsageError when the family's
+    kernels cannot run where `arch` does."""
+    own = family.target_arch
+    if own is None or own == arch:
+        return arch
+    if not runs_on(own, arch_cc(arch)):
+        raise UsageError(f"{family.name} kernels use {own}'s own instructions and run on {arch_base(own)} GPUs only; "
+                         f"this run compiles for {arch} (use another family there)")
+    return own
+
+
 # ---- helpers for families -------------------------------------------------------------------------
 
 ARCH_PATTERN = re.compile(r"sm_[0-9]{2,3}[af]?")  # a GPU architecture, matched whole ("sm_90\n" is none)

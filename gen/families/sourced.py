@@ -1,7 +1,7 @@
 """A family made from one kernel source and a description of its tuning (Kernel Tuner's way of
 saying it), kept in a folder: `spec.json` (the parameters, the launch geometry, the arguments),
-one `.npy` file per array (the arguments, the expected output, the constant-memory arrays) and the
-template. `gen.kernel_tuner.tune.tune_kernel` writes such a folder; its `family.py` subclasses
+the template and, in `spec.json`, the `.npy` file of each array (the arguments, the expected
+output, the constant-memory arrays), kept once by content for every family (`ARRAYS`). `gen.kernel_tuner.tune.tune_kernel` writes such a folder; its `family.py` subclasses
 `family_from_folder(__file__)` in a class statement, so every process that loads the folder from
 the family path (the isolated GPU workers, Dask workers) rebuilds the same family.
 
@@ -17,17 +17,25 @@ import functools
 import json
 import math
 import pickle
-from dataclasses import make_dataclass
+import re
+import shutil
+from dataclasses import dataclass, make_dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from ..core.errors import InvalidVariant, UsageError
 from ..core.limits import MAX_THREADS_PER_BLOCK
+from ..core.own_files import size_of
+from ..core.paths import cache_dir
 from .family import Family, Launch, blocks
 from .problem import COPY_BANDWIDTH, Ceiling, Input, Output, Problem, Scalar
-from .variant import Variant, choice, require
+from .variant import Variant, choice
 
+STORE = "kernel_tuner"  # under tilegen's cache folder: a folder per family made, and ARRAYS
+ARRAYS = "arrays"  # in STORE: every family's arrays, each once, named by its content's hash
+ARRAY_NAME = re.compile(r"^[0-9a-f]{32}\.npy(?:\.[a-z0-9_]{8})?$")  # and the temporaries of writes cut short
 SPEC = "spec.json"
 FUNCTIONS = "functions.pickle"  # {"restrictions": [...], "verify": f}: the user's functions, pickled
 TEMPLATE = "kernel.cu.j2"
@@ -44,9 +52,7 @@ def family_from_folder(module_file: str) -> type[Family]:
     folder = Path(module_file).resolve().parent
     spec = json.loads((folder / SPEC).read_text())
     functions = pickle.loads((folder / FUNCTIONS).read_bytes()) if (folder / FUNCTIONS).is_file() else {}
-    restrictions = [functools.partial(evaluate_expression, text) for text in spec["restrictions"]]
-    restrictions += functions.get("restrictions", [])
-    variant_type = _variant_type(spec, restrictions)
+    variant_type = _variant_type(spec, rules_of(spec["restrictions"], functions.get("restrictions", [])))
     problem = SourcedProblem(folder, spec, functions.get("verify"))
     attributes = dict(name=spec["family"], summary=f"{spec['kernel_name']} from {spec['source']} (tune_kernel)",
                       variant_type=variant_type, problem=problem, template=TEMPLATE,
@@ -71,16 +77,40 @@ def _variant_type(spec: Mapping[str, Any], restrictions: list[Callable[[dict], b
 
 
 def _check_combination(variant: Any) -> None:
+    """The block's threads and the restrictions (every point of a space is checked: the reasons are
+    spelt only for a point that breaks one)."""
     params = variant.params()
-    threads = math.prod(variant.tk_threads)
-    require(threads <= MAX_THREADS_PER_BLOCK, f"a block of {' x '.join(map(str, variant.tk_threads))} is {threads} "
-                                              f"threads; the CUDA limit is {MAX_THREADS_PER_BLOCK}")
-    for number, rule in enumerate(variant.tk_rules):
-        require(bool(rule(params)), f"restriction {_rule_text(variant.tk_spec, number)} is false")
+    block = block_of(params, variant.tk_spec["block_size_names"])
+    threads = math.prod(block)
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise InvalidVariant(f"a block of {' x '.join(map(str, block))} is {threads} threads; the CUDA limit is "
+                             f"{MAX_THREADS_PER_BLOCK}")
+    broken = broken_rule(variant.tk_rules, variant.tk_spec["restrictions"], params)
+    if broken is not None:
+        raise InvalidVariant(f"restriction {broken} is false")
 
 
-def _rule_text(spec: Mapping[str, Any], number: int) -> str:
-    strings = spec["restrictions"]
+def rules_of(strings: Sequence[str], functions: Sequence[Callable[[dict], bool]]) -> list[Callable[[dict], bool]]:
+    """The restrictions as functions of a dict of the parameters: the strings' expressions, then the functions."""
+    return [functools.partial(evaluate_expression, text) for text in strings] + list(functions)
+
+
+def broken_rule(rules: Sequence[Callable[[dict], bool]], strings: Sequence[str], params: dict) -> str | None:
+    """The first restriction `params` break, named as the user gave it; None when they pass them all.
+    A restriction that fails to evaluate (a misspelt name, a function that raises) is a UsageError."""
+    for number, rule in enumerate(rules):
+        try:
+            allowed = bool(rule(params))
+        except Exception as error:
+            raise UsageError(f"restrictions: {_rule_name(strings, number)} raised {type(error).__name__} ({error}) "
+                             f"at {params}; fix it to give True or False for every configuration of tune_params") \
+                from None
+        if not allowed:
+            return _rule_name(strings, number)
+    return None
+
+
+def _rule_name(strings: Sequence[str], number: int) -> str:
     return repr(strings[number]) if number < len(strings) else f"function {number - len(strings) + 1}"
 
 
@@ -171,7 +201,10 @@ class SourcedProblem(Problem):
 
     @functools.cached_property
     def _arrays(self) -> dict[str, np.ndarray]:
-        return {path.stem: np.load(path, mmap_mode="r") for path in sorted(self.folder.glob("*.npy"))}
+        """The arrays by name, each from the file spec.json names (relative to the folder; an older
+        tilegen's folder holds them itself)."""
+        files = self.spec.get("arrays") or {path.stem: path.name for path in self.folder.glob("*.npy")}
+        return {name: np.load(self.folder / file, mmap_mode="r") for name, file in files.items()}
 
     def arrays(self, shape: Any) -> dict[str, tuple[int, ...]]:
         return {a["name"]: tuple(a["shape"]) for a in self.spec["arguments"] if a["kind"] == "array"}
@@ -228,3 +261,42 @@ def _argument(described: Mapping[str, Any], output: int) -> Input | Output | Sca
         return Scalar(described["name"], source="x", ctype=SCALAR_CTYPES[described["dtype"]])
     return Output(described["name"]) if described["index"] == output else Input(described["name"])
 
+
+
+# ---- the store: what gen.tune_kernel writes under tilegen's cache folder ----------------------
+
+@dataclass(frozen=True)
+class StoreSummary:
+    folder: Path
+    families: int  # family folders
+    arrays: int  # array files
+    bytes: int  # of them all
+
+
+def store_folder() -> Path:
+    return cache_dir() / STORE
+
+
+def _stored() -> tuple[list[Path], list[Path]]:
+    """The family folders (those holding a spec.json) and the array files in the store."""
+    folder = store_folder()
+    families = sorted(p for p in folder.iterdir() if (p / SPEC).is_file()) if folder.is_dir() else []
+    arrays = folder / ARRAYS
+    files = sorted(p for p in arrays.iterdir() if ARRAY_NAME.match(p.name)) if arrays.is_dir() else []
+    return families, files
+
+
+def store_summary() -> StoreSummary:
+    families, arrays = _stored()
+    held = sum(size_of(p) for family in families for p in family.rglob("*")) + sum(size_of(p) for p in arrays)
+    return StoreSummary(store_folder(), len(families), len(arrays), held)
+
+
+def clear_store() -> tuple[int, int]:
+    """Remove the family folders and arrays gen.tune_kernel wrote, and nothing else: how many of each."""
+    families, arrays = _stored()
+    for family in families:
+        shutil.rmtree(family)
+    for array in arrays:
+        array.unlink(missing_ok=True)
+    return len(families), len(arrays)

@@ -49,6 +49,11 @@ class Parameter:
     tag: str  # prefix of the value in the name: "t" gives t16
     omit: Any  # a value left out of the name (None: always written)
     help: str
+    # the choices as a set: a value is checked at every point of a space (10,000 values: 10,000 points)
+    allowed: frozenset[Any] = dataclasses.field(init=False, repr=False, compare=False, default=frozenset())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allowed", frozenset(self.choices or ()))
 
     def parse(self, text: str) -> Any:
         """The value a user typed, converted and checked on its own (not against other values)."""
@@ -67,13 +72,20 @@ class Parameter:
         return self.minimum is not None and self.minimum < 0
 
     def check(self, value: Any) -> None:
-        if self.choices is not None and value not in self.choices:
+        if self.choices is not None and not self.allows(value):
             allowed = ", ".join(str(c) for c in self.choices)
             raise InvalidVariant(f"{self.name} {value!r} is not one of: {allowed}")
         if self.kind is int and (not isinstance(value, int) or isinstance(value, bool)):
             raise InvalidVariant(f"{self.name} must be an integer, got {value!r}")
         if self.minimum is not None and value < self.minimum:
             raise InvalidVariant(f"{self.name} {value} is below its minimum of {self.minimum}")
+
+    def allows(self, value: Any) -> bool:
+        """Whether `value` is one of the choices (an unhashable value is none of them)."""
+        try:
+            return value in self.allowed
+        except TypeError:
+            return False
 
     def token(self, value: Any) -> str:
         """How the value reads inside a name: a C identifier fragment ("after-load" -> "afterload")."""

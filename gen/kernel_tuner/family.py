@@ -1,16 +1,19 @@
 """Kernel Tuner's description of a kernel (its source, problem size, arguments, tunable parameters,
 grid divisors, restrictions, constant memory) turned into a tilegen family folder: what
-`gen.tune_kernel` tunes. The folder holds `spec.json`, the arrays as `.npy` files, the template and
-a `family.py` that rebuilds the family from them (`gen.families.sourced`), so every process that
-loads it from the family path has the same family. The folder's name is the family's: the kernel's
-name and a hash of everything but the arrays' values, so the same call tunes the same family
-(and what the tuning database holds of it is recalled, not measured again).
+`gen.tune_kernel` tunes. The folder holds `spec.json`, the template and a `family.py` that rebuilds
+the family from them (`gen.families.sourced`), so every process that loads it from the family path
+has the same family; the arrays are `.npy` files beside the family folders, each kept once by
+content (`sourced.ARRAYS`). The folder's name is the family's: the kernel's name and a hash of
+everything but the arrays' values, so the same call tunes the same family (and what the tuning
+database holds of it is recalled, not measured again). `describe` checks a call and names its
+family without writing anything; `write_family` writes it.
 """
 
 from __future__ import annotations
 
 import glob
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -24,14 +27,15 @@ import numpy as np
 
 from ..core.errors import UsageError
 from ..core.limits import MAX_THREADS_PER_BLOCK
-from ..core.paths import cache_dir
+from ..core.own_files import write_atomically
 from ..families.builtin import BUILTIN_FAMILIES
-from ..families.sourced import FUNCTIONS, OUTPUT_DTYPES, RESERVED, SCALAR_CTYPES, SPEC, TEMPLATE, block_of
+from ..families.sourced import (ARRAYS, FUNCTIONS, OUTPUT_DTYPES, RESERVED, SCALAR_CTYPES, SPEC, TEMPLATE, block_of,
+                                broken_rule, store_folder)
 from ..families.variant import Variant
 
-FOLDER = "kernel_tuner"  # under tilegen's cache folder: one folder per family made
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".c", ".cpp", ".j2", ".jinja", ".jinja2")
 JINJA_SUFFIXES = (".j2", ".jinja", ".jinja2")
+JINJA_SOURCE = "source.cu.j2"  # a .j2 kernel_source's copy in the family folder
 FAMILY_MODULE = '''"""Made by gen.tune_kernel for {kernel}; rebuilt from spec.json and the arrays beside it."""
 from gen.families.sourced import family_from_folder
 
@@ -56,6 +60,10 @@ class Made:
     family: str
     folder: Path
     spec: dict[str, Any]
+    template: str
+    source: Source
+    arrays: dict[str, np.ndarray]  # by name
+    pickled: bytes  # the user's functions (restrictions, verify)
 
 
 def read_source(kernel_source: Any) -> Source:
@@ -72,8 +80,19 @@ def read_source(kernel_source: Any) -> Source:
     for path in paths:
         if not path.is_file():
             raise UsageError(f"kernel_source: {path} is not a file; give the kernel's file or its code")
-    return Source(paths[0].read_text(), str(paths[0]), paths[0].suffix in JINJA_SUFFIXES,
+    return Source(_text_of(paths[0]), str(paths[0]), paths[0].suffix in JINJA_SUFFIXES,
                   tuple(dict.fromkeys(p.parent for p in paths)))
+
+
+def _text_of(path: Path) -> str:
+    """A source file's text, read as UTF-8 (as tilegen renders and compiles every source)."""
+    data = path.read_bytes()
+    try:
+        return data.decode()
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        raise UsageError(f"kernel_source: {path} line {line} holds the byte 0x{data[error.start]:02x}, which is not "
+                         f"UTF-8; tilegen reads sources as UTF-8: save the file as UTF-8") from None
 
 
 def clean_tune_params(tune_params: Any) -> dict[str, list[Any]]:
@@ -121,12 +140,13 @@ def tags(names: Sequence[str]) -> dict[str, str]:
 
 
 def first_valid(tune_params: Mapping[str, list[Any]], rules: Sequence[Callable[[dict], bool]],
-                block_size_names: Sequence[str]) -> dict[str, Any]:
-    """The first configuration, in Kernel Tuner's order, that passes the restrictions and fits a block."""
+                restrictions: Sequence[str], block_size_names: Sequence[str]) -> dict[str, Any]:
+    """The first configuration, in Kernel Tuner's order, that passes the restrictions (`rules`, the
+    strings among them first) and fits a block."""
     for values in itertools.product(*tune_params.values()):
         params = dict(zip(tune_params, values))
         threads = np.prod(block_of(params, block_size_names))
-        if threads <= MAX_THREADS_PER_BLOCK and all(rule(params) for rule in rules):
+        if threads <= MAX_THREADS_PER_BLOCK and broken_rule(rules, restrictions, params) is None:
             return params
     raise UsageError("no configuration of tune_params passes the restrictions with at most 1024 threads per block")
 
@@ -141,6 +161,7 @@ def describe_arguments(arguments: Any, answer: Any) -> tuple[list[dict[str, Any]
     for index, argument in enumerate(arguments):
         name = f"arg{index}"
         if isinstance(argument, np.ndarray):
+            _check_numbers(argument, f"arguments[{index}]")
             described.append(dict(kind="array", name=name, index=index, dtype=str(argument.dtype),
                                   shape=list(argument.shape), itemsize=argument.itemsize))
             arrays[name] = argument
@@ -195,7 +216,16 @@ def constants(cmem_args: Any) -> dict[str, np.ndarray]:
     if not isinstance(cmem_args, Mapping) or not all(isinstance(v, np.ndarray) and isinstance(k, str)
                                                      and k.isidentifier() for k, v in cmem_args.items()):
         raise UsageError("cmem_args must be a dict of __constant__ symbol names and NumPy arrays")
+    for name, array in cmem_args.items():
+        _check_numbers(array, f"cmem_args[{name!r}]")
     return {f"cmem_{name}": array for name, array in cmem_args.items()}
+
+
+def _check_numbers(array: np.ndarray, what: str) -> None:
+    """An array tilegen can copy to the GPU: of numbers (booleans, integers or floats)."""
+    if array.dtype.kind not in "biuf":
+        raise UsageError(f"{what} is an array of {array.dtype}; give a NumPy array of numbers (booleans, integers "
+                         f"or floats), as the kernel's argument takes")
 
 
 def family_name(kernel_name: str, digest: str) -> str:
@@ -206,48 +236,68 @@ def family_name(kernel_name: str, digest: str) -> str:
     return f"{base}{digest[:8]}"
 
 
-def write_family(spec: dict[str, Any], source: Source, arrays: Mapping[str, np.ndarray],
-                 functions: Mapping[str, Any], resumable: bool) -> Made:
-    """The family folder under tilegen's cache (made again each call: the arrays are this call's).
-    Its folder is named by the call's description; the family, by that and the arrays' values too,
-    so that the tuning database recalls rows measured on other inputs or answers only when asked to
-    (`resumable`: Kernel Tuner's `cache=`, which resumes whatever the values)."""
+def describe(spec: dict[str, Any], source: Source, arrays: Mapping[str, np.ndarray], functions: Mapping[str, Any],
+             resumable: bool) -> Made:
+    """The family of a call, checked and named, nothing written. Its folder is named by the call's
+    description; the family, by that and the arrays' values too, so that the tuning database
+    recalls rows measured on other inputs or answers only when asked to (`resumable`: Kernel
+    Tuner's `cache=`, which resumes whatever the values)."""
     pickled = _pickled(functions)
     described = {k: v for k, v in spec.items() if k != "answer_norm"}
     digest = hashlib.sha256(json.dumps([described, source.text, len(pickled)], sort_keys=True).encode())
-    folder = cache_dir() / FOLDER / family_name(spec["kernel_name"], digest.hexdigest())
+    folder = store_folder() / family_name(spec["kernel_name"], digest.hexdigest())
     if not resumable:
         for name in sorted(arrays):
             digest.update(name.encode() + np.ascontiguousarray(arrays[name]).tobytes())
-    spec = dict(spec, family=family_name(spec["kernel_name"], digest.hexdigest()), source=source.label)
+    files = {name: f"../{ARRAYS}/{_content_hash(array)}.npy" for name, array in arrays.items()}
+    spec = dict(spec, family=family_name(spec["kernel_name"], digest.hexdigest()), source=source.label, arrays=files)
+    return Made(spec["family"], folder, spec, template(spec, source), source, dict(arrays), pickled)
+
+
+def _content_hash(array: np.ndarray) -> str:
+    """What names an array's file: its element type, shape and values."""
+    content = hashlib.sha256(f"{array.dtype.str} {array.shape}".encode())
+    content.update(np.ascontiguousarray(array).tobytes())
+    return content.hexdigest()[:32]
+
+
+def write_family(made: Made) -> None:
+    """The family folder under tilegen's cache (made again each call: the arrays are this call's),
+    and each of its arrays that the store does not hold yet."""
+    folder = made.folder
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.glob("*.npy"):
+    (folder.parent / ARRAYS).mkdir(exist_ok=True)
+    for name, array in made.arrays.items():
+        stored = folder / made.spec["arrays"][name]
+        if not stored.is_file():
+            buffer = io.BytesIO()
+            np.save(buffer, np.ascontiguousarray(array))
+            write_atomically(stored, buffer.getvalue())
+    for stale in folder.glob("*.npy"):  # the copies an older tilegen kept here
         stale.unlink()
-    for name, array in arrays.items():
-        np.save(folder / f"{name}.npy", np.ascontiguousarray(array))
     (folder / FUNCTIONS).unlink(missing_ok=True)
-    if pickled:
-        (folder / FUNCTIONS).write_bytes(pickled)
-    (folder / TEMPLATE).write_text(template(spec, source, folder))
-    (folder / SPEC).write_text(json.dumps(spec, indent=1))
+    if made.pickled:
+        (folder / FUNCTIONS).write_bytes(made.pickled)
+    if made.source.jinja:
+        (folder / JINJA_SOURCE).write_text(made.source.text)
+    (folder / TEMPLATE).write_text(made.template)
+    (folder / SPEC).write_text(json.dumps(made.spec, indent=1))
     for stale in folder.glob("family*.py"):  # the module of the last call's values: a module per family name,
         stale.unlink()  # as a folder's modules are imported once per process
-    (folder / f"family_{spec['family']}.py").write_text(
-        FAMILY_MODULE.format(kernel=spec["kernel_name"], cls=f"Family{spec['family']}"))
-    return Made(spec["family"], folder, spec)
+    (folder / f"family_{made.family}.py").write_text(
+        FAMILY_MODULE.format(kernel=made.spec["kernel_name"], cls=f"Family{made.family}"))
 
 
-def template(spec: Mapping[str, Any], source: Source, folder: Path) -> str:
+def template(spec: Mapping[str, Any], source: Source) -> str:
     """The family's template: the banner, a #define per value of v.tk_defines, and the source, copied
     as it is (Jinja's raw) or, from a .j2 file, rendered with each define as a name."""
     lines = ['{% import "macros.cu.j2" as m %}', "{{ m.banner(name, params, template, template_hash, command, "
              "version) }}", "{% for key, value in v.tk_defines.items() %}", "#define {{ key }} {{ value }}",
              "{% endfor %}", f'#line 1 "{source.label}"']
     if source.jinja:
-        (folder / "source.cu.j2").write_text(source.text)
         names = ["grid_size_x", "grid_size_y", "grid_size_z", *spec["block_size_names"], *spec["tune_params"]]
         lines += [f"{{% set {n} = v.tk_defines[{n!r}] %}}" for n in dict.fromkeys(names)]
-        lines.append('{% include "source.cu.j2" %}')
+        lines.append(f'{{% include "{JINJA_SOURCE}" %}}')
     else:
         if "{% endraw %}" in source.text:
             raise UsageError(f"kernel_source {source.label} holds '{{% endraw %}}'; tilegen copies the source inside "

@@ -8,22 +8,24 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..core.errors import UsageError
+from ..core.errors import UsageError, path_failure
 from ..core.limits import MAX_THREADS_PER_BLOCK
+from ..core.own_files import write_atomically
 from ..core.results import Status
 from ..core.timing import TUNE_TIMING, TimingOptions
-from ..evaluate.options import RunOptions
-from ..evaluate.session import Executor
+from ..evaluate.options import RunOptions, make_executor
+from ..evaluate.session import Executor, GpuUnavailable
 from ..families.registry import add_family_path, get_family
 from ..families.space import MAX_POINTS
-from ..families.sourced import OUTPUT_DTYPES, evaluate_expression
-from .family import (clean_tune_params, constants, describe_arguments, first_valid,
-                                  include_flags, read_source, tags, write_family)
+from ..families.sourced import OUTPUT_DTYPES, rules_of
+from .family import (Made, clean_tune_params, constants, describe, describe_arguments, first_valid, include_flags,
+                     read_source, tags, write_family)
 from ..commands.tune import DEFAULT_SCREEN, TuneOptions, tune, tuned_rows
 from ..commands.tune_result import TuneResult
 from ..store.tuning_db import TuningDB
@@ -72,13 +74,28 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     options = replace(tune_options(made.family, made.spec, strategy, strategy_options, iterations, device, quiet, seed,
                                    db), screen=screen)
     cached = _cache_file(cache, kernel_name, made.spec)
+    check_gpu(options.run, executor)  # every argument checked, nothing enumerated or written yet
+    load_family(made)
     result = run_tune(options, executor)
     results = kernel_tuner_results(result, made.spec, get_family(made.family).variant_type, options.db)
     env = environment(result, made, options, time.monotonic() - started)
     if cached:
-        cached.write_text(json.dumps({"kernel_name": kernel_name, "tune_params": made.spec["tune_params"],
-                                      "results": results, "env": env}, indent=1, default=str))
+        _write_cache(cached, {"kernel_name": kernel_name, "tune_params": made.spec["tune_params"], "results": results,
+                              "env": env})
     return results, env
+
+
+def check_gpu(run: RunOptions, executor: Executor | None) -> None:
+    """UsageError where no GPU answers: the given executor's, else this host's (started to ask, then
+    stopped: the tune's own GPU workers start once the family folder is on the family path)."""
+    asked = executor or make_executor(run)
+    try:
+        asked.devices()
+    except GpuUnavailable as reason:
+        raise UsageError(f"tune_kernel needs a GPU: {reason}") from None
+    finally:
+        if executor is None:
+            asked.close()
 
 
 def run_tune(options: TuneOptions, executor: Executor | None) -> TuneResult:
@@ -100,8 +117,8 @@ def refuse_unsupported(given: Mapping[str, Any]) -> None:
 
 def make_family(kernel_name: str, kernel_source: Any, problem_size: Any, arguments: list, tune_params: Mapping,
                 grid_div: tuple, restrictions: Any, checking: tuple, cmem_args: Any, compiler_options: Any,
-                defines: Any, block_size_names: Any, resumable: bool = False):
-    """The family folder of this call, on the family path of this process and its workers.
+                defines: Any, block_size_names: Any, resumable: bool = False) -> Made:
+    """The family of this call, checked and named; nothing is written (`load_family` does).
     `checking` is (answer, atol, verify); `resumable`: the family's name does not depend on the
     arrays' values (Kernel Tuner's `cache=`)."""
     answer, atol, verify = checking
@@ -116,10 +133,9 @@ def make_family(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     described, arrays, output = describe_arguments(arguments, answer)
     cmem = constants(cmem_args)
     source = read_source(kernel_source)
-    rules = [lambda p, text=text: evaluate_expression(text, p) for text in strings] + callables
     answer_array = arrays.get("answer")
     spec = dict(kernel_name=kernel_name, problem_size=_problem_size(problem_size), tune_params=params,
-                tags=tags(list(params)), default=first_valid(params, rules, names),
+                tags=tags(list(params)), default=first_valid(params, rules_of(strings, callables), strings, names),
                 grid_div=[_grid_div(d, axis) for axis, d in zip("xyz", grid_div)], block_size_names=names,
                 restrictions=strings, arguments=described, output=output,
                 dtype=OUTPUT_DTYPES[described[output]["dtype"]], atol=_atol(atol),
@@ -127,10 +143,14 @@ def make_family(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
                 answer_size=int(answer_array.size) if answer_array is not None else 0,
                 constants=[name.removeprefix("cmem_") for name in cmem], defines=_defines(defines),
                 flags=[*_compiler_options(compiler_options), *include_flags(source)])
-    made = write_family(spec, source, {**arrays, **cmem}, {"restrictions": callables, "verify": verify}, resumable)
+    return describe(spec, source, {**arrays, **cmem}, {"restrictions": callables, "verify": verify}, resumable)
+
+
+def load_family(made: Made) -> None:
+    """The family's folder written, on the family path of this process and the workers started from now on."""
+    write_family(made)
     add_family_path(made.folder)
     get_family(made.family)  # loaded and checked here, where its problem is one line
-    return made
 
 
 def _problem_size(problem_size: Any) -> list[int]:
@@ -224,8 +244,16 @@ def _cache_file(cache: Any, kernel_name: str, spec: Mapping[str, Any]) -> Path |
     or space is refused."""
     if cache is None:
         return None
+    if not isinstance(cache, (str, os.PathLike)) or not str(cache).strip():
+        raise UsageError(f"cache must be a file name, like 'vector_add.json'; got {cache!r}")
     path = Path(cache).expanduser()
     path = path if path.suffix else path.with_suffix(".json")
+    if not path.parent.is_dir() or path.is_dir():
+        what = "is a folder" if path.is_dir() else f"is in {path.parent}, which is no folder"
+        raise UsageError(f"cache={str(path)!r} {what}; give a file in a folder that exists")
+    if not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"cache={str(path)!r} cannot be written (no permission, or a read-only disk); give a file "
+                         f"you can write")
     if path.exists():
         try:
             held = json.loads(path.read_text())
@@ -237,6 +265,15 @@ def _cache_file(cache: Any, kernel_name: str, spec: Mapping[str, Any]) -> Path |
             raise UsageError(f"cache={str(path)!r} holds results of another kernel or other tune_params; give "
                              f"another file")
     return path
+
+
+def _write_cache(path: Path, held: Mapping[str, Any]) -> None:
+    try:
+        write_atomically(path, json.dumps(held, indent=1, default=str).encode())
+    except OSError as error:
+        raise path_failure(error, path, "write", kept="the measurements are kept in the tuning database",
+                           elsewhere="give another cache= file; the measurements are kept in the tuning database") \
+            from None
 
 
 def kernel_tuner_results(result: TuneResult, spec: Mapping[str, Any], variant_type: type, db: Path | None) -> list[dict]:
