@@ -130,15 +130,27 @@ def test_ctrl_c_while_nvcc_is_asked_its_version_stops_that_nvcc_too(tmp_path: Pa
     assert ends_within(int(nvcc), 10.0) and ends_within(int(child), 10.0)
 
 
+# Modules tilegen imports as it starts, shadowed by one that says so and then waits, as a slow import
+# would: socket is the first beyond the gen package itself; numpy's C extension turns an interrupt
+# in its import into an ImportError of its own (a 50-line advice to reinstall numpy).
+WAITS = "os.read(os.pipe()[0], 1)\n"
+STARTING = {"socket": WAITS, "numpy": WAITS,
+            "numpy-import-error": f"try:\n    {WAITS}except BaseException as error:\n"
+                                  f"    raise ImportError('Importing the numpy C-extensions failed.') from error\n"}
+
+
+@pytest.mark.parametrize("shadowed", STARTING)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
-def test_a_signal_while_tilegen_starts_is_an_interrupt_not_a_traceback(tmp_path: Path, signum: int) -> None:
-    """The command line's imports take half a second; a signal then is handled as later on."""
+def test_a_signal_while_tilegen_starts_is_an_interrupt_not_a_traceback(tmp_path: Path, signum: int,
+                                                                        shadowed: str) -> None:
+    """The command line's imports take half a second; a signal then is handled as later on, from the
+    first module tilegen imports beyond its package (before that, Python itself is starting)."""
     announcements = Announcements(tmp_path / "importing")
     shadow = tmp_path / "shadow"
     shadow.mkdir()
-    (shadow / "numpy.py").write_text(  # the command line imports numpy: this one says so, then waits
+    (shadow / f"{shadowed.split('-')[0]}.py").write_text(
         f"import os\nos.write(os.open({str(tmp_path / 'importing')!r}, os.O_WRONLY), b'importing\\n')\n"
-        f"os.read(os.pipe()[0], 1)\n")
+        f"{STARTING[shadowed]}")
     process = subprocess.Popen([sys.executable, "-m", "gen", "list"], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, cwd=tmp_path, start_new_session=True,
                                env=dict(os.environ, PYTHONPATH=f"{shadow}{os.pathsep}{REPO}"))
@@ -189,3 +201,24 @@ def test_the_cache_command_shows_purges_failures_and_clears(tmp_path: Path, comp
     assert compiler.compile_variant(MatmulVariant(tile=8), options).cached
     assert main(["cache", "--clear"]) == 0
     assert cache_summary(options.cache).entries == 0 and not list(options.cache.glob("*.cubin"))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("ignored", [True, False], ids=["ignored", "handled"])
+def test_a_signal_ignored_when_tilegen_starts_stays_ignored(tmp_path: Path, signum: int, ignored: bool) -> None:
+    """`nohup tilegen ...` starts with SIGHUP ignored, a script's `tilegen &` job with SIGINT ignored:
+    such a signal (here from a plugin tilegen loads) must not stop it; one that was not ignored does."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "signals_itself.py").write_text(
+        f"import os\nfrom gen.api import Family\nos.kill(os.getpid(), {int(signum)})\n\n\nclass Unfinished(Family):\n"
+        f"    pass\n")
+    started_as = f"import signal\nsignal.signal({int(signum)}, signal.SIG_IGN)\n" if ignored else ""
+    code = f"{started_as}import sys\nfrom gen.cli.entry import run\nsys.exit(run())\n"
+    done = subprocess.run([sys.executable, "-c", code, "--family-path", str(plugins), "list"], capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=tmp_path)
+    if ignored:
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr
+        assert "sgemm" in done.stdout
+    else:
+        assert (done.returncode, done.stderr) == (130, "tilegen: interrupted\n")

@@ -1,5 +1,5 @@
-"""Child processes (nvcc, compute-sanitizer) that an interrupt must stop at once, and the signals
-that interrupt tilegen (Ctrl-C, SIGTERM, a closed terminal's SIGHUP).
+"""Child processes (nvcc, compute-sanitizer) that an interrupt must stop at once (the signals that
+interrupt tilegen are gen.core.signals').
 
 They run in a session of their own, so a Ctrl-C at the terminal reaches tilegen alone: nvcc's own
 reaction to SIGINT (an exit code that looks like a compile error) can then never be taken for a
@@ -18,24 +18,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from .errors import Interrupted
-
-# Ctrl-C, a kill, and a closed terminal: each stops a command the same way (even where SIGINT came
-# in ignored, as in a background job of a script).
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-EXIT_INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C, SIGTERM or SIGHUP
-
-
-def install_stop_handlers() -> dict[int, Any]:
-    """From here on each stop signal raises KeyboardInterrupt in the main thread (call it there);
-    returns the handlers they had."""
-    return {signum: signal.signal(signum, _stop) for signum in STOP_SIGNALS}
-
+from .signals import interrupts_held
 
 class ProcessGroup:
     """Child processes started for one piece of work, killed together by `kill_all`."""
@@ -76,7 +64,7 @@ class ProcessGroup:
         got it to kill (a group of one query, which no one else kills)."""
         process: subprocess.Popen | None = None
         try:
-            with _interrupts_held(), self._lock:
+            with interrupts_held(), self._lock:
                 if self._stopped.is_set():
                     raise Interrupted("stopping")
                 process = subprocess.Popen(list(command), start_new_session=True, **popen)
@@ -157,47 +145,6 @@ def kill_session(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-class _Held:
-    """Interrupts the main thread holds back while it starts a child (see `_interrupts_held`)."""
-
-    depth = 0
-    pending = False
-
-
-def _stop(signum: int, frame: Any) -> None:
-    if _Held.depth:
-        _Held.pending = True
-        return
-    raise StopSignal()
-
-
-class StopSignal(KeyboardInterrupt):
-    """What a stop signal raises while tilegen's handlers are installed: a KeyboardInterrupt that
-    no signal raised (a plugin's own code raising it) is then that code's failure, not a stop."""
-
-
-def stop_handlers_installed() -> bool:
-    return signal.getsignal(signal.SIGINT) is _stop
-
-
-@contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """In the main thread, a stop signal that comes inside raises its KeyboardInterrupt at the end:
-    by then the child started inside is known, so the interrupt can kill it. Elsewhere, nothing:
-    only the main thread gets signals."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    _Held.depth += 1
-    try:
-        yield
-    finally:
-        _Held.depth -= 1
-        if not _Held.depth and _Held.pending:
-            _Held.pending = False
-            raise StopSignal()
 
 
 def visible_devices_for(gpu: int) -> str:
