@@ -12,6 +12,7 @@ killed with the rest: a child is never left running on its own.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -137,6 +138,22 @@ class Child:
         """All the child printed on stderr so far."""
         self.stderr.seek(0)
         return self.stderr.read().decode(errors="replace")
+
+
+def child_connection(descriptor: int) -> Connection:
+    """What a `Child` runs first: its end of the socket, descriptor `descriptor`. It ignores Ctrl-C,
+    which only tilegen acts on, and exits the moment the socket hangs up, even in the middle of its
+    work (a compile, a kernel): tilegen has ended, perhaps killed with no time to end its children."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_when_hung_up, args=(descriptor,), name="exit when tilegen ends", daemon=True).start()
+    return Connection(descriptor)
+
+
+def _exit_when_hung_up(descriptor: int) -> None:
+    hang_up = select.poll()
+    hang_up.register(descriptor, 0)  # no event asked for: poll still says when the other end is gone
+    hang_up.poll()
+    os._exit(0)
 
 
 def kill_session(pid: int) -> None:
