@@ -285,7 +285,7 @@ def test_gen_tune_and_gen_tuned_take_the_objective_from_python(tmp_path: Path, c
     import gen
 
     db = tmp_path / "t.sqlite"
-    rows = gen.tune("matmul", "64x64x64", params=MATMUL, strategy="brute", db=db, progress=False,
+    rows = gen.tune("matmul", "64x64x64", params=MATMUL, strategy="brute", db=db, quiet=True,
                     objective="energy", executor=fakes.EnergyExecutor())
     assert rows[0]["winner"] and rows[0]["name"] == ENERGY_BEST and rows[0]["energy_j"] > 0
     assert gen.tuned("matmul", 64, 64, 64, gpu="fake", db=db, objective="energy").name == ENERGY_BEST

@@ -171,6 +171,7 @@ def _tune_command(commands: Any) -> None:
     parser.add_argument("--full-timing", action="store_true",
                         help="time every variant in full (by default, timing stops early once a variant's samples "
                              "are all 10%% slower than the best so far; the finalists are always timed in full)")
+    parser.add_argument("--warm", action="store_true", help="do not flush the L2 between timed launches")
     screen = parser.add_mutually_exclusive_group()
     screen.add_argument("--screen", default=DEFAULT_SCREEN, choices=COMPILE_LEVELS, metavar="LEVEL",
                         help=f"search at this compile level ({', '.join(COMPILE_LEVELS[1:])}: faster compiles, maybe "
