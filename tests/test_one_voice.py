@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from gen.compiling import compiler
 from gen.compiling.compilers import default_compiler
 from gen.cli.main import main
+from gen.cli.parser import build_parser
 from gen.core.progress import EVERY_ENV, Progress
 from gen.core.results import Row, Status
 from gen.evaluate.options import RunOptions
@@ -41,6 +44,19 @@ def test_help_texts_name_the_compiler_tilegen_uses_not_nvcc_alone(capsys) -> Non
         code, out, _ = run_main(capsys, [*command, "--help"])
         text = " ".join(out.split())
         assert code == 0 and "with nvcc" not in text and "NVRTC where installed, else nvcc" in text, out
+
+
+def test_each_commands_help_ends_with_an_example_the_command_line_takes(capsys) -> None:
+    _, usage, _ = run_main(capsys, ["--help"])
+    commands = re.search(r"\{([a-z,]+)\}", usage).group(1).split(",")
+    for command in commands:
+        code, out, _ = run_main(capsys, [command, "--help"])
+        *_, heading, example = out.rstrip().splitlines()
+        assert (code, heading) == (0, "example:") and example.startswith(f"  tilegen {command} "), out
+        build_parser().parse_args(shlex.split(example)[1:])  # exits 2 if a flag or a value is refused
+        if command in ("list", "render"):  # the ones that need no GPU and write nothing: run them
+            assert run_main(capsys, shlex.split(example)[1:])[0] == 0
+    assert len(commands) > 10
 
 
 def test_a_sweep_summary_names_its_compiler_and_says_that_compile_time_is_summed_over_threads(
