@@ -200,6 +200,8 @@ def _best_command(commands: Any) -> None:
     _add_gpu_model(parser, "a GPU model, or part of its name (default: this machine's GPU)")
     parser.add_argument("--db", type=Path, help="tuning database")
     _add_objective(parser, "what 'best' means (energy and edp: among variants measured with energy)")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON line: family, size, dtype, variant and where the answer came from")
 
 
 def _export_command(commands: Any) -> None:
@@ -226,8 +228,11 @@ def _report_command(commands: Any) -> None:
     parser.add_argument("--db", type=Path, help="report on a tuning database instead")
     parser.add_argument("--family", dest="family_option", action=_Renamed, new="FAMILY (the first word)")
     _add_top(parser, "rows per problem in the top tables")
+    styles = parser.add_mutually_exclusive_group()
     for name, style in list(REPORT_STYLES.items())[1:]:
-        parser.add_argument(f"--{name}", dest="style", action="store_const", const=name, help=style.help)
+        styles.add_argument(f"--{name}", dest="style", action="store_const", const=name, help=style.help)
+    styles.add_argument("--json", action="store_true",
+                        help="one JSON document instead of tables: statuses, compilers, each problem's best rows")
     parser.set_defaults(style=next(iter(REPORT_STYLES)))
     parser.add_argument("--plot", type=Path, metavar="OUT.png",
                            help="also draw throughput heatmaps, one file per family, shape and GPU, and strategy "
