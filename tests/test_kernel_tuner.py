@@ -231,3 +231,14 @@ def test_block_sizes_not_tuned_take_kernel_tuners_defaults(tmp_path: Path) -> No
     family = get_family(env["family"])  # neither block size tuned: 256 x 1, and the grid divides by them
     launch = family.launch(family.variant({"unused": 2}), family.parse_shape("1000x30"))
     assert (launch.grid, launch.block) == ((4, 30, 1), (256, 1, 1))
+
+
+@pytest.mark.parametrize("verbose", [True, False])
+def test_verbose_prints_each_configuration_and_the_best(tmp_path: Path, capsys, verbose: bool) -> None:
+    results, env = vector_add_call(tmp_path, verbose=verbose)
+    printed = capsys.readouterr().out.splitlines()
+    if not verbose:
+        assert printed == []
+        return
+    assert sorted(printed[:-1]) == sorted(f"block_size_x={r['block_size_x']}, time={r['time']:.4g} ms" for r in results)
+    assert printed[-1] == f"best performing configuration: {env['best']}, time={env['best_time']:.4g} ms"
