@@ -44,6 +44,7 @@ from gen.store.tuning_db import TuningDB  # noqa: E402
 from . import fakes  # noqa: E402
 from .conftest import REPO  # noqa: E402
 from .fakes import Announcements, Gate, LineReader  # noqa: E402
+from .waits import patient  # noqa: E402
 
 FAKE = "tests.fakes:steady_worker"
 HELD = "tests.fakes:held_worker"  # GPU 0 waits in the middle of a sweep until the test opens the gate
@@ -74,10 +75,10 @@ class _InThread:
             self.error = error
 
     def result(self, seconds: float = 180) -> Any:
-        self.thread.join(seconds)
+        self.thread.join(patient(seconds))
         if self.thread.is_alive():
             self.executor.kill()
-            pytest.fail(f"still running after {seconds:.0f} s")
+            pytest.fail(f"still running after {patient(seconds):.0f} s")
         if self.error is not None:
             raise self.error
         return self.value
@@ -88,7 +89,7 @@ def _within(executor: DaskExecutor, call: Callable[..., Any], *args: Any, second
 
 
 def _wait_for_lines(path: Path, count: int) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patient(60)
     while time.monotonic() < deadline and (not path.exists() or len(path.read_text().splitlines()) < count):
         time.sleep(0.05)
 
@@ -218,7 +219,7 @@ def test_a_later_runs_hang_timeout_reaches_a_dask_workers_gpu_process() -> None:
         started = time.monotonic()
         (measurement,) = dask_worker.jobs_task([Job("matmul_f32_t8_p0_guard", "matmul", "t8.cubin", "64x64x64",
                                                     timing=None)], {"t8.cubin": b"not a cubin"}, 1.0, target)  # 1 s
-        assert measurement.status == Status.TIMEOUT and time.monotonic() - started < 10, measurement
+        assert measurement.status == Status.TIMEOUT and time.monotonic() - started < patient(10), measurement
     finally:
         dask_worker.stop_gpu_worker(target)
 
@@ -278,7 +279,7 @@ def _join(address: str, name: str, gpu: str, *, nanny: bool = True) -> subproces
 def _stop(process: subprocess.Popen) -> None:
     process.terminate()
     try:
-        process.wait(30)
+        process.wait(patient(30))
     except subprocess.TimeoutExpired:
         process.kill()
 
@@ -353,7 +354,7 @@ def _tune_in_thread(db: Path, executor: DaskExecutor) -> _InThread:
 
 
 def _wait_for_rows(db: Path, count: int) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patient(60)
     while time.monotonic() < deadline and (not db.exists() or len(TuningDB(db).rows()) < count):
         time.sleep(0.05)
 
@@ -381,7 +382,7 @@ def test_a_cluster_tune_whose_model_lost_every_worker_stops_with_a_clear_error(t
     executor = DaskExecutor(scheduler.scheduler_address, silence_s=3.0, target=FAKE)
     lonely = _join(scheduler.scheduler_address, "lonely", "2", nanny=False)  # no nanny: none restarts it
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + patient(60)
         while time.monotonic() < deadline and not executor.gpu_workers():
             time.sleep(0.05)
         tuning = _tune_in_thread(db, executor)
@@ -451,7 +452,7 @@ class _Client:
         if self.error is not None:
             raise self.error
         if self.results is None:
-            self.released.wait(60)
+            self.released.wait(patient(60))
             raise CancelledError("released")
         return self.results
 
@@ -468,7 +469,7 @@ def test_a_gather_that_stalls_is_given_up_at_its_deadline() -> None:
 
 def test_a_gather_that_stalls_is_left_when_the_run_stops() -> None:
     client, stop = _Client(), threading.Event()
-    gathering = threading.Thread(target=lambda: client.asked.wait(60) and stop.set(), daemon=True)
+    gathering = threading.Thread(target=lambda: client.asked.wait(patient(60)) and stop.set(), daemon=True)
     gathering.start()  # stops the run once the gather has begun
     try:
         with pytest.raises(Interrupted):
@@ -582,8 +583,8 @@ def test_ctrl_c_stops_a_cluster_sweep_at_once_while_a_gather_stalls(tmp_path: Pa
         said.until("gathering")
         started = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C at its terminal
-        process.wait(timeout=30)
-        assert time.monotonic() - started < STOP_WITHIN_S
+        process.wait(timeout=patient(30))
+        assert time.monotonic() - started < patient(STOP_WITHIN_S)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)

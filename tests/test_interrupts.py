@@ -27,6 +27,7 @@ from gen.store.results_log import read_rows
 
 from .conftest import REPO
 from .fakes import ANNOUNCE_AND_HANG, Announcements, LineReader, ends_within
+from .waits import patient
 
 # Two variants to compile, one after the other, and one skipped as invalid (tile 64).
 SPACE = ["matmul", "-p", "tile=8,16,64", "-p", "padding=0", "-p", "bounds=guard", "--arch", "sm_90", "--jobs", "1"]
@@ -59,7 +60,7 @@ def stop(process: subprocess.Popen, signum: int, group: bool) -> float:
         os.killpg(process.pid, signum)
     else:
         process.send_signal(signum)
-    process.wait(timeout=30)
+    process.wait(timeout=patient(30))
     return time.monotonic() - started
 
 
@@ -70,7 +71,7 @@ def test_ctrl_c_stops_a_cold_compile_at_once_and_caches_no_failure(tmp_path: Pat
     process, said = start(["compile", *SPACE, "--out", str(out)], tmp_path, PATH=fake.path)
     said.until("compile 1/2")
     fake.announcements.until("started")  # nvcc is busy with the second
-    assert stop(process, signal.SIGINT, group=True) < STOP_WITHIN_S
+    assert stop(process, signal.SIGINT, group=True) < patient(STOP_WITHIN_S)
     assert process.returncode == 130
     assert said.until("tilegen: interrupted").startswith(KEPT)
     rows = read_rows(out / "results.jsonl")  # every line whole
@@ -89,7 +90,7 @@ def test_sigterm_stops_a_sweep_whose_resume_then_finishes_it(tmp_path: Path, cac
     process, said = start(sweep, tmp_path, PATH=fake.path)
     said.until("sweep 1/9")
     fake.announcements.until("started")
-    assert stop(process, signal.SIGTERM, group=False) < STOP_WITHIN_S
+    assert stop(process, signal.SIGTERM, group=False) < patient(STOP_WITHIN_S)
     assert process.returncode == 130 and "--resume to continue" in said.until("tilegen: interrupted")
     results = out / "results.jsonl"
     kept = read_rows(results)
@@ -111,7 +112,7 @@ def test_a_closed_terminal_stops_a_compile_kills_its_nvcc_and_leaves_no_temporar
     process, said = start(["compile", *SPACE, "--out", str(out)], tmp_path, PATH=fake.path, TMPDIR=str(scratch))
     said.until("compile 1/2")
     _, _, nvcc, stage = fake.announcements.until("started").split()
-    assert stop(process, signal.SIGHUP, group=True) < STOP_WITHIN_S
+    assert stop(process, signal.SIGHUP, group=True) < patient(STOP_WITHIN_S)
     assert process.returncode == 130
     assert said.until("tilegen: interrupted").startswith(KEPT)
     assert ends_within(int(nvcc), 10.0) and ends_within(int(stage), 10.0)
@@ -125,7 +126,7 @@ def test_ctrl_c_while_nvcc_is_asked_its_version_stops_that_nvcc_too(tmp_path: Pa
                             'esac; exec "$REAL" "$@"')
     process, said = start(["compile", *SPACE], tmp_path, PATH=fake.path)
     _, _, nvcc, child = fake.announcements.until("started").split()
-    assert stop(process, signal.SIGINT, group=False) < STOP_WITHIN_S
+    assert stop(process, signal.SIGINT, group=False) < patient(STOP_WITHIN_S)
     assert process.returncode == 130 and said.until("tilegen: interrupted")
     assert ends_within(int(nvcc), 10.0) and ends_within(int(child), 10.0)
 
@@ -156,7 +157,7 @@ def test_a_signal_while_tilegen_starts_is_an_interrupt_not_a_traceback(tmp_path:
                                env=dict(os.environ, PYTHONPATH=f"{shadow}{os.pathsep}{REPO}"))
     try:
         announcements.until("importing")
-        assert stop(process, signum, group=True) < STOP_WITHIN_S
+        assert stop(process, signum, group=True) < patient(STOP_WITHIN_S)
         assert process.returncode == 130
         assert process.stderr.read() == b"tilegen: interrupted\n"
     finally:

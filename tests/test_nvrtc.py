@@ -36,6 +36,7 @@ from gen.store.results_log import read_rows
 from . import fake_nvrtc
 from .conftest import REPO
 from .fakes import Announcements, ends_within
+from .waits import patient
 
 pytestmark = pytest.mark.skipif(not nvrtc_library.available(),
                                 reason="NVRTC is not installed (pip install 'tilegen[nvrtc]')")
@@ -171,7 +172,7 @@ class Compiling(threading.Thread):
             self.result = error
 
     def outcome(self) -> object:
-        self.join(60)
+        self.join(patient(60))
         assert not self.is_alive()
         return self.result
 
