@@ -107,7 +107,7 @@ def sweep_rows(space: str, level: str, args: argparse.Namespace) -> list[dict[st
     out = args.out / "sweeps" / space / level
     return gen.sweep(family, [size], out=out, params=params, resume=(out / "run.json").exists(),
                      timing_budget=args.timing_budget, compile_level=level, compiler=args.compiler, seed=0,
-                     progress=False)
+                     quiet=True)
 
 
 def fidelity_row(space: str, level: str, rows: list[dict], full_rows: list[dict], finalists: int,

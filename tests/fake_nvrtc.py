@@ -9,6 +9,8 @@ import signal
 import sys
 from multiprocessing.connection import Connection
 
+from gen.core.processes import child_connection
+
 ANNOUNCE_ENV, BEHAVIOUR_ENV = "TILEGEN_TEST_ANNOUNCE", "TILEGEN_TEST_NVRTC"
 
 
@@ -24,5 +26,4 @@ def serve(connection: Connection) -> None:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    serve(Connection(int(sys.argv[1])))
+    serve(child_connection(int(sys.argv[1])))  # as the real worker starts

@@ -27,6 +27,7 @@ from gen.gpu.process.worker import HeldPhases
 from gen.core.objectives import NO_ENERGY
 from gen.core.results import DeviceInfo, Measurement, Status
 from gen.core.timing import Timing
+from .waits import patient
 
 FAKE_DEVICE = DeviceInfo(name="Fake GPU", cc="9.0", sm_count=132, memory_bytes=80 * 2**30, l2_bytes=50 * 2**20,
                          driver="13.0", index=0)
@@ -385,7 +386,7 @@ for argument in "$@"; do [ "$previous" = -o ] && OUT=$argument; previous=$argume
 
 class LineReader:
     """Lines from a pipe or FIFO, read as they come: a test blocks on the next one (select, with a
-    deadline that only turns a hang into a failure)."""
+    deadline, stretched by the machine's load, that only turns a hang into a failure)."""
 
     def __init__(self, fd: int):
         self.fd, self.buffer, self.seen = fd, b"", []
@@ -394,8 +395,8 @@ class LineReader:
     def next(self, timeout: float = 120.0) -> str:
         """The next whole line; AssertionError when none comes (the writer ended, or the deadline passed)."""
         while b"\n" not in self.buffer:
-            ready, _, _ = select.select([self.fd], [], [], timeout)
-            assert ready, f"no line within {timeout} s; so far: {self.seen}"
+            ready, _, _ = select.select([self.fd], [], [], patient(timeout))
+            assert ready, f"no line within {patient(timeout):.0f} s; so far: {self.seen}"
             chunk = os.read(self.fd, 65536)
             assert chunk, f"the writer ended; its lines: {self.seen}"
             self.buffer += chunk
@@ -414,7 +415,8 @@ class LineReader:
 
 
 def ends_within(pid: int, seconds: float) -> bool:
-    """Whether a process (not necessarily a child) has ended or ends within `seconds`: waited for on
+    """Whether a process (not necessarily a child) has ended or ends within `seconds` (stretched by the
+    machine's load: tests.waits.patient): waited for on
     its pidfd, which is readable once it has exited (a killed process closes its files first, and
     only then exits: it may still run for a moment after its pipes are closed)."""
     try:
@@ -422,7 +424,7 @@ def ends_within(pid: int, seconds: float) -> bool:
     except ProcessLookupError:
         return True
     try:
-        return bool(select.select([fd], [], [], seconds)[0])
+        return bool(select.select([fd], [], [], patient(seconds))[0])
     finally:
         os.close(fd)
 

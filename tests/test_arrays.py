@@ -131,7 +131,7 @@ def test_a_stored_winner_that_cannot_run_the_shape_is_adapted_and_the_reason_say
                                                                                       compile_options) -> None:
     db = tmp_path / "t.sqlite"
     gen.tune("matmul", "64x64x64", params={"tile": 16, "padding": 0, "bounds": "none"}, strategy="brute", db=db,
-             top=1, progress=False, executor=fakes.FakeExecutor())
+             finalists=1, quiet=True, executor=fakes.FakeExecutor())
     exact = tuned_with_reason("matmul", "64x64x64", db=db, gpu_model=fakes.FAKE_DEVICE.model)[1]
     variant, reason = tuned_with_reason("matmul", "63x63x63", db=db, gpu_model=fakes.FAKE_DEVICE.model)
     assert exact.startswith("the exact shape on this GPU") and "adapted" not in exact

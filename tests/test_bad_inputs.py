@@ -42,6 +42,7 @@ from gen.store.tuning_db import TuningKey, TuningDB
 
 from .conftest import REPO, _gpu_missing
 from .fakes import FakeExecutor
+from .waits import patient
 
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 80 * 2**30, 50 * 2**20, "580")
 LONG = "n" * 256  # a file name one byte over the file systems' limit of 255
@@ -860,5 +861,5 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path, comp
     first = [process.stdout.readline() for _ in range(2)]
     process.stdout.close()  # the reader goes, as head does
     err = process.stderr.read().decode()
-    assert process.wait(timeout=60) == 0, err
+    assert process.wait(timeout=patient(60)) == 0, err
     assert first[0].startswith(b"variant ") and "Traceback" not in err and "Exception ignored" not in err

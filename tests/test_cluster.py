@@ -2,7 +2,9 @@
 of tests/fakes.py in its isolated subprocess, exactly where a real one would run PyCUDA.
 
 No test here can hang: every sweep, tune and revalidate runs in a thread that the test waits for
-with a deadline (`_InThread`); past it the executor is killed and the test fails.
+with a deadline (`_InThread`); past it the executor is killed and the test fails. Deadlines, and the
+executors' hang timeout (a lost worker's replacement must join within it), stretch with the
+machine's load (tests.waits.patient).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from gen.store.tuning_db import TuningDB  # noqa: E402
 from . import fakes  # noqa: E402
 from .conftest import REPO  # noqa: E402
 from .fakes import Announcements, Gate, LineReader  # noqa: E402
+from .waits import patient  # noqa: E402
 
 FAKE = "tests.fakes:steady_worker"
 HELD = "tests.fakes:held_worker"  # GPU 0 waits in the middle of a sweep until the test opens the gate
@@ -74,10 +77,10 @@ class _InThread:
             self.error = error
 
     def result(self, seconds: float = 180) -> Any:
-        self.thread.join(seconds)
+        self.thread.join(patient(seconds))
         if self.thread.is_alive():
             self.executor.kill()
-            pytest.fail(f"still running after {seconds:.0f} s")
+            pytest.fail(f"still running after {patient(seconds):.0f} s")
         if self.error is not None:
             raise self.error
         return self.value
@@ -88,7 +91,7 @@ def _within(executor: DaskExecutor, call: Callable[..., Any], *args: Any, second
 
 
 def _wait_for_lines(path: Path, count: int) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patient(60)
     while time.monotonic() < deadline and (not path.exists() or len(path.read_text().splitlines()) < count):
         time.sleep(0.05)
 
@@ -101,7 +104,7 @@ def _assert_complete(rows: list[dict]) -> None:
 
 
 def test_a_local_cluster_spreads_a_sweep_over_its_workers_and_writes_each_row_once(tmp_path: Path) -> None:
-    executor = DaskExecutor("local", gpus=[0, 1, 2], target=FAKE)
+    executor = DaskExecutor("local", gpus=[0, 1, 2], silence_s=patient(30), target=FAKE)
     _within(executor, _sweep, tmp_path, executor)
     rows = _rows(tmp_path)
     _assert_complete(rows)
@@ -110,7 +113,7 @@ def test_a_local_cluster_spreads_a_sweep_over_its_workers_and_writes_each_row_on
 
 
 def test_a_worker_killed_mid_sweep_loses_no_row_and_is_named(tmp_path: Path) -> None:
-    executor = DaskExecutor("local", gpus=[0, 1, 2], target=FAKE)
+    executor = DaskExecutor("local", gpus=[0, 1, 2], silence_s=patient(30), target=FAKE)
     sweeping = _InThread(executor, _sweep, tmp_path, executor)
     _wait_for_lines(tmp_path / "results.jsonl", 25)
     victim = sorted(executor.gpu_workers())[1]
@@ -143,7 +146,7 @@ def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Held]:
 
 
 def test_a_worker_that_joins_mid_sweep_gets_work(tmp_path: Path, held: Held) -> None:
-    executor = DaskExecutor("local", gpus=[0], target=HELD)
+    executor = DaskExecutor("local", gpus=[0], silence_s=patient(30), target=HELD)
     sweeping = _InThread(executor, _sweep, tmp_path, executor)
     held.said.until("waiting")  # GPU 0 measured a few and holds the next: the sweep is in its middle
     joiner = _join(executor.client.scheduler.address, "joiner", "1")
@@ -164,7 +167,8 @@ def test_a_worker_that_joins_mid_sweep_gets_work(tmp_path: Path, held: Held) -> 
 
 def test_a_cluster_tune_tunes_each_gpu_model_on_its_own_workers(tmp_path: Path) -> None:
     db = tmp_path / "tuning.sqlite"
-    executor = DaskExecutor("local", gpus=[0, 1, 2], target=FAKE)  # GPUs 0, 1: one model; 2: another
+    # GPUs 0, 1: one model; 2: another
+    executor = DaskExecutor("local", gpus=[0, 1, 2], silence_s=patient(30), target=FAKE)
     options = TuneOptions("matmul", "64x64x64", strategy="brute", db=db, progress=False, run=RunOptions(seed=1))
     results = _within(executor, tune, options, executor)
     assert sorted(r.problem.gpu_model.name for r in results) == ["Fake GPU", "Fake GPU B"]
@@ -218,7 +222,7 @@ def test_a_later_runs_hang_timeout_reaches_a_dask_workers_gpu_process() -> None:
         started = time.monotonic()
         (measurement,) = dask_worker.jobs_task([Job("matmul_f32_t8_p0_guard", "matmul", "t8.cubin", "64x64x64",
                                                     timing=None)], {"t8.cubin": b"not a cubin"}, 1.0, target)  # 1 s
-        assert measurement.status == Status.TIMEOUT and time.monotonic() - started < 10, measurement
+        assert measurement.status == Status.TIMEOUT and time.monotonic() - started < patient(10), measurement
     finally:
         dask_worker.stop_gpu_worker(target)
 
@@ -259,7 +263,8 @@ def test_a_dask_worker_pinned_by_uuid_mig_or_list_keeps_that_pin_for_its_gpu_pro
 # ---- which workers take jobs ------------------------------------------------------------------
 
 def test_a_sweep_sends_no_job_to_a_worker_whose_gpu_was_refused(tmp_path: Path) -> None:
-    executor = DaskExecutor("local", gpus=[0, 3], target=FAKE)  # GPU 3 has no usable GPU (tests/fakes.py)
+    # GPU 3 has no usable GPU (tests/fakes.py)
+    executor = DaskExecutor("local", gpus=[0, 3], silence_s=patient(30), target=FAKE)
     _within(executor, _sweep, tmp_path, executor)
     rows = _rows(tmp_path)
     _assert_complete(rows)
@@ -278,7 +283,7 @@ def _join(address: str, name: str, gpu: str, *, nanny: bool = True) -> subproces
 def _stop(process: subprocess.Popen) -> None:
     process.terminate()
     try:
-        process.wait(30)
+        process.wait(patient(30))
     except subprocess.TimeoutExpired:
         process.kill()
 
@@ -305,7 +310,7 @@ class Stderr(io.TextIOBase):
 
 def test_a_worker_that_joins_mid_sweep_without_a_usable_gpu_of_the_runs_model_gets_no_work(
         tmp_path: Path, held: Held) -> None:
-    executor = DaskExecutor("local", gpus=[0], target=HELD)
+    executor = DaskExecutor("local", gpus=[0], silence_s=patient(30), target=HELD)
     executor.devices()  # the run's GPUs are known: the two below join mid-run
     address = executor.client.scheduler.address
     stderr = Stderr()
@@ -332,7 +337,7 @@ def test_a_worker_that_joins_mid_sweep_without_a_usable_gpu_of_the_runs_model_ge
 
 
 def test_a_job_that_keeps_killing_its_only_worker_is_a_launch_error_not_an_endless_retry(tmp_path: Path) -> None:
-    executor = DaskExecutor("local", gpus=[0], target="tests.fakes:dask_worker_killing_worker")
+    executor = DaskExecutor("local", gpus=[0], silence_s=patient(30), target="tests.fakes:dask_worker_killing_worker")
     _within(executor, _sweep_two, tmp_path, executor)
     rows = {row["params"]["tile"]: row for row in _rows(tmp_path)}  # each row once: no endless retry
     assert sorted(rows) == [8, 16] and rows[8]["status"] == "launch_error", rows
@@ -353,14 +358,14 @@ def _tune_in_thread(db: Path, executor: DaskExecutor) -> _InThread:
 
 
 def _wait_for_rows(db: Path, count: int) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patient(60)
     while time.monotonic() < deadline and (not db.exists() or len(TuningDB(db).rows()) < count):
         time.sleep(0.05)
 
 
 def test_a_cluster_tune_goes_on_when_a_models_only_worker_is_restarted(tmp_path: Path) -> None:
     db = tmp_path / "tuning.sqlite"
-    executor = DaskExecutor("local", gpus=[2], target=FAKE)  # the only worker of its model
+    executor = DaskExecutor("local", gpus=[2], silence_s=patient(30), target=FAKE)  # the only worker of its model
     try:
         tuning = _tune_in_thread(db, executor)
         _wait_for_rows(db, 3)
@@ -381,7 +386,7 @@ def test_a_cluster_tune_whose_model_lost_every_worker_stops_with_a_clear_error(t
     executor = DaskExecutor(scheduler.scheduler_address, silence_s=3.0, target=FAKE)
     lonely = _join(scheduler.scheduler_address, "lonely", "2", nanny=False)  # no nanny: none restarts it
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + patient(60)
         while time.monotonic() < deadline and not executor.gpu_workers():
             time.sleep(0.05)
         tuning = _tune_in_thread(db, executor)
@@ -412,7 +417,7 @@ def test_a_cluster_revalidate_re_times_the_winners_of_every_family(tmp_path: Pat
     db = TuningDB(tmp_path / "tuning.sqlite")
     _store_winner(db, "matmul", "64x64x64", fakes.FAKE_DEVICE)
     _store_winner(db, "transpose", "64x64", fakes.FAKE_DEVICE)
-    executor = DaskExecutor("local", gpus=[0], target=FAKE)
+    executor = DaskExecutor("local", gpus=[0], silence_s=patient(30), target=FAKE)
     checked = _within(executor, revalidate, db, RunOptions(seed=1), executor)
     assert sorted((c.problem.family, c.new.status) for c in checked) == [
         ("matmul", Status.OK), ("transpose", Status.OK)]
@@ -424,7 +429,7 @@ def test_a_cluster_revalidate_times_each_models_winners_on_that_models_gpus(tmp_
     for device in (fakes.FAKE_DEVICE, model_b):
         for shape in SIZES:
             _store_winner(db, "matmul", shape, device)
-    executor = DaskExecutor("local", gpus=[0, 2], target=FAKE)
+    executor = DaskExecutor("local", gpus=[0, 2], silence_s=patient(30), target=FAKE)
     checked = _within(executor, revalidate, db, RunOptions(seed=1), executor)
     assert len(checked) == 6
     for c in checked:
@@ -451,7 +456,7 @@ class _Client:
         if self.error is not None:
             raise self.error
         if self.results is None:
-            self.released.wait(60)
+            self.released.wait(patient(60))
             raise CancelledError("released")
         return self.results
 
@@ -468,7 +473,7 @@ def test_a_gather_that_stalls_is_given_up_at_its_deadline() -> None:
 
 def test_a_gather_that_stalls_is_left_when_the_run_stops() -> None:
     client, stop = _Client(), threading.Event()
-    gathering = threading.Thread(target=lambda: client.asked.wait(60) and stop.set(), daemon=True)
+    gathering = threading.Thread(target=lambda: client.asked.wait(patient(60)) and stop.set(), daemon=True)
     gathering.start()  # stops the run once the gather has begun
     try:
         with pytest.raises(Interrupted):
@@ -510,7 +515,7 @@ def _counted() -> tuple[Callable[[Any, list, threading.Event], list], list[int]]
 
 def test_results_lost_with_their_worker_are_sent_again_and_each_row_written_once(tmp_path: Path) -> None:
     gather, stalled = _stalls(2)
-    executor = DaskExecutor("local", gpus=[0, 1], target=FAKE, gather=gather)
+    executor = DaskExecutor("local", gpus=[0, 1], silence_s=patient(30), target=FAKE, gather=gather)
     _within(executor, _sweep_two, tmp_path, executor)
     rows = {row["params"]["tile"]: row for row in _rows(tmp_path)}  # each row once
     assert sorted(rows) == [8, 16] and {row["status"] for row in rows.values()} == {"ok"}, rows
@@ -519,7 +524,7 @@ def test_results_lost_with_their_worker_are_sent_again_and_each_row_written_once
 
 def test_results_that_never_come_are_launch_errors_not_an_endless_wait(tmp_path: Path) -> None:
     gather, stalled = _stalls(1000)
-    executor = DaskExecutor("local", gpus=[0], target=FAKE, gather=gather)
+    executor = DaskExecutor("local", gpus=[0], silence_s=patient(30), target=FAKE, gather=gather)
     _within(executor, _sweep_two, tmp_path, executor)
     rows = {row["params"]["tile"]: row for row in _rows(tmp_path)}  # each row once
     assert sorted(rows) == [8, 16] and {row["status"] for row in rows.values()} == {"launch_error"}, rows
@@ -536,7 +541,7 @@ def test_jobs_that_wait_together_go_in_one_task_and_a_lost_task_s_jobs_go_again_
     jobs = [Job("matmul_f32_t16_p0_guard_both", "matmul", str(cubin), f"{64 * n}x64x64", timing=None)
             for n in range(1, JOBS_PER_TASK + 1)]
     gather, stalled = _stalls(1)
-    executor = DaskExecutor("local", gpus=[0], target=FAKE, gather=gather)
+    executor = DaskExecutor("local", gpus=[0], silence_s=patient(30), target=FAKE, gather=gather)
     try:
         measured = [(job.shape, measurement.status) for job, measurement in executor.run(jobs)]
     finally:
@@ -582,8 +587,8 @@ def test_ctrl_c_stops_a_cluster_sweep_at_once_while_a_gather_stalls(tmp_path: Pa
         said.until("gathering")
         started = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C at its terminal
-        process.wait(timeout=30)
-        assert time.monotonic() - started < STOP_WITHIN_S
+        process.wait(timeout=patient(30))
+        assert time.monotonic() - started < patient(STOP_WITHIN_S)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
@@ -596,7 +601,7 @@ def test_jobs_waiting_together_are_shared_out_so_that_no_gpu_idles_while_another
     cubin.write_bytes(b"not a cubin")
     jobs = [Job("matmul_f32_t16_p0_guard_both", "matmul", str(cubin), f"{64 * n}x64x64", timing=None) for n in (1, 2)]
     gather, asked = _counted()
-    executor = DaskExecutor("local", gpus=[0, 1], target=FAKE, gather=gather)
+    executor = DaskExecutor("local", gpus=[0, 1], silence_s=patient(30), target=FAKE, gather=gather)
     try:
         measured = [(job.shape, measurement.status) for job, measurement in executor.run(jobs)]
     finally:

@@ -22,6 +22,7 @@ from gen.families.space import Space
 
 from .conftest import REPO
 from .fakes import OtherCompiler
+from .waits import patient
 
 # The whole golden record (every f32 tile/padding/bounds/sync/method combination), plus f64 and
 # dynamic shared memory: well over the 60 representative variants the toolkit promises.
@@ -106,7 +107,7 @@ class _GatedCompiler(OtherCompiler):
     def compile(self, sources, arch, flags, deadline_s, children):
         gate = self.gates.get(len(self.runs))
         if gate is not None:
-            assert gate.wait(60), "the test never opened this run's gate"
+            assert gate.wait(patient(60)), "the test never opened this run's gate"
         return super().compile(sources, arch, flags, deadline_s, children)
 
 

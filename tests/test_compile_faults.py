@@ -34,6 +34,7 @@ from gen.commands.sweep import SweepOptions, sweep
 
 from .conftest import REPO
 from .fakes import ANNOUNCE_AND_HANG, FakeExecutor, LineReader, ends_within
+from .waits import patient
 
 NAME = "matmul_f32_t8_p0_guard_both"
 ONE = ["matmul", "-p", "tile=8", "-p", "padding=0", "-p", "bounds=guard", "--arch", "sm_90"]  # NAME alone
@@ -67,7 +68,7 @@ def tilegen(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProce
     """`python -m gen ARGS` with this environment (and no GPU), as a user runs it."""
     environment = dict(os.environ, PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="", PYTHONDONTWRITEBYTECODE="1", **env)
     return subprocess.run([sys.executable, "-m", "gen", *args], capture_output=True, text=True, cwd=cwd,
-                          env=environment, timeout=GUARD_S)
+                          env=environment, timeout=patient(GUARD_S))
 
 
 def assert_run_failed(done: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -368,7 +369,7 @@ def interrupted(tmp_path: Path, fake_nvcc, out: Path) -> None:
     LineReader(process.stderr.fileno()).until("compile 1/2")
     fake.announcements.until("started")
     os.killpg(process.pid, signal.SIGINT)
-    assert process.wait(timeout=GUARD_S) == 130
+    assert process.wait(timeout=patient(GUARD_S)) == 130
 
 
 def killed(tmp_path: Path, fake_nvcc, out: Path) -> None:
@@ -385,7 +386,7 @@ def starved_of_disk(tmp_path: Path, fake_nvcc, out: Path) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
 
     done = subprocess.run([sys.executable, "-m", "gen", "compile", *SPACE, "--out", str(out)], capture_output=True,
-                          text=True, cwd=tmp_path, preexec_fn=small_files, timeout=GUARD_S,
+                          text=True, cwd=tmp_path, preexec_fn=small_files, timeout=patient(GUARD_S),
                           env=dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1"))
     assert_run_failed(done, "File size limit exceeded", "free space in the temporary folder")
 

@@ -29,6 +29,7 @@ from gen.store.results_log import read_rows
 
 from . import fakes
 from .conftest import REPO
+from .waits import patient
 
 WAIT_FOR_RELEASE = 'if [ "$RUN" -ge 2 ]; then echo "waiting $RUN" > "$ANNOUNCE"; read line < "$RELEASE"; fi; ' \
                    'exec "$REAL" "$@"'
@@ -58,7 +59,7 @@ def test_the_gpu_starts_while_the_compiler_still_compiles(tmp_path: Path, fake_n
     monkeypatch.setenv("PATH", nvcc.path)
     monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path / "cold"))
     reached_gpu = threading.Event()
-    releaser = threading.Thread(target=lambda: (reached_gpu.wait(120), _release(release, 3)), daemon=True)
+    releaser = threading.Thread(target=lambda: (reached_gpu.wait(patient(120)), _release(release, 3)), daemon=True)
     releaser.start()
     executor = NotingExecutor(lambda name: reached_gpu.set())
     report = sweep(SweepOptions("matmul", tmp_path / "run", params={"tile": ["8", "16", "32"], "padding": ["0"],

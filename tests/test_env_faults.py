@@ -35,6 +35,7 @@ from gen.store.tuning_db import TuningDB
 from . import fakes
 from .conftest import REPO
 from .test_state_faults import WITHOUT_ROOT_POWERS, after, measured
+from .waits import patient
 
 # tilegen's command line with the fake GPU of tests.fakes (every variant ok): what sweep and tune run on.
 DRIVER = ("import sys; from gen.evaluate.options import EXECUTORS; from tests.fakes import FakeExecutor; "
@@ -97,7 +98,7 @@ def tilegen(cwd: Path, args: list[str], setup: str = "", **env: str) -> subproce
     command = [sys.executable, "-c", DRIVER, *args]
     return subprocess.run(after(setup, *command[1:]) if setup else command, capture_output=True, text=True, cwd=cwd,
                           env=dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1", **env),
-                          timeout=GUARD_S)
+                          timeout=patient(GUARD_S))
 
 
 @dataclass(frozen=True)

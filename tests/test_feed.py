@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from gen.gpu.feed import JobFeed
 from gen.gpu.process.jobs import Job
+from .waits import patient
 
 
 def _job(number: int) -> Job:
@@ -50,10 +51,10 @@ def test_iterating_waits_for_each_job_and_ends_once_closed_and_empty() -> None:
     taker = threading.Thread(target=take_all)
     taker.start()
     feed.put(_job(1))
-    assert first.wait(60)  # it took the first while the feed stayed open
+    assert first.wait(patient(60))  # it took the first while the feed stayed open
     feed.put(_job(2))
     feed.close()
-    taker.join(60)
+    taker.join(patient(60))
     assert not taker.is_alive()
     assert [(job.ticket, job.cache_config) for job in taken] == [(1, "l1"), (2, "l1")]
 

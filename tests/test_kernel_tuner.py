@@ -287,3 +287,14 @@ def test_arrays_are_stored_once_and_the_cache_command_counts_and_clears_them(
     assert main(["cache", "--clear"]) == 0
     assert "removed 2 tune_kernel families and 4 arrays" in capsys.readouterr().out
     assert not list((tmp_path / "cache" / "kernel_tuner").rglob("*.*"))
+
+
+@pytest.mark.parametrize("verbose", [True, False])
+def test_verbose_prints_each_configuration_and_the_best(tmp_path: Path, capsys, verbose: bool) -> None:
+    results, env = vector_add_call(tmp_path, verbose=verbose)
+    printed = capsys.readouterr().out.splitlines()
+    if not verbose:
+        assert printed == []
+        return
+    assert sorted(printed[:-1]) == sorted(f"block_size_x={r['block_size_x']}, time={r['time']:.4g} ms" for r in results)
+    assert printed[-1] == f"best performing configuration: {env['best']}, time={env['best_time']:.4g} ms"

@@ -16,6 +16,7 @@ from gen.gpu.local import LocalExecutor
 from gen.gpu.sanitize import sanitizer_path
 
 from . import fakes
+from .waits import patient
 
 # An exception in one of the executor's threads (a job sent to a killed worker, say) fails the test.
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
@@ -114,9 +115,9 @@ def test_a_kill_ends_a_run_whose_gpu_hangs() -> None:
 
     runner = threading.Thread(target=consume, daemon=True)
     runner.start()
-    assert first.wait(60)  # the first job's row: the second, which hangs, is sent next
+    assert first.wait(patient(60))  # the first job's row: the second, which hangs, is sent next
     executor.kill()
-    runner.join(30)
+    runner.join(patient(30))
     assert not runner.is_alive() and seen == [Status.OK]
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -32,7 +34,9 @@ from gen.families import MatmulVariant, builtin_families, get_family
 from gen.store.results_log import read_rows
 
 from . import fake_nvrtc
-from .fakes import Announcements
+from .conftest import REPO
+from .fakes import Announcements, ends_within
+from .waits import patient
 
 pytestmark = pytest.mark.skipif(not nvrtc_library.available(),
                                 reason="NVRTC is not installed (pip install 'tilegen[nvrtc]')")
@@ -168,7 +172,7 @@ class Compiling(threading.Thread):
             self.result = error
 
     def outcome(self) -> object:
-        self.join(60)
+        self.join(patient(60))
         assert not self.is_alive()
         return self.result
 
@@ -180,6 +184,20 @@ def test_a_compile_stopped_with_its_run_is_interrupted_and_never_cached(nvrtc: C
     compiling.children.kill_all()  # what Ctrl-C does to a run's compiles
     assert isinstance(compiling.outcome(), Interrupted)
     assert not [path for path in nvrtc.cache.rglob("*") if path.is_file()]
+
+
+def test_a_worker_ends_the_moment_tilegen_is_killed_even_mid_compile(stand_in) -> None:
+    """SIGKILL leaves tilegen no time to end its workers: each sees its socket hang up and ends at
+    once, in the middle of a compile that would never finish (the stand-in's)."""
+    said = stand_in("hang")
+    tilegen = subprocess.Popen(
+        [sys.executable, "-c", "from gen.compiling.nvrtc import Nvrtc\nfrom gen.core.processes import ProcessGroup\n"
+         "Nvrtc(worker='tests.fake_nvrtc').compile({'k': ''}, 'sm_90', [], 600.0, ProcessGroup())\n"],
+        env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
+    worker = int(said.until("compiling").split()[-1])
+    tilegen.kill()
+    tilegen.wait()
+    assert ends_within(worker, 60.0)  # as good as never: the stand-in's compile does not end
 
 
 def test_a_worker_that_crashes_twice_gives_a_row_that_says_so_and_caches_nothing(nvrtc: CompileOptions,

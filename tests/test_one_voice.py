@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from gen.compiling import compiler
 from gen.compiling.compilers import default_compiler
 from gen.cli.main import main
+from gen.cli.parser import build_parser
 from gen.core.progress import EVERY_ENV, Progress
 from gen.core.results import Row, Status
 from gen.evaluate.options import RunOptions
@@ -20,7 +23,7 @@ from gen.commands.sweep import SweepOptions, summary, sweep
 from gen.store.report import report
 from gen.store.tuning_db import TuningDB
 
-from .fakes import NoGpuExecutor
+from .fakes import FakeExecutor, NoGpuExecutor
 
 SMALL = ["-p", "tile=8,16", "-p", "padding=0", "-p", "bounds=guard", "--arch", "sm_90"]  # matmul: 2 variants
 
@@ -41,6 +44,19 @@ def test_help_texts_name_the_compiler_tilegen_uses_not_nvcc_alone(capsys) -> Non
         code, out, _ = run_main(capsys, [*command, "--help"])
         text = " ".join(out.split())
         assert code == 0 and "with nvcc" not in text and "NVRTC where installed, else nvcc" in text, out
+
+
+def test_each_commands_help_ends_with_an_example_the_command_line_takes(capsys) -> None:
+    _, usage, _ = run_main(capsys, ["--help"])
+    commands = re.search(r"\{([a-z,]+)\}", usage).group(1).split(",")
+    for command in commands:
+        code, out, _ = run_main(capsys, [command, "--help"])
+        *_, heading, example = out.rstrip().splitlines()
+        assert (code, heading) == (0, "example:") and example.startswith(f"  tilegen {command} "), out
+        build_parser().parse_args(shlex.split(example)[1:])  # exits 2 if a flag or a value is refused
+        if command in ("list", "render"):  # the ones that need no GPU and write nothing: run them
+            assert run_main(capsys, shlex.split(example)[1:])[0] == 0
+    assert len(commands) > 10
 
 
 def test_a_sweep_summary_names_its_compiler_and_says_that_compile_time_is_summed_over_threads(
@@ -228,3 +244,48 @@ def test_a_compile_that_changed_compiler_says_why_nothing_came_from_the_cache(
     assert code == 0 and "(0 from cache)" in out
     assert "nothing came from the compile cache, which holds these variants made by nvcc" in err, err
     assert "--compiler nvcc would use them" in err
+
+
+# ---- reports that say why, and --json --------------------------------------------------------------
+
+def test_a_report_of_a_run_without_a_gpu_says_why_nothing_is_ranked(tmp_path: Path, capsys) -> None:
+    assert run_main(capsys, ["compile", "matmul", *SMALL, "--out", str(tmp_path / "run")])[0] == 0
+    code, out, _ = run_main(capsys, ["report", str(tmp_path / "run")])
+    assert code == 0 and "none ranked: no row is correct and timed (compiled 2); a run without a GPU only compiles" in out
+    code, out, _ = run_main(capsys, ["report", str(tmp_path / "run"), "--json"])
+    assert code == 0 and json.loads(out)["problems"] == [] and "a run without a GPU" in json.loads(out)["none_ranked"]
+
+
+def test_report_plot_with_nothing_to_plot_says_so_before_printing_anything(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    assert run_main(capsys, ["compile", "matmul", *SMALL, "--out", str(tmp_path / "run")])[0] == 0
+    code, out, err = run_main(capsys, ["report", str(tmp_path / "run"), "--plot", str(tmp_path / "p.png")])
+    assert (code, out) == (2, "") and err.startswith("tilegen: error: nothing to plot") and err.count("\n") == 1
+    assert not list(tmp_path.glob("p*.png"))
+
+
+def test_report_json_holds_what_the_tables_show(tmp_path: Path, capsys) -> None:
+    out_dir = tmp_path / "run"
+    sweep(SweepOptions("matmul", out_dir, params={"tile": [8, 16], "padding": [0], "bounds": ["guard"]},
+                       sizes=["64x64x64"], progress=False, run=RunOptions(arch="sm_90", seed=1)), FakeExecutor())
+    _, text, _ = run_main(capsys, ["report", str(out_dir), "--top", "1"])
+    code, out, _ = run_main(capsys, ["report", str(out_dir), "--top", "1", "--json"])
+    data = json.loads(out)
+    (problem,) = data["problems"]
+    assert code == 0 and problem["shape"] == "64x64x64" and len(problem["ranked"]) == 1 and "none_ranked" not in data
+    assert problem["ranked"][0]["name"] in text.split("Best per problem")[1]
+    assert data["statuses"] == {"matmul": {"ok": 2}}
+
+
+def test_best_json_names_the_variant_best_prints(tmp_path: Path, capsys) -> None:
+    import gen
+
+    db = tmp_path / "t.sqlite"
+    gen.tune("matmul", "64x64x64", params={"tile": [8, 16], "padding": 0}, strategy="brute", db=db, quiet=True,
+             executor=FakeExecutor())
+    asked = ["best", "matmul", "--size", "64x64x64", "--gpu-model", "Fake", "--db", str(db)]
+    _, name, reason = run_main(capsys, asked)
+    code, out, err = run_main(capsys, [*asked, "--json"])
+    assert (code, err) == (0, "") and json.loads(out) == {
+        "family": "matmul", "size": "64x64x64", "dtype": name.split("_")[1], "variant": name.strip(),
+        "from": reason.strip().removeprefix("from ")}

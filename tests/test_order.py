@@ -21,6 +21,7 @@ from gen.commands.tune import TuneOptions, candidates, tune, warm_start
 from gen.store.tuning_db import TuningDB
 
 from . import fakes
+from .waits import patient
 
 
 def _space() -> SearchSpace:
@@ -78,7 +79,7 @@ class _HeldCompiler(fakes.OtherCompiler):
 
     def compile(self, sources, arch, flags, deadline_s, children):
         self.started.set()
-        self.release.wait(60)
+        self.release.wait(patient(60))
         try:
             return super().compile(sources, arch, flags, deadline_s, children)
         finally:
@@ -92,11 +93,11 @@ def test_the_likely_ones_compile_ahead_of_other_speculation(compile_options, tmp
     pool = CompilePool(CompileOptions(arch="sm_90", cache=tmp_path, jobs=1, compiler=compiler))
     try:
         pool.prefetch([first])
-        assert compiler.started.wait(60)  # the one thread is busy with `first`
+        assert compiler.started.wait(patient(60))  # the one thread is busy with `first`
         pool.prefetch(others)
         pool.prefetch(others[-2:], first=True)
         compiler.release.set()
-        assert compiler.compiled.wait(120)
+        assert compiler.compiled.wait(patient(120))
         assert compiler.runs[0] == [first.name]
         assert [name for run in compiler.runs[1:] for name in run][:2] == [v.name for v in others[-2:]]
     finally:

@@ -30,6 +30,7 @@ from gen.commands.tune_result import describe
 
 from .conftest import REPO
 from .fakes import FAKE_DEVICE, FakeExecutor
+from .waits import patient
 
 FAMILIES = REPO / "tests" / "families"
 
@@ -140,7 +141,7 @@ def test_a_variant_without_shared_bytes_sweeps_without_a_gpu(tmp_path: Path, com
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "gen", "--family-path", str(FAMILIES), "sweep", "stencil", "-p",
                            "bx=32", "-p", "by=1,2", "-p", "rows=1", "--size", "37x45", "--arch", "sm_90", "--out",
-                           str(out)], capture_output=True, text=True, timeout=120,
+                           str(out)], capture_output=True, text=True, timeout=patient(120),
                           env=dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO)))
     assert done.returncode == 0, done.stderr
     assert {row.status for row in read_rows(out / "results.jsonl")} == {"compiled"}

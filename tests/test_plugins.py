@@ -332,3 +332,19 @@ def test_a_family_path_with_a_tilde_or_through_a_link_is_the_folder_it_names(
         assert done.returncode == 0 and "\nreduce " in done.stdout and not done.stderr, done.stderr
     done = tilegen("--family-path", str(tmp_path / "link"), "list", "reduce")
     assert done.returncode == 0 and f"defined in: {copied / 'reduce.py'}" in done.stdout, done.stdout + done.stderr
+
+
+SCALE = 'Scalar("n"), Scalar("scale", ctype="float"))'  # a float scalar no shape has: scalars() gives it
+
+
+@pytest.mark.parametrize("scale, loads", [('"scale": 0.5', True), ("", False)], ids=["given", "left-out"])
+def test_a_scalar_that_is_no_shape_dimension_loads_when_scalars_gives_it(copied: Path, scale: str, loads: bool) -> None:
+    module = copied / "reduce.py"
+    edit(module, 'Scalar("n"))', SCALE)
+    edit(module, "    def reference(", f"    def scalars(self, shape):\n        return {{\"rows\": shape.r, \"n\": shape.n, "
+                                        f"{scale}}}\n\n    def reference(")
+    listed = tilegen("--family-path", str(copied), "list", "reduce")
+    if loads:
+        assert listed.returncode == 0 and listed.stderr == "" and "RxN" in listed.stdout, listed.stderr
+    else:  # left out, saying why
+        assert listed.returncode == 2 and "reduce.py: reduce's scalars() gives no value for scale" in listed.stderr

@@ -25,6 +25,7 @@ import pytest
 from gen.cli.parser import build_parser
 
 from .conftest import REPO
+from .waits import patient
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 MARKERS = ("# needs a GPU", "# needs a Dask cluster")
@@ -84,7 +85,7 @@ def test_every_command_in_the_docs_runs_without_a_gpu_or_is_marked(path: Path, t
                 _installable(part.removeprefix(INSTALL))
             elif part != THIS_SUITE:
                 done = subprocess.run(["bash", "-c", part], cwd=tmp_path, env=env, capture_output=True, text=True,
-                                      timeout=300)
+                                      timeout=patient(300))
                 assert done.returncode == 0, f"{path.name}: {part}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
                 assert " is now " not in done.stderr, f"{path.name}: {part} uses an old flag: {done.stderr}"
 

@@ -73,7 +73,7 @@ def test_without_screening_every_row_is_full(tmp_path: Path, compile_options) ->
 def test_gen_tune_returns_screened_variants_with_their_level_and_the_search_time(tmp_path: Path,
                                                                                  compile_options) -> None:
     rows = gen.tune("matmul", "64x64x64", params=SPACE, strategy="bayes", budget=12, db=tmp_path / "t.sqlite",
-                    progress=False, screen="ofc-max", executor=fakes.FakeExecutor())
+                    quiet=True, screen="ofc-max", executor=fakes.FakeExecutor())
     assert rows[0]["winner"] and rows[0]["compile_level"] == FULL_LEVEL
     assert {row["compile_level"] for row in rows[1:]} == {FULL_LEVEL, "ofc-max"}
     assert len({row["name"] for row in rows}) == len(rows) >= 12  # one per variant: the 12 searched, the default

@@ -33,6 +33,7 @@ from gen.store.results_log import RUN_LOCK, RUN_MARKER, read_rows
 from gen.store.tuning_db import TuningDB
 
 from .conftest import REPO
+from .waits import patient
 
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 80 * 2**30, 50 * 2**20, "580")
 # A sweep of one point to compile and one not to run (tile 64 is too large): its first row, the
@@ -106,7 +107,7 @@ exec "{nvcc_path()}" "$@"
     def wait_until_compiling(self) -> None:
         """Block until the fake nvcc says it has started (the run's first row is written by then)."""
         fd = os.open(self.started, os.O_RDONLY | os.O_NONBLOCK)
-        deadline = time.monotonic() + WAIT_S
+        deadline = time.monotonic() + patient(WAIT_S)
         said = b""
         try:
             while not said.endswith(b"\n"):
@@ -160,7 +161,7 @@ def test_a_second_writer_or_a_resume_of_a_live_run_is_refused_naming_the_holder(
         assert code == 2 and "--out out is being written by another tilegen run " + holder in one_line_error(err)
     assert (out / "results.jsonl").read_bytes() == before  # the skipped row, and nothing of theirs
     held.release()
-    assert held.process.wait(timeout=WAIT_S) == 0, held.log.read_text()
+    assert held.process.wait(timeout=patient(WAIT_S)) == 0, held.log.read_text()
     keys = [row.key for row in read_rows(out / "results.jsonl")]
     assert len(keys) == len(set(keys)) == 2
     assert (out / RUN_MARKER).is_file() and not (out / RUN_LOCK).exists()

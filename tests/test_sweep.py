@@ -31,6 +31,7 @@ from gen.gpu.sanitize import count_hazards, not_run
 
 from . import fakes
 from .conftest import REPO
+from .waits import patient
 
 
 def _job(tile: int) -> Job:
@@ -112,7 +113,7 @@ def test_a_killed_sweep_resumes_with_nothing_lost_or_duplicated(tmp_path: Path, 
     child = subprocess.Popen([sys.executable, "-m", "tests.fakes", str(out)], cwd=REPO,
                              env=dict(os.environ, PYTHONPATH=str(REPO)))
     results = out / "results.jsonl"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + patient(120)
     while time.monotonic() < deadline and (not results.exists() or results.read_text().count('"ok"') < 4):
         time.sleep(0.1)
     child.send_signal(signal.SIGKILL)
@@ -209,7 +210,7 @@ def test_a_script_without_a_main_guard_sweeps_and_its_workers_say_why_no_kernel_
     which never import the script, and a worker that cannot start names the real cause."""
     (tmp_path / "my_sweep.py").write_text(SCRIPT)
     done = subprocess.run([sys.executable, "my_sweep.py"], capture_output=True, text=True, cwd=tmp_path,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=patient(300))
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("the script ran") == 1
     assert "note: pycuda is not installed" in done.stdout and "died while starting" not in done.stdout

@@ -19,6 +19,7 @@ from gen.core.results import DeviceInfo, Row, Status
 from gen.store.tuning_db import TuningKey, TuningDB
 
 from .conftest import REPO
+from .waits import patient
 
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 80 * 2**30, 50 * 2**20, "580")
 OTHER = DeviceInfo("other GPU", "9.0", 1, 2**30, 2**20, "580")
@@ -92,7 +93,7 @@ def test_two_writers_at_once_lose_nothing_and_corrupt_nothing(tmp_path: Path) ->
     TuningDB(path)
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), f"{n}x{n}x{n}"], cwd=REPO)
                for n in (64, 128)]
-    assert [w.wait(timeout=120) for w in writers] == [0, 0]
+    assert [w.wait(timeout=patient(120)) for w in writers] == [0, 0]
     db = TuningDB(path)
     assert db.count() == 2 * 30 * 10
     assert db.integrity() == "ok"

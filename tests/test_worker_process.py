@@ -11,6 +11,7 @@ from gen.gpu.process.jobs import Job
 from gen.gpu.process.worker import job_from_json, once_command
 
 from .conftest import REPO
+from .waits import patient
 
 
 def test_a_job_reaches_a_once_process_as_it_was_sent() -> None:
@@ -25,11 +26,11 @@ def test_a_job_reaches_a_once_process_as_it_was_sent() -> None:
 
 def test_the_inspect_script_finds_what_it_imports() -> None:
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "inspect_variant.py"), "--help"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+                          capture_output=True, text=True, cwd=REPO, timeout=patient(120))
     assert done.returncode == 0 and "usage" in done.stdout, done.stderr
 
 
 def test_the_worker_process_names_its_usage() -> None:
     done = subprocess.run([sys.executable, "-m", "gen.gpu.process.worker"], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+                          cwd=REPO, timeout=patient(120))
     assert done.returncode == 2 and "python -m gen.gpu.process.worker --once JOB_JSON" in done.stderr

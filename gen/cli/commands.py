@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from ..commands.tune import preview as tune_preview
 from ..commands.tune_result import describe
 from ..families.sourced import clear_store, store_folder, store_summary
 from ..store.export import EXPORTERS
-from ..store.report import compiled_by, load_rows, report, status_counts
+from ..store.report import compiled_by, load_rows, report, report_data, status_counts
 from ..store.results_log import ResultLog
 from ..store.tuning_db import TuningDB, checked_db_path
 
@@ -170,8 +171,12 @@ def cmd_best(args: argparse.Namespace) -> None:
     model = _pick_model(TuningDB(args.db, create=False), args.gpu_model) if args.gpu_model else None
     variant, reason = tuned_with_reason(family.name, str(shape), dtype=args.dtype, db=args.db, gpu_model=model,
                                         objective=args.objective)
-    print(variant.name)
-    print(f"from {reason}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"family": family.name, "size": str(shape), "dtype": variant.dtype, "variant": variant.name,
+                          "from": reason}))
+    else:
+        print(variant.name)
+        print(f"from {reason}", file=sys.stderr)
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -200,12 +205,17 @@ def cmd_report(args: argparse.Namespace) -> None:
         check_plot_path(args.plot)
     db = TuningDB(args.db, create=False) if args.db else None
     rows = db.latest_rows(family) if db else [r for r in load_rows(dirs) if not family or r.family == family]
-    print(report(rows, args.top, args.style))
+    traces = _traces(db, family) if db and args.plot else {}
+    if args.plot:
+        from ..store.plots import check_something_to_plot
+
+        check_something_to_plot(rows, traces)
+    print(json.dumps(report_data(rows, args.top), indent=1) if args.json else report(rows, args.top, args.style))
     if args.plot:
         from ..store.plots import plot
 
-        for written in plot(rows, _traces(db, family) if db else {}, args.plot):
-            print(f"plot written to {written}")
+        for written in plot(rows, traces, args.plot):
+            print(f"plot written to {written}", file=sys.stderr if args.json else sys.stdout)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

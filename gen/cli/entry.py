@@ -2,14 +2,14 @@
 the command line is imported, which takes about half a second, so an interrupt, a SIGTERM or a
 closed terminal at any moment ends as `tilegen: interrupted`, exit code 130, never a traceback.
 
-This module imports nothing heavy (gen.core.processes, for the handlers): it is what runs first.
+This module imports nothing heavy (gen.core.signals, for the handlers): it is what runs first.
 """
 
 from __future__ import annotations
 
 import sys
 
-from ..core.processes import EXIT_INTERRUPTED, install_stop_handlers
+from ..core.signals import EXIT_INTERRUPTED, install_stop_handlers, stop_came
 
 
 def run() -> int:
@@ -20,7 +20,9 @@ def run() -> int:
         from .main import main
 
         return main()
-    except KeyboardInterrupt:  # before the command line could take it
+    except BaseException as error:  # before the command line could take it
+        if not isinstance(error, KeyboardInterrupt) and not stop_came():
+            raise
         try:
             print("tilegen: interrupted", file=sys.stderr)
         except OSError:  # a closed terminal

@@ -13,7 +13,7 @@ import traceback
 from typing import Any, Sequence
 
 from ..core.errors import EXIT_USAGE, TilegenError, path_failure
-from ..core.processes import EXIT_INTERRUPTED, install_stop_handlers
+from ..core.signals import EXIT_INTERRUPTED, install_stop_handlers, stop_came
 from ..families.plugin_checks import one_line
 from ..families.registry import add_family_path, is_plugin_code
 from .parser import build_parser
@@ -47,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"tilegen: error: {failure}")
         return failure.exit_code
     except Exception as error:  # noqa: BLE001 - what no part of tilegen expected still ends in one line
+        if stop_came():  # a library that took the interrupt for a failure of its own (numpy's import)
+            _say("tilegen: interrupted")
+            return EXIT_INTERRUPTED
         return _unexpected_error(error)
     finally:
         for signum, handler in previous.items():

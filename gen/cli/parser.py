@@ -99,25 +99,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _list_command(commands: Any) -> None:
-    parser = _command(commands, "list", help="families, their parameters, allowed values and defaults")
+    parser = _command(commands, "list", help="families, their parameters, allowed values and defaults",
+                      example="tilegen list sgemm")
     parser.add_argument("family", nargs="?")
 
 
 def _render_command(commands: Any) -> None:
-    parser = _command(commands, "render", help="print one variant's CUDA source")
+    parser = _command(commands, "render", help="print one variant's CUDA source",
+                      example="tilegen render transpose -p tile=32 -p bounds=guard")
     parser.add_argument("family")
     _add_params(parser, "name=value; left out: the family's default")
 
 
 def _emit_command(commands: Any) -> None:
-    parser = _command(commands, "emit", help="write each family's golden record (variants/) from scratch")
+    parser = _command(commands, "emit", help="write each family's golden record (variants/) from scratch",
+                      example="tilegen emit transpose --out variants")
     parser.add_argument("families", nargs="*", metavar="FAMILY", help="only these families (default: all)")
     parser.add_argument("--out", type=Path, default=Path("variants"), help="folder (default: variants)")
 
 
 def _compile_command(commands: Any) -> None:
     parser = _command(commands, "compile",
-                      help=f"compile a space to cubins ({COMPILER_WORDS}) and print their resources")
+                      help=f"compile a space to cubins ({COMPILER_WORDS}) and print their resources",
+                      example="tilegen compile sgemm -p bm=128 --arch sm_90 --out runs/sgemm-cubins")
     _add_space_arguments(parser)
     _add_compile_arguments(parser)
     _add_compile_level(parser)
@@ -125,7 +129,8 @@ def _compile_command(commands: Any) -> None:
 
 
 def _sweep_command(commands: Any) -> None:
-    parser = _command(commands, "sweep", help="compile, check and time a space on the GPU, row by row")
+    parser = _command(commands, "sweep", help="compile, check and time a space on the GPU, row by row",
+                      example="tilegen sweep transpose --size 8192x8192 --out runs/transpose")
     _add_space_arguments(parser)
     parser.add_argument("--size", dest="sizes", action="append", default=[], metavar="SIZE",
                           help="problem size, e.g. 4096x4096x4096 (repeatable; default: the family's)")
@@ -150,7 +155,8 @@ def _sweep_command(commands: Any) -> None:
 
 
 def _tune_command(commands: Any) -> None:
-    parser = _command(commands, "tune", help="search a space for the fastest variant on this GPU, into the DB")
+    parser = _command(commands, "tune", help="search a space for the fastest variant on this GPU, into the DB",
+                      example="tilegen tune sgemm --size 2048x2048x2048 --strategy bayes --budget 50")
     parser.add_argument("family", nargs="?")
     _add_params(parser, "name=v1,v2,... (repeatable); a parameter left out takes the default space")
     parser.add_argument("--size", help="problem size, e.g. 2048x2048x2048")
@@ -170,6 +176,7 @@ def _tune_command(commands: Any) -> None:
     parser.add_argument("--full-timing", action="store_true",
                         help="time every variant in full (by default, timing stops early once a variant's samples "
                              "are all 10%% slower than the best so far; the finalists are always timed in full)")
+    parser.add_argument("--warm", action="store_true", help="do not flush the L2 between timed launches")
     screen = parser.add_mutually_exclusive_group()
     screen.add_argument("--screen", default=DEFAULT_SCREEN, choices=COMPILE_LEVELS, metavar="LEVEL",
                         help=f"search at this compile level ({', '.join(COMPILE_LEVELS[1:])}: faster compiles, maybe "
@@ -184,17 +191,21 @@ def _tune_command(commands: Any) -> None:
 
 
 def _best_command(commands: Any) -> None:
-    parser = _command(commands, "best", help="the stored winner for a shape and GPU")
+    parser = _command(commands, "best", help="the stored winner for a shape and GPU",
+                      example="tilegen best sgemm --size 2048x2048x2048")
     parser.add_argument("family")
     parser.add_argument("--size", required=True, help="problem size, e.g. 2048x2048x2048")
     parser.add_argument("--dtype", help="element type (default: the family's default variant's)")
     _add_gpu_model(parser, "a GPU model, or part of its name (default: this machine's GPU)")
     parser.add_argument("--db", type=Path, help="tuning database")
     _add_objective(parser, "what 'best' means (energy and edp: among variants measured with energy)")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON line: family, size, dtype, variant and where the answer came from")
 
 
 def _export_command(commands: Any) -> None:
-    parser = _command(commands, "export", help="the tuning database in another format")
+    parser = _command(commands, "export", help="the tuning database in another format",
+                      example="tilegen export sgemm --t4 sgemm-t4.json")
     parser.add_argument("family", nargs="?", help="only this family (default: every family)")
     formats = parser.add_mutually_exclusive_group(required=True)
     for name, exporter in EXPORTERS.items():
@@ -208,15 +219,19 @@ def _export_command(commands: Any) -> None:
 
 
 def _report_command(commands: Any) -> None:
-    parser = _command(commands, "report", help="tables (and PNG plots) from sweep results or the tuning DB")
+    parser = _command(commands, "report", help="tables (and PNG plots) from sweep results or the tuning DB",
+                      example="tilegen report runs/transpose --markdown")
     parser.add_argument("words", nargs="*", metavar="[FAMILY] DIR",
                         help="folders holding results.jsonl; a first word that names a family and no folder keeps "
                              "only that family")
     parser.add_argument("--db", type=Path, help="report on a tuning database instead")
     parser.add_argument("--family", dest="family_option", action=_Renamed, new="FAMILY (the first word)")
     _add_top(parser, "rows per problem in the top tables")
+    styles = parser.add_mutually_exclusive_group()
     for name, style in list(REPORT_STYLES.items())[1:]:
-        parser.add_argument(f"--{name}", dest="style", action="store_const", const=name, help=style.help)
+        styles.add_argument(f"--{name}", dest="style", action="store_const", const=name, help=style.help)
+    styles.add_argument("--json", action="store_true",
+                        help="one JSON document instead of tables: statuses, compilers, each problem's best rows")
     parser.set_defaults(style=next(iter(REPORT_STYLES)))
     parser.add_argument("--plot", type=Path, metavar="OUT.png",
                            help="also draw throughput heatmaps, one file per family, shape and GPU, and strategy "
@@ -224,14 +239,16 @@ def _report_command(commands: Any) -> None:
 
 
 def _worker_command(commands: Any) -> None:
-    parser = _command(commands, "worker", help="serve this host's GPUs to a Dask scheduler (for --cluster)")
+    parser = _command(commands, "worker", help="serve this host's GPUs to a Dask scheduler (for --cluster)",
+                      example="tilegen worker tcp://scheduler:8786 --gpus 0,1")
     parser.add_argument("address", help="the scheduler, e.g. tcp://HOST:8786")
     parser.add_argument("--gpus", default="all", help="GPU numbers, e.g. 0,1, or 'all' (default: all)")
 
 
 def _cache_command(commands: Any) -> None:
     parser = _command(commands, "cache", help="the compile cache and tune_kernel's families: what they hold; clear "
-                                              "them or purge failures")
+                                              "them or purge failures",
+                      example="tilegen cache --purge-failed")
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--clear", action="store_true", help="remove every cached compile and tune_kernel's families "
                         "and arrays (tilegen's files only)")
@@ -239,11 +256,12 @@ def _cache_command(commands: Any) -> None:
                         help="remove the cached compile errors and damaged entries, so those variants compile again")
 
 
-def _command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
-    """A subcommand's parser, run by gen.cli.commands.cmd_<name>. The global options are taken after
-    the command too, into their own field: argparse would let the command's default replace what was
-    given before it."""
-    parser = commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+def _command(commands: Any, name: str, help: str, example: str) -> argparse.ArgumentParser:
+    """A subcommand's parser, run by gen.cli.commands.cmd_<name>, its help ending with an example. The
+    global options are taken after the command too, into their own field: argparse would let the
+    command's default replace what was given before it."""
+    parser = commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+                                 epilog=f"example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.set_defaults(handler=getattr(run, f"cmd_{name}"))
     return _add_family_path(parser, "family_path_after")
 

@@ -1,13 +1,14 @@
 """The NVRTC compile worker: a process of its own (`python -m gen.compiling.nvrtc_process FD`) that
-compiles programs it is sent over the socket FD, one at a time, until the socket closes. A crash
-or a hang of NVRTC ends this process, never tilegen (gen.compiling.nvrtc says what to do then)."""
+compiles programs it is sent over the socket FD, one at a time, until the socket closes (at once, even
+mid-compile: tilegen has ended). A crash or a hang of NVRTC ends this process, never tilegen
+(gen.compiling.nvrtc says what to do then)."""
 
 from __future__ import annotations
 
-import signal
 import sys
 from multiprocessing.connection import Connection
 
+from ..core.processes import child_connection
 from .nvrtc_library import compile_program
 
 
@@ -22,5 +23,4 @@ def serve(connection: Connection) -> None:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only tilegen stops its workers
-    serve(Connection(int(sys.argv[1])))
+    serve(child_connection(int(sys.argv[1])))

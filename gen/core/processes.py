@@ -1,5 +1,5 @@
-"""Child processes (nvcc, compute-sanitizer) that an interrupt must stop at once, and the signals
-that interrupt tilegen (Ctrl-C, SIGTERM, a closed terminal's SIGHUP).
+"""Child processes (nvcc, compute-sanitizer) that an interrupt must stop at once (the signals that
+interrupt tilegen are gen.core.signals').
 
 They run in a session of their own, so a Ctrl-C at the terminal reaches tilegen alone: nvcc's own
 reaction to SIGINT (an exit code that looks like a compile error) can then never be taken for a
@@ -12,30 +12,21 @@ killed with the rest: a child is never left running on its own.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from .errors import Interrupted
+from .signals import interrupts_held
 
-# Ctrl-C, a kill, and a closed terminal: each stops a command the same way (even where SIGINT came
-# in ignored, as in a background job of a script).
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-EXIT_INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C, SIGTERM or SIGHUP
 POLL_S = 0.1  # the longest a wait (for rows, for workers) lasts before it looks for a stop or a kill
-
-
-def install_stop_handlers() -> dict[int, Any]:
-    """From here on each stop signal raises KeyboardInterrupt in the main thread (call it there);
-    returns the handlers they had."""
-    return {signum: signal.signal(signum, _stop) for signum in STOP_SIGNALS}
 
 
 class ProcessGroup:
@@ -77,7 +68,7 @@ class ProcessGroup:
         got it to kill (a group of one query, which no one else kills)."""
         process: subprocess.Popen | None = None
         try:
-            with _interrupts_held(), self._lock:
+            with interrupts_held(), self._lock:
                 if self._stopped.is_set():
                     raise Interrupted("stopping")
                 process = subprocess.Popen(list(command), start_new_session=True, **popen)
@@ -152,53 +143,28 @@ class Child:
         return self.stderr.read().decode(errors="replace")
 
 
+def child_connection(descriptor: int) -> Connection:
+    """What a `Child` runs first: its end of the socket, descriptor `descriptor`. It ignores Ctrl-C,
+    which only tilegen acts on, and exits the moment the socket hangs up, even in the middle of its
+    work (a compile, a kernel): tilegen has ended, perhaps killed with no time to end its children."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_when_hung_up, args=(descriptor,), name="exit when tilegen ends", daemon=True).start()
+    return Connection(descriptor)
+
+
+def _exit_when_hung_up(descriptor: int) -> None:
+    hang_up = select.poll()
+    hang_up.register(descriptor, 0)  # no event asked for: poll still says when the other end is gone
+    hang_up.poll()
+    os._exit(0)
+
+
 def kill_session(pid: int) -> None:
     """A child and everything it started (nvcc runs cicc and ptxas): its whole session."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-class _Held:
-    """Interrupts the main thread holds back while it starts a child (see `_interrupts_held`)."""
-
-    depth = 0
-    pending = False
-
-
-def _stop(signum: int, frame: Any) -> None:
-    if _Held.depth:
-        _Held.pending = True
-        return
-    raise StopSignal()
-
-
-class StopSignal(KeyboardInterrupt):
-    """What a stop signal raises while tilegen's handlers are installed: a KeyboardInterrupt that
-    no signal raised (a plugin's own code raising it) is then that code's failure, not a stop."""
-
-
-def stop_handlers_installed() -> bool:
-    return signal.getsignal(signal.SIGINT) is _stop
-
-
-@contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """In the main thread, a stop signal that comes inside raises its KeyboardInterrupt at the end:
-    by then the child started inside is known, so the interrupt can kill it. Elsewhere, nothing:
-    only the main thread gets signals."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    _Held.depth += 1
-    try:
-        yield
-    finally:
-        _Held.depth -= 1
-        if not _Held.depth and _Held.pending:
-            _Held.pending = False
-            raise StopSignal()
 
 
 def visible_devices_for(gpu: int) -> str:

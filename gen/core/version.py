@@ -1,3 +1,3 @@
 """tilegen's version: in every result row's provenance, the emitted files' banners and the wheel."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Iterable, Iterator
 
 from ..core.paths import builtin_templates_dir, path_problem
-from ..core.processes import StopSignal, stop_handlers_installed
+from ..core.signals import StopSignal, stop_handlers_installed
 from .builtin import BUILTIN_FAMILIES
 from .family import Family
 from .plugin_checks import PluginProblem, check_family, one_line

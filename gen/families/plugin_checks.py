@@ -195,11 +195,15 @@ def _check_arrays(family: Family, variant: Variant) -> None:
     missing = [a.name for a in problem.arguments if not isinstance(a, Scalar) and a.name not in arrays]
     if missing:
         raise PluginProblem(f"{where}: {family.name}'s arrays() gives no dimensions for {', '.join(missing)}")
-    for scalar in (a for a in problem.arguments if isinstance(a, Scalar)):
-        if not hasattr(shape, scalar.attribute):
+    scalars = [a for a in problem.arguments if isinstance(a, Scalar)]
+    if type(problem).scalars is Problem.scalars:  # each value is the shape's attribute: say which is missing
+        for scalar in (a for a in scalars if not hasattr(shape, a.attribute)):
             raise PluginProblem(f"{where}: scalar {scalar.name} of {family.name} takes the shape's "
                                 f"{scalar.attribute!r}, which its shapes do not have (set Scalar(..., source=...) or "
                                 f"override scalars())")
+    values = _attempt(family, variant, "scalars()", lambda: problem.scalars(shape))
+    if missing := [a.name for a in scalars if a.name not in values]:
+        raise PluginProblem(f"{where}: {family.name}'s scalars() gives no value for {', '.join(missing)}")
 
 
 def _check_reference(family: Family, variant: Variant, shape: Any) -> None:

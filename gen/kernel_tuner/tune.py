@@ -79,6 +79,8 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     result = run_tune(options, executor)
     results = kernel_tuner_results(result, made.spec, get_family(made.family).variant_type, options.db)
     env = environment(result, made, options, time.monotonic() - started)
+    if verbose:
+        print(verbose_report(results, env))
     if cached:
         _write_cache(cached, {"kernel_name": kernel_name, "tune_params": made.spec["tune_params"], "results": results,
                               "env": env})
@@ -290,6 +292,16 @@ def kernel_tuner_results(result: TuneResult, spec: Mapping[str, Any], variant_ty
                         "times_min": row.min_ms, "times_max": row.max_ms, "samples": row.samples,
                         "status": str(row.status), "message": row.message, "variant": name})
     return results
+
+
+def verbose_report(results: list[dict], env: Mapping[str, Any]) -> str:
+    """What verbose=True prints, as Kernel Tuner's does: each configuration's parameters and time (or
+    failure), then the best."""
+    lines = []
+    for result in results:
+        measured = f"{result['time']:.4g} ms" if isinstance(result["time"], float) else result["time"]
+        lines.append(", ".join(f"{name}={result[name]}" for name in env["tune_params"]) + f", time={measured}")
+    return "\n".join([*lines, f"best performing configuration: {env['best']}, time={env['best_time']:.4g} ms"])
 
 
 def environment(result: TuneResult, made: Any, options: TuneOptions, seconds: float) -> dict[str, Any]:

@@ -38,17 +38,27 @@ TITLED = {".png", ".pdf", ".svg"}  # formats whose files keep the title as metad
 def plot(rows: Sequence[Row], traces: dict[PlotKey, Traces], path: Path) -> list[Path]:
     """A figure per (family, shape, GPU) with heatmaps or traces: at `path` when there is one, else
     beside it, named PATH-STEM-FAMILY-SHAPE-GPU.EXT. The paths written, in order."""
-    problems = {problem: panels for problem in sorted({_problem(r) for r in measured(rows)})
-                if (panels := _heatmap_panels(rows, problem))}
+    check_something_to_plot(rows, traces)
+    problems = _heatmaps(rows)
     drawn = sorted(set(problems) | set(traces))
-    if not drawn:
-        raise UsageError("nothing to plot: no correct measured rows with heatmap axes and no tuning traces")
     written = []
     for problem in drawn:
         target = path if len(drawn) == 1 else path.with_name(f"{path.stem}-{_slug(problem)}{path.suffix}")
         _figure(problems.get(problem, []), traces.get(problem, {}), target, plot_title(problem))
         written.append(target)
     return written
+
+
+def check_something_to_plot(rows: Sequence[Row], traces: dict[PlotKey, Traces]) -> None:
+    """UsageError, before anything is printed or written, when there would be no figure."""
+    if not _heatmaps(rows) and not traces:
+        raise UsageError("nothing to plot: no correct measured rows with heatmap axes and no tuning traces "
+                         "(a run without a GPU only compiles); leave out --plot")
+
+
+def _heatmaps(rows: Sequence[Row]) -> dict[PlotKey, list[tuple]]:
+    return {problem: panels for problem in sorted({_problem(r) for r in measured(rows)})
+            if (panels := _heatmap_panels(rows, problem))}
 
 
 def plot_title(problem: PlotKey) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ..core.errors import UsageError
 from ..families import element_type
@@ -113,15 +113,43 @@ def compiled_by(row: Row) -> str:
 
 def compilers_line(rows: Iterable[Row]) -> str:
     """'compiler: nvrtc 13.0.88 for sm_90 (40 rows)': what made the rows that compiled."""
-    made = Counter(compiled_by(row) for row in rows if row.status not in (Status.SKIPPED, Status.COMPILE_ERROR))
+    made = _compilers(rows)
     return "compiler: " + ("; ".join(f"{who} ({count} rows)" for who, count in sorted(made.items())) or "none")
+
+
+def _compilers(rows: Iterable[Row]) -> Counter[str]:
+    return Counter(compiled_by(row) for row in rows if row.status not in (Status.SKIPPED, Status.COMPILE_ERROR))
 
 
 def report(rows: Sequence[Row], count: int = 10, style: str = "text") -> str:
     table, heading = REPORT_STYLES[style].table, REPORT_STYLES[style].heading
+    best = best_table(rows, table) if by_problem(rows) else none_ranked(rows)
     return "\n\n".join([f"{heading}Rows per status", status_table(rows, table), compilers_line(rows),
-                         f"{heading}Best per problem (ranked by share of its ceiling)", best_table(rows, table),
+                         f"{heading}Best per problem (ranked by share of its ceiling)", best,
                          *top_tables(rows, count, table, heading)])
+
+
+def report_data(rows: Sequence[Row], count: int = 10) -> dict[str, Any]:
+    """The report as data (`tilegen report --json`): the points per status of each family, the rows
+    each compiler made, each problem's best `count` rows (as results.jsonl holds them), best first,
+    and why none is ranked when none is."""
+    problems = by_problem(rows)
+    return {"statuses": {family: dict(sorted(status_counts(r for r in rows if r.family == family).items()))
+                         for family in sorted({row.family for row in rows})},
+            "compilers": dict(sorted(_compilers(rows).items())),
+            "problems": [{"family": family, "dtype": dtype, "shape": shape, "gpu": gpu,
+                          "ranked": [row.to_dict() for row in ranked[:count]]}
+                         for (family, dtype, shape, gpu), ranked in problems.items()],
+            **({} if problems else {"none_ranked": none_ranked(rows)})}
+
+
+def none_ranked(rows: Sequence[Row]) -> str:
+    """Why no problem has a ranking: no row is correct and timed (a run without a GPU times nothing)."""
+    counts = status_counts(rows)
+    said = ", ".join(f"{status} {count}" for status, count in sorted(counts.items())) or "no rows"
+    hint = ("; a run without a GPU only compiles: sweep on a GPU to time and rank the variants"
+            if counts[str(Status.COMPILED)] else "")
+    return f"none ranked: no row is correct and timed ({said}){hint}"
 
 
 def _rate(row: Row) -> str:

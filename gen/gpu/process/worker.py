@@ -5,14 +5,14 @@ process that makes a CUDA context for the pipeline's jobs.
     python -m gen.gpu.process.worker --once JOB_JSON                  # one job (compute-sanitizer, ncu)
 
 With --serve, the process runs MODULE:FUNCTION (`WORKER`, or a stand-in a test names) on the socket
-it inherited, as descriptor FD; it ignores Ctrl-C, which only tilegen, its parent, acts on.
+it inherited, as descriptor FD; it ignores Ctrl-C, which only tilegen, its parent, acts on, and ends
+the moment tilegen does (gen.core.processes.child_connection).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import signal
 import sys
 import threading
 import time
@@ -21,6 +21,7 @@ from dataclasses import asdict
 from multiprocessing.connection import Connection
 from typing import Callable
 
+from ...core.processes import child_connection
 from ...core.results import Measurement, Status
 
 from ...core.timing import TimingOptions
@@ -120,10 +121,9 @@ def run_once(text: str) -> int:
 
 def _serve(descriptor: str, physical_index: str, target: str) -> int:
     """The worker process's entry: the socket it was given, its GPU, and the function to run."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only tilegen stops its workers
     module, _, function = target.partition(":")
     serve: Callable[[Connection, int], None] = getattr(importlib.import_module(module), function)
-    connection = Connection(int(descriptor))
+    connection = child_connection(int(descriptor))
     serve(connection, int(physical_index))
     return 0
 
