@@ -17,6 +17,8 @@ import numpy as np
 from .core.errors import UsageError
 
 LEGACY_STREAM = 1  # CUDA's legacy default stream, as the array interface and DLPack write it
+ADDRESSES = 2**64  # device pointers and stream handles are below it
+INTERFACE_VERSIONS = range(4)  # the __cuda_array_interface__ versions tilegen reads
 KINDS = "a PyTorch tensor, a CuPy, Numba or JAX array (__cuda_array_interface__ or __dlpack__), a pycuda " \
         "GPUArray or a NumPy array"
 
@@ -72,30 +74,41 @@ def describe(array: Any, name: str, dlpack_stream: int = LEGACY_STREAM) -> Devic
 
 
 def from_interface(interface: dict[str, Any], name: str, owner: Any) -> DeviceArray:
-    """An array from its __cuda_array_interface__ (versions 2 and 3: strides None is C order;
-    version 3's `stream` is where the producer works)."""
+    """An array from its __cuda_array_interface__ (versions 0 to 3: strides None is C order;
+    version 3's `stream` is where the producer works). Each field is checked here, once per layout
+    (a kernel keeps what it read per layout): a field tilegen cannot read is one line naming it."""
     try:
-        dtype = np.dtype(interface["typestr"])
+        version, dtype = int(interface.get("version", 3)), np.dtype(interface["typestr"])
         shape = tuple(int(d) for d in interface["shape"])
         pointer, readonly = int(interface["data"][0] or 0), bool(interface["data"][1])
+        strides = interface.get("strides")
+        strides = tuple(int(s) for s in strides) if strides is not None else _c_strides(shape, dtype.itemsize)
+        stream = interface.get("stream")
+        stream = None if stream is None else _handle(stream)
     except (KeyError, TypeError, ValueError, IndexError) as error:
         raise UsageError(f"{name}'s __cuda_array_interface__ is not one tilegen can read ({error})") from None
+    if version not in INTERFACE_VERSIONS:
+        raise UsageError(f"{name}'s __cuda_array_interface__ is version {version}; tilegen reads versions 0 to 3")
+    if not 0 <= pointer < ADDRESSES or len(strides) != len(shape) or min(shape, default=0) < 0:
+        raise UsageError(f"{name}'s __cuda_array_interface__ describes no array (data {pointer:#x}, shape {shape}, "
+                         f"strides {strides}): pass the array its library made")
     if interface.get("mask") is not None:
         raise UsageError(f"{name} is a masked array; pass its data without the mask")
-    strides = interface.get("strides")
-    strides = tuple(int(s) for s in strides) if strides is not None else _c_strides(shape, dtype.itemsize)
-    stream = interface.get("stream")
-    return DeviceArray(pointer, shape, strides, dtype, "cai", owner, None, None if stream is None else int(stream),
-                       readonly)
+    return DeviceArray(pointer, shape, strides, dtype, "cai", owner, None, stream, readonly)
 
 
 def from_dlpack(array: Any, name: str, stream: int) -> DeviceArray:
     """An array through DLPack: the producer makes its data ready on `stream`; the capsule is kept
     with the array (the memory lives as long as it does)."""
     try:
-        capsule = array.__dlpack__(stream=stream)
-    except TypeError:  # a producer of DLPack before streams
-        capsule = array.__dlpack__()
+        try:
+            capsule = array.__dlpack__(stream=stream)
+        except TypeError:  # a producer of DLPack before streams
+            capsule = array.__dlpack__()
+    except Exception as error:  # the producer's own refusal, whatever its kind
+        said = (str(error).splitlines() or ["no message"])[0]
+        raise UsageError(f"{name}'s __dlpack__ failed ({type(error).__name__}: {said}); pass an array whose "
+                         f"producer can export it") from None
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
     get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
     try:
@@ -161,17 +174,25 @@ def stream_source(arrays: dict[str, DeviceArray]) -> Callable[[], int]:
 def stream_handle(stream: Any) -> int:
     """A stream's handle: an int, or a stream object of PyTorch (cuda_stream), CuPy (ptr), PyCUDA
     (handle) or cuda.core (__cuda_stream__)."""
-    if type(stream) is int and stream >= 0:
+    if type(stream) is int and 0 <= stream < ADDRESSES:
         return stream
-    if hasattr(stream, "__cuda_stream__"):
-        return int(stream.__cuda_stream__()[1])
-    for attribute in ("cuda_stream", "ptr", "handle"):
-        if hasattr(stream, attribute):
-            return int(getattr(stream, attribute))
-    if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool) and stream >= 0:
-        return int(stream)
-    raise UsageError(f"stream must be a CUDA stream (a handle, or a PyTorch, CuPy, PyCUDA or cuda.core stream), "
-                     f"got {stream!r}")
+    try:
+        if hasattr(stream, "__cuda_stream__"):
+            return _handle(stream.__cuda_stream__()[1])
+        for attribute in ("cuda_stream", "ptr", "handle"):
+            if hasattr(stream, attribute):
+                return _handle(getattr(stream, attribute))
+        return _handle(stream)
+    except (TypeError, ValueError, IndexError):
+        raise UsageError(f"stream must be a CUDA stream (a handle, or a PyTorch, CuPy, PyCUDA or cuda.core "
+                         f"stream), got {stream!r}") from None
+
+
+def _handle(value: Any) -> int:
+    """A stream handle: an integer that fits a pointer; ValueError for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < ADDRESSES:
+        raise ValueError(f"a stream handle must be an integer from 0 to 2**64 - 1, got {value!r}")
+    return int(value)
 
 
 def _legacy(handle: int) -> int:
@@ -203,8 +224,11 @@ def allocate(like: DeviceArray, shape: tuple[int, ...], dtype: np.dtype) -> Any:
     if like.kind == "cai" and type(like.owner).__module__.startswith("numba"):
         return sys.modules["numba.cuda"].device_array(shape, dtype)
     if like.kind == "pycuda":
-        from .gpu.launch import empty
-
+        try:
+            from .gpu.launch import empty
+        except ImportError as error:
+            raise UsageError(f"a GPUArray output is made through pycuda, which did not import ({error}): "
+                             f"pip install 'tilegen[cuda]', or pass out=") from None
         return empty(shape, dtype)
     raise UsageError(f"tilegen makes outputs for PyTorch, CuPy, Numba, PyCUDA and NumPy arrays; for a "
                      f"{type(like.owner).__name__}, pass out=")

@@ -203,3 +203,59 @@ def test_an_array_named_stream_is_an_array_not_the_launch_stream(tmp_path: Path,
             kernel(stream=FakeDeviceArray((37, 45), "<f8"), out=FakeDeviceArray((37, 45)))
     finally:
         registry.cache_clear()
+
+
+class Raising:
+    """A DLPack producer that refuses to export."""
+
+    def __dlpack__(self, stream=None):
+        raise RuntimeError("cannot export a sparse tensor\nsecond line")
+
+
+class GpuArrayLike:
+    """What a pycuda GPUArray shows: gpudata, shape, strides, dtype."""
+
+    def __init__(self, shape):
+        self.gpudata, self.shape, self.dtype = 1 << 20, shape, np.dtype("float32")
+        self.strides = (shape[1] * 4, 4)
+
+
+def _interface(**fields):
+    array = FakeDeviceArray((64, 16))
+    array.__cuda_array_interface__.update(fields)
+    return array
+
+
+@pytest.mark.parametrize("output, error", [
+    (_interface(strides=("x", 4)), r"^C's __cuda_array_interface__ is not one tilegen can read \(invalid literal"),
+    (_interface(strides=(4,)), r"^C's __cuda_array_interface__ describes no array \(data 0x100000, shape \(64, 16\), "
+                               r"strides \(4,\)\): pass the array its library made$"),
+    (_interface(stream="fast"), r"^C's __cuda_array_interface__ is not one tilegen can read \(a stream handle must "
+                                r"be an integer from 0 to 2\*\*64 - 1, got 'fast'\)$"),
+    (_interface(stream=2**70), r"^C's __cuda_array_interface__ is not one tilegen can read \(a stream handle"),
+    (_interface(data=(-4096, False)), r"^C's __cuda_array_interface__ describes no array \(data -0x1000"),
+    (_interface(version=99), r"^C's __cuda_array_interface__ is version 99; tilegen reads versions 0 to 3$"),
+    (Raising(), r"^C's __dlpack__ failed \(RuntimeError: cannot export a sparse tensor\); pass an array whose "
+                r"producer can export it$"),
+], ids=["junk strides", "strides of another rank", "named stream", "huge stream", "negative pointer", "version",
+        "dlpack raises"])
+def test_a_malformed_array_is_refused_in_one_line(output, error) -> None:
+    with pytest.raises(gen.UsageError, match=error):
+        gen.kernel("sgemm")(*gemm_arrays()[:2], output)
+
+
+def test_a_stream_handle_must_fit_a_pointer() -> None:
+    for stream in (2**70, -1, 1.5, True):
+        with pytest.raises(gen.UsageError, match=f"^stream must be a CUDA stream .*got {stream!r}$"):
+            stream_handle(stream)
+    assert stream_handle(np.uint64(2**64 - 1)) == 2**64 - 1
+
+
+def test_matmul_of_gpuarrays_without_pycuda_says_what_to_install(monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pycuda", None)  # import pycuda fails, as where it is not installed
+    monkeypatch.setitem(sys.modules, "gen.gpu.launch", None)
+    with pytest.raises(gen.UsageError, match=r"^a GPUArray output is made through pycuda, which did not import "
+                                             r"\(.*\): pip install 'tilegen\[cuda\]', or pass out=$"):
+        gen.matmul(GpuArrayLike((8, 4)), GpuArrayLike((4, 8)))
