@@ -18,7 +18,7 @@ __all__ = ["TilegenError", "UsageError", "__version__", "kernel", "load_families
 
 
 # The API's functions, each imported from its module when first used, so that `import gen` stays light.
-_LAZY = {"sweep": "tuning", "tune": "tuning", "tuned": "search.lookup", "kernel": "kernels", "matmul": "kernels",
+_LAZY = {"sweep": "tuning", "tune": "tuning", "tuned": "search.lookup", "kernel": "kernels", "matmul": "matmul_call",
          "tune_kernel": "kernel_tuner"}
 
 

@@ -8,6 +8,7 @@ their fast accessors are used instead of building the interface's dict on every 
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -210,26 +211,62 @@ def _torch(tensor: Any, name: str) -> DeviceArray:
     return DeviceArray(tensor.data_ptr(), tuple(tensor.shape), strides, dtype, "torch", tensor, tensor.device.index)
 
 
+def layout_key(array: Any) -> tuple[Any, ...] | None:
+    """What a call's launch depends on in this array, read through the array's own attributes at
+    the least cost: its address, dimensions, strides, element type (and, for PyTorch, device).
+    None for an array of another kind, which is described in full on every call (a stream it names
+    may change from call to call)."""
+    reader = _KEY_READERS.get(type(array), _UNREAD)
+    if reader is _UNREAD:
+        reader = _KEY_READERS.setdefault(type(array), _key_reader(type(array)))
+    return reader(array) if reader is not None else None
+
+
+def _key_reader(kind: type) -> Callable[[Any], tuple[Any, ...]] | None:
+    library = kind.__module__.split(".")[0]
+    if library == "torch" and hasattr(kind, "data_ptr"):
+        return lambda t: (t.data_ptr(), t.shape, t.stride(), t.dtype, t.get_device())
+    if library == "cupy" and hasattr(kind, "data"):
+        return lambda a: (a.data.ptr, a.shape, a.strides, a.dtype)
+    if library == "pycuda" and hasattr(kind, "gpudata"):
+        return lambda a: (int(a.gpudata), a.shape, a.strides, a.dtype)
+    return None
+
+
+_UNREAD = object()
+_KEY_READERS: dict[type, Callable[[Any], tuple[Any, ...]] | None] = {}
+
+
 def allocate(like: DeviceArray, shape: tuple[int, ...], dtype: np.dtype) -> Any:
     """A new array of the caller's kind, beside `like` (its device): PyTorch, CuPy, Numba, PyCUDA or NumPy."""
+    return output_maker(like, shape, dtype)()
+
+
+def output_maker(like: DeviceArray, shape: tuple[int, ...], dtype: np.dtype) -> Callable[[], Any]:
+    """What makes new arrays like `allocate`'s, each call, at the least host cost; it keeps no array
+    of the caller's alive. UsageError for an array of a kind tilegen makes none of."""
     if like.kind == "torch":
         torch = sys.modules["torch"]
-        return torch.empty(shape, dtype=getattr(torch, dtype.name), device=like.owner.device)
+        return functools.partial(torch.empty, shape, dtype=getattr(torch, dtype.name), device=like.owner.device)
     if like.kind == "cupy":
-        cupy = sys.modules["cupy"]
-        with cupy.cuda.Device(like.device):
-            return cupy.empty(shape, dtype)
+        cupy, device = sys.modules["cupy"], like.device
+
+        def cupy_empty() -> Any:
+            with cupy.cuda.Device(device):
+                return cupy.empty(shape, dtype)
+
+        return cupy_empty
     if like.kind == "numpy":
-        return np.empty(shape, dtype)
+        return functools.partial(np.empty, shape, dtype)
     if like.kind == "cai" and type(like.owner).__module__.startswith("numba"):
-        return sys.modules["numba.cuda"].device_array(shape, dtype)
+        return functools.partial(sys.modules["numba.cuda"].device_array, shape, dtype)
     if like.kind == "pycuda":
         try:
             from .gpu.launch import empty
         except ImportError as error:
             raise UsageError(f"a GPUArray output is made through pycuda, which did not import ({error}): "
                              f"pip install 'tilegen[cuda]', or pass out=") from None
-        return empty(shape, dtype)
+        return functools.partial(empty, shape, dtype)
     raise UsageError(f"tilegen makes outputs for PyTorch, CuPy, Numba, PyCUDA and NumPy arrays; for a "
                      f"{type(like.owner).__name__}, pass out=")
 
