@@ -203,10 +203,9 @@ def _legacy(handle: int) -> int:
 def _torch(tensor: Any, name: str) -> DeviceArray:
     if not tensor.is_cuda:
         raise UsageError(f"{name} is a PyTorch tensor on {tensor.device}; move it to the GPU ({name}.cuda())")
-    dtype = _TORCH_TYPES.get(str(tensor.dtype))
+    dtype = torch_element_type(tensor.dtype)
     if dtype is None:
         raise UsageError(f"{name} is a PyTorch tensor of {tensor.dtype}, a type tilegen does not run")
-    dtype = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
     strides = tuple(s * dtype.itemsize for s in tensor.stride())
     return DeviceArray(tensor.data_ptr(), tuple(tensor.shape), strides, dtype, "torch", tensor, tensor.device.index)
 
@@ -235,6 +234,12 @@ def _key_reader(kind: type) -> Callable[[Any], tuple[Any, ...]] | None:
 
 _UNREAD = object()
 _KEY_READERS: dict[type, Callable[[Any], tuple[Any, ...]] | None] = {}
+
+
+def torch_element_type(dtype: Any) -> np.dtype | None:
+    """The NumPy element type of a PyTorch dtype; None for one tilegen does not run."""
+    name = _TORCH_TYPES.get(str(dtype))
+    return None if name is None else _bfloat16() if name == "bfloat16" else np.dtype(name)
 
 
 def allocate(like: DeviceArray, shape: tuple[int, ...], dtype: np.dtype) -> Any:

@@ -48,8 +48,7 @@ def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any) -> tuple[Any, Prepar
     if k != k2 or arrays["b"].dtype != arrays["a"].dtype:
         raise UsageError(f"gen.matmul multiplies (M x K)(K x N) matrices of one type; got {arrays['a'].dtype} "
                          f"{arrays['a'].shape} and {arrays['b'].dtype} {arrays['b'].shape}")
-    dtype = element_type_of(arrays["a"].dtype)
-    out_dtype = numpy_dtype(families[-1].default_variant().with_element_type(dtype).output_dtype)
+    dtype, out_dtype = element_type_of(arrays["a"].dtype), output_dtype(arrays["a"].dtype)
     if out is None:
         new_output = output_maker(arrays["a"], (m, n), out_dtype)
         out = new_output()
@@ -68,6 +67,14 @@ def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any) -> tuple[Any, Prepar
     views = [_allocated(arrays[label], rows, lead) for label, rows, lead in (("a", m, lda), ("b", k, ldb),
                                                                             ("out", m, ldc))]
     return out, chosen.prepared(*views)
+
+
+@functools.cache
+def output_dtype(element: np.dtype) -> np.dtype:
+    """The element type of gen.matmul's output for matrices of `element` (UsageError where no family
+    multiplies that type)."""
+    last = gemm_families(element)[-1]  # the one that runs on every GPU: the others write what it writes
+    return numpy_dtype(last.default_variant().with_element_type(element_type_of(element)).output_dtype)
 
 
 @functools.lru_cache(maxsize=256)
