@@ -259,3 +259,28 @@ def test_matmul_of_gpuarrays_without_pycuda_says_what_to_install(monkeypatch) ->
     with pytest.raises(gen.UsageError, match=r"^a GPUArray output is made through pycuda, which did not import "
                                              r"\(.*\): pip install 'tilegen\[cuda\]', or pass out=$"):
         gen.matmul(GpuArrayLike((8, 4)), GpuArrayLike((4, 8)))
+
+
+def test_a_call_that_cannot_be_captured_says_so_before_touching_the_capture(monkeypatch) -> None:
+    """NumPy arrays are copied (and waited for): inside a CUDA graph capture the call refuses in one
+    line (the driver replaced: it says a capture is under way on the stream asked)."""
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
+    from cuda.bindings import driver
+    from gen.gpu import native
+
+    asked = []
+
+    class Capturing:
+        CUresult, CUstreamCaptureStatus, CUstream = driver.CUresult, driver.CUstreamCaptureStatus, int
+
+        @staticmethod
+        def cuStreamIsCapturing(stream):
+            asked.append(stream)
+            return native.SUCCESS, driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+    monkeypatch.setattr(native, "driver", Capturing)
+    x, y = np.ones((8, 4), np.float32), np.zeros((4, 8), np.float32)
+    with pytest.raises(gen.UsageError, match="^NumPy arrays are copied to the GPU and back, which a CUDA graph cannot "
+                                             "capture: give a call you capture arrays already on the GPU$"):
+        gen.kernel("transpose", 8, 4)(x, y, stream=0x5EED)
+    assert asked == [0x5EED] and not y.any()
