@@ -212,9 +212,9 @@ def _torch(tensor: Any, name: str) -> DeviceArray:
 
 def layout_key(array: Any) -> tuple[Any, ...] | None:
     """What a call's launch depends on in this array, read through the array's own attributes at
-    the least cost: its address, dimensions, strides, element type (and, for PyTorch, device).
-    None for an array of another kind, which is described in full on every call (a stream it names
-    may change from call to call)."""
+    the least cost: its address (which, in CUDA's unified address space, also names its GPU, or
+    the host), dimensions, strides and element type. None for an array of another kind, which is
+    described in full on every call (a stream it names may change from call to call)."""
     reader = _KEY_READERS.get(type(array), _UNREAD)
     if reader is _UNREAD:
         reader = _KEY_READERS.setdefault(type(array), _key_reader(type(array)))
@@ -224,7 +224,7 @@ def layout_key(array: Any) -> tuple[Any, ...] | None:
 def _key_reader(kind: type) -> Callable[[Any], tuple[Any, ...]] | None:
     library = kind.__module__.split(".")[0]
     if library == "torch" and hasattr(kind, "data_ptr"):
-        return lambda t: (t.data_ptr(), t.shape, t.stride(), t.dtype, t.get_device())
+        return lambda t: (t.data_ptr(), t.shape, t.stride(), t.dtype)
     if library == "cupy" and hasattr(kind, "data"):
         return lambda a: (a.data.ptr, a.shape, a.strides, a.dtype)
     if library == "pycuda" and hasattr(kind, "gpudata"):
