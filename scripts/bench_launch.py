@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gen  # noqa: E402
 from gen.compiling.compiler import CompileOptions, compile_variant  # noqa: E402
 from gen.core.table import text_table  # noqa: E402
-from gen.families import get_family  # noqa: E402
-from gen.families.problem import SCALAR_TYPES, Scalar  # noqa: E402
+from gen.families import gemm_families, get_family  # noqa: E402
+from gen.families.problem import SCALAR_TYPES, Scalar, numpy_dtype  # noqa: E402
 
 FAMILY = "transpose"
 
@@ -122,7 +122,9 @@ def matmul_host_rows(torch: Any, dims: str, dtype: Any, launches: int, rounds: i
     """gen.matmul's host cost per call in an enqueue-bound loop against torch.matmul, and a captured
     graph of `launches` calls replayed (GPU time per call, CUDA events) against the eager loop's."""
     a, b, out = gemm_operands(torch, dims, dtype)
+    prepared = gemm_prepared(a, b, out, dims, {torch.bfloat16: "bf16", torch.float16: "f16"}.get(dtype, "f32"))
     found = [("torch.matmul(a, b)", lambda: torch.matmul(a, b), torch.cuda.synchronize),
+             (f"{prepared.variant.name}, prepared", prepared, torch.cuda.synchronize),
              ("gen.matmul(a, b)", lambda: gen.matmul(a, b), torch.cuda.synchronize),
              ("torch.matmul(a, b, out=out)", lambda: torch.matmul(a, b, out=out), torch.cuda.synchronize),
              ("gen.matmul(a, b, out)", lambda: gen.matmul(a, b, out), torch.cuda.synchronize)]
@@ -141,6 +143,17 @@ def matmul_host_rows(torch: Any, dims: str, dtype: Any, launches: int, rounds: i
     rows = [[case, f"{us:.2f}", f"{us / host['torch.matmul(a, b)']:.2f}x", f"{gpu[case]:.2f}" if case in gpu else "-"]
             for case, us in host.items()]
     return rows + [["its captured graph, replayed", "-", "-", f"{gpu['its captured graph, replayed']:.2f}"]]
+
+
+def gemm_prepared(a: Any, b: Any, out: Any, dims: str, dtype: str) -> Any:
+    """The launch gen.matmul makes at `dims`, prepared through gen.kernel: the first of the families
+    that multiply the type that takes these arrays here."""
+    for family in gemm_families(np.dtype(numpy_dtype(dtype))):
+        try:
+            return gen.kernel(family.name, dims, dtype=dtype).prepared(a, b, out)
+        except gen.UsageError:
+            continue
+    raise SystemExit(f"no family multiplies {dtype} at {dims} here")
 
 
 def gpu_us(torch: Any, run: Callable[[], Any], calls: int, rounds: int) -> float:

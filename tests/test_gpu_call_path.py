@@ -38,7 +38,7 @@ def _half_matmul_or_skip(torch, dtype: str = "bf16"):
     return torch.bfloat16 if dtype == "bf16" else torch.float16
 
 
-@pytest.mark.parametrize("warm", [True, False], ids=["called before", "first call captured"])
+@pytest.mark.parametrize("warm", [True, False], ids=["called-before", "first-call-captured"])
 def test_a_torch_graph_of_matmul_and_kernel_calls_replays_right_after_the_inputs_change(warm: bool) -> None:
     torch = _torch()
     dtype = _half_matmul_or_skip(torch)
