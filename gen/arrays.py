@@ -172,6 +172,18 @@ def stream_source(arrays: dict[str, DeviceArray]) -> Callable[[], int]:
     return lambda: current().ptr
 
 
+def library_streams() -> list[int]:
+    """The current streams of PyTorch and CuPy, where the program uses them: a CUDA graph either
+    captures is captured on one of them (asked before work that a capture cannot hold)."""
+    handles = []
+    torch, cupy = sys.modules.get("torch"), sys.modules.get("cupy")
+    if torch is not None and torch.cuda.is_initialized():
+        handles.append(torch.cuda.current_stream().cuda_stream)
+    if cupy is not None:
+        handles.append(cupy.cuda.get_current_stream().ptr)
+    return handles
+
+
 def stream_handle(stream: Any) -> int:
     """A stream's handle: an int, or a stream object of PyTorch (cuda_stream), CuPy (ptr), PyCUDA
     (handle) or cuda.core (__cuda_stream__)."""

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import DeviceArray, caller_stream, describe, from_dlpack, layout_key, stream_handle, stream_source
+from .arrays import (DeviceArray, caller_stream, describe, from_dlpack, layout_key, library_streams, stream_handle,
+                     stream_source)
 from .compiling.compiler import CompileOptions, compile_variant
 from .core.errors import UsageError
 from .families import get_family
@@ -180,7 +181,7 @@ class Kernel:
         (a copy from pageable memory may return before its data lands) and after the kernel
         (which may run on a stream the copies do not wait for, and reads the copies)."""
         self._validated(described)
-        if driver_api().capturing(caller_stream(described, stream)):
+        if any(map(driver_api().capturing, {caller_stream(described, stream), *library_streams()})):
             raise UsageError("NumPy arrays are copied to the GPU and back, which a CUDA graph cannot capture: give "
                              "a call you capture arrays already on the GPU")
         gpu = _gpu()

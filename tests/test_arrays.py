@@ -263,7 +263,9 @@ def test_matmul_of_gpuarrays_without_pycuda_says_what_to_install(monkeypatch) ->
 
 def test_a_call_that_cannot_be_captured_says_so_before_touching_the_capture(monkeypatch) -> None:
     """NumPy arrays are copied (and waited for): inside a CUDA graph capture the call refuses in one
-    line (the driver replaced: it says a capture is under way on the stream asked)."""
+    line (the driver replaced: it says a capture is under way on every stream asked). On an H100 the
+    legacy stream a NumPy call chooses did not say so while PyTorch captured on its own stream:
+    PyTorch's and CuPy's current streams are asked too (tests/test_gpu_call_path.py)."""
     pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
     from cuda.bindings import driver
     from gen.gpu import native
@@ -283,4 +285,4 @@ def test_a_call_that_cannot_be_captured_says_so_before_touching_the_capture(monk
     with pytest.raises(gen.UsageError, match="^NumPy arrays are copied to the GPU and back, which a CUDA graph cannot "
                                              "capture: give a call you capture arrays already on the GPU$"):
         gen.kernel("transpose", 8, 4)(x, y, stream=0x5EED)
-    assert asked == [0x5EED] and not y.any()
+    assert 0x5EED in asked and not y.any()  # the stream of the call (and PyTorch's and CuPy's, where in use)
