@@ -286,3 +286,25 @@ def test_a_call_that_cannot_be_captured_says_so_before_touching_the_capture(monk
                                              "capture: give a call you capture arrays already on the GPU$"):
         gen.kernel("transpose", 8, 4)(x, y, stream=0x5EED)
     assert 0x5EED in asked and not y.any()  # the stream of the call (and PyTorch's and CuPy's, where in use)
+
+
+def test_a_layout_key_changes_with_anything_a_launch_depends_on() -> None:
+    """The key a kept launch is found by: a CuPy-like array's address, dimensions, strides and type;
+    none for arrays described in full at every call (the array interface may name another stream)."""
+    from types import SimpleNamespace
+
+    from gen.arrays import layout_key
+
+    class CupyLike:
+        __module__ = "cupy._core.core"
+        data = None
+
+        def __init__(self, pointer=4096, shape=(4, 8), strides=(32, 4), dtype=np.dtype("float32")):
+            self.data, self.shape, self.strides, self.dtype = SimpleNamespace(ptr=pointer), shape, strides, dtype
+
+    key = layout_key(CupyLike())
+    assert key == layout_key(CupyLike()) and None not in key
+    others = [CupyLike(pointer=8192), CupyLike(shape=(8, 4)), CupyLike(strides=(64, 4)),
+              CupyLike(dtype=np.dtype("float64"))]
+    assert all(layout_key(other) != key for other in others)
+    assert layout_key(FakeDeviceArray((4, 8))) is None and layout_key(np.zeros(3)) is None
