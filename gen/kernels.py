@@ -94,8 +94,10 @@ class Kernel:
 
     def prepared(self, *positional: Any, **named: Any) -> Prepared:
         """The launch on these device arrays with its arguments packed once: `prepared()` runs it
-        on the arrays' stream, `prepared(stream)` on another, at the least host cost per call."""
-        return self._prepare(self._described(self._named(positional, named), None))
+        on the arrays' stream, `prepared(stream)` on another, at the least host cost per call.
+        `stream=` here settles arrays that name different streams (as in a call)."""
+        stream = named.pop("stream", None) if "stream" not in self.arrays else None
+        return self._prepare(self._described(self._named(positional, named), stream))
 
     def explain(self, *positional: Any, **named: Any) -> str:
         """Which variant runs these arrays (or a shape written like '4096x4096'), and why."""

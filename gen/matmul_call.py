@@ -66,7 +66,7 @@ def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any) -> tuple[Any, Prepar
     chosen = _gemm_kernel(family.name, str(shape), dtype)
     views = [_allocated(arrays[label], rows, lead) for label, rows, lead in (("a", m, lda), ("b", k, ldb),
                                                                             ("out", m, ldc))]
-    return out, chosen.prepared(*views)
+    return out, chosen.prepared(*views, stream=stream)
 
 
 @functools.cache
