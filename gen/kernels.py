@@ -183,10 +183,10 @@ class Kernel:
         (a copy from pageable memory may return before its data lands) and after the kernel
         (which may run on a stream the copies do not wait for, and reads the copies)."""
         self._validated(described)
+        gpu = _gpu()
         if any(map(driver_api().capturing, {caller_stream(described, stream), *library_streams()})):
             raise UsageError("NumPy arrays are copied to the GPU and back, which a CUDA graph cannot capture: give "
                              "a call you capture arrays already on the GPU")
-        gpu = _gpu()
         on_device = {name: gpu.to_device(given[name]) if array.on_host else given[name]
                      for name, array in described.items()}
         device = {name: describe(on_device[name], name) if array.on_host else array

@@ -266,6 +266,9 @@ def test_a_call_that_cannot_be_captured_says_so_before_touching_the_capture(monk
     line (the driver replaced: it says a capture is under way on every stream asked). On an H100 the
     legacy stream a NumPy call chooses did not say so while PyTorch captured on its own stream:
     PyTorch's and CuPy's current streams are asked too (tests/test_gpu_call_path.py)."""
+    import sys
+    from types import SimpleNamespace
+
     pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
     from cuda.bindings import driver
     from gen.gpu import native
@@ -280,7 +283,11 @@ def test_a_call_that_cannot_be_captured_says_so_before_touching_the_capture(monk
             asked.append(stream)
             return native.SUCCESS, driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
 
+    def no_copy(array):
+        raise AssertionError("a NumPy array was copied during the capture")
+
     monkeypatch.setattr(native, "driver", Capturing)
+    monkeypatch.setitem(sys.modules, "gen.gpu.launch", SimpleNamespace(to_device=no_copy))  # pycuda's copies
     x, y = np.ones((8, 4), np.float32), np.zeros((4, 8), np.float32)
     with pytest.raises(gen.UsageError, match="^NumPy arrays are copied to the GPU and back, which a CUDA graph cannot "
                                              "capture: give a call you capture arrays already on the GPU$"):

@@ -111,6 +111,8 @@ def capturing(stream: int) -> bool:
     error, status = driver.cuStreamIsCapturing(driver.CUstream(stream))
     if error == driver.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
         return True
+    if error == driver.CUresult.CUDA_ERROR_NOT_INITIALIZED:  # no CUDA work yet in this process: nothing captured
+        return False
     return _checked((error, status), "asking whether the stream is captured") != \
         driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
