@@ -19,7 +19,7 @@ __all__ = ["TilegenError", "UsageError", "__version__", "kernel", "load_families
 
 # The API's functions, each imported from its module when first used, so that `import gen` stays light.
 _LAZY = {"sweep": "commands.python_api", "tune": "commands.python_api", "tuned": "call.lookup",
-         "kernel": "call.kernels", "matmul": "call.kernels", "tune_kernel": "kernel_tuner.tune"}
+         "kernel": "call.kernels", "matmul": "call.matmul", "tune_kernel": "kernel_tuner.tune"}
 
 
 def __getattr__(name: str) -> Any:

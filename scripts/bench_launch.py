@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
-"""The host cost of one kernel launch from Python: tilegen's ready-to-call kernel (a prepared
-launch, and a full call that reads the arrays each time) against a CuPy RawKernel launch of the
-same cubin, PyTorch's own op for the same work, and pycuda's prepared call (what tilegen's GPU
-workers use). The kernel is the transpose family's default variant at a small size, so the GPU
-finishes each launch sooner than the host issues the next: the time per launch is the host's.
+"""The cost of calling a tuned kernel from Python (issues 31 and 47), beside the peers in the same run.
 
-Each case runs ROUNDS rounds of LAUNCHES launches; a round's host time is measured from the first
-launch to the last one issued (the GPU is synchronised between rounds, outside the clock). Reported:
-the median round's microseconds per launch, and its ratio to CuPy's RawKernel. The target of issue
-31 is a prepared tilegen launch at most 1.5x CuPy's. Prints a table and writes it as Markdown.
+1. Host cost per launch (transpose's default variant at a small size, so the GPU finishes each launch
+   sooner than the host issues the next): tilegen's kernel called sized (`gen.kernel(f, size)(x, y)`),
+   by shape (`gen.kernel(f)(x, y)`) and prepared, against a CuPy RawKernel launch of the same cubin.
+2. gen.matmul on PyTorch tensors (bfloat16 by default) in an enqueue-bound loop at a small shape:
+   host us per call, with and without out=, against torch.matmul; and the GPU time per call of a
+   captured CUDA graph of those calls, replayed, against the eager loop's.
+3. Single calls on an idle GPU at model shapes: the user-visible time of one gen.matmul call (CUDA
+   events around the call, the GPU idle before it) against the kernel's own time (back-to-back
+   calls, as the tuner times it), and the same for torch.matmul (cuBLAS).
 
-Usage: scripts/bench_launch.py [--size 64x64] [--launches 200] [--rounds 50] [--markdown FILE]
+Each case's result is checked first (against float64, outputs poisoned with NaN). Rounds alternate
+between the cases; medians are reported. Prints tables, and writes them as Markdown with --markdown.
+
+Usage: scripts/bench_launch.py [--size 64x64] [--launches 200] [--rounds 50] [--dtype bf16]
+       [--gemm 512x512x512] [--shapes 5120x3072x2048,4096x4096x4096] [--markdown FILE]
 Needs a GPU with CuPy and/or PyTorch (each case whose library is missing is left out and said).
 """
 
@@ -30,25 +35,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gen  # noqa: E402
 from gen.compiling.compiler import CompileOptions, compile_variant  # noqa: E402
 from gen.core.table import text_table  # noqa: E402
-from gen.families import get_family  # noqa: E402
-from gen.families.problem import SCALAR_TYPES, Scalar  # noqa: E402
+from gen.families import gemm_families, get_family  # noqa: E402
+from gen.families.problem import SCALAR_TYPES, Scalar, numpy_dtype  # noqa: E402
 
 FAMILY = "transpose"
 
 
-def per_launch_us(launch: Callable[[], Any], synchronize: Callable[[], None], launches: int, rounds: int) -> float:
-    """The median round's host microseconds per launch."""
-    for _ in range(3):
-        launch()
-    synchronize()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(launches):
+def per_launch_us(found: list[tuple[str, Callable[[], Any], Callable[[], None]]], launches: int,
+                  rounds: int) -> dict[str, float]:
+    """Each case's median round of host microseconds per launch, the cases' rounds alternating."""
+    times: dict[str, list[float]] = {name: [] for name, _, _ in found}
+    for name, launch, synchronize in found:
+        for _ in range(3):
             launch()
-        times.append((time.perf_counter() - start) / launches * 1e6)
         synchronize()
-    return statistics.median(times)
+    for _ in range(rounds):
+        for name, launch, synchronize in found:
+            start = time.perf_counter()
+            for _ in range(launches):
+                launch()
+            times[name].append((time.perf_counter() - start) / launches * 1e6)
+            synchronize()
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def cases(size: str) -> tuple[list[tuple[str, Callable[[], Any], Callable[[], None]]], list[str], str]:
@@ -57,7 +65,7 @@ def cases(size: str) -> tuple[list[tuple[str, Callable[[], Any], Callable[[], No
     shape = family.parse_shape(size)
     h, w = shape.dims
     found, missing = [], []
-    kernel = gen.kernel(FAMILY, size)
+    kernel, by_shape = gen.kernel(FAMILY, size), gen.kernel(FAMILY)
     variant = kernel.variant
     cubin = compile_variant(variant, CompileOptions.local()).cubin
     launch = family.launch(variant, shape)
@@ -68,14 +76,17 @@ def cases(size: str) -> tuple[list[tuple[str, Callable[[], Any], Callable[[], No
     except ImportError:
         missing.append("CuPy is not installed: its cases are left out")
     else:
-        x, y = cupy.random.random((h, w), dtype=cupy.float32), cupy.empty((w, h), cupy.float32)
+        x, y = cupy.random.random((h, w), dtype=cupy.float32), cupy.full((w, h), cupy.nan, cupy.float32)
+        kernel(x, y)
+        assert bool((y == x.T).all()), "tilegen's transpose is wrong on CuPy arrays"
         raw = cupy.RawModule(path=str(cubin)).get_function(variant.name)
         sync = cupy.cuda.get_current_stream().synchronize
         found += [("CuPy RawKernel, same cubin",
                    lambda: raw(launch.grid, launch.block, (x, y, *scalars), shared_mem=launch.dynamic_shared_bytes),
                    sync),
                   ("tilegen prepared launch, CuPy arrays", kernel.prepared(x, y), sync),
-                  ("tilegen kernel(x, y), CuPy arrays", lambda: kernel(x, y), sync),
+                  ("tilegen kernel(x, y) sized, CuPy arrays", lambda: kernel(x, y), sync),
+                  ("tilegen kernel(x, y) by shape, CuPy arrays", lambda: by_shape(x, y), sync),
                   ("CuPy's own op: y[...] = x.T", lambda: cupy.copyto(y, x.T), sync)]
     try:
         import torch
@@ -89,9 +100,99 @@ def cases(size: str) -> tuple[list[tuple[str, Callable[[], Any], Callable[[], No
                   ("tilegen prepared launch, stream handle given", lambda: prepared(stream), torch.cuda.synchronize),
                   ("its driver call alone (cuLaunchKernel, cuda.bindings)", lambda: prepared.launch(stream),
                    torch.cuda.synchronize),
-                  ("tilegen kernel(x, y), PyTorch tensors", lambda: kernel(tx, ty), torch.cuda.synchronize),
+                  ("tilegen kernel(x, y) sized, PyTorch tensors", lambda: kernel(tx, ty), torch.cuda.synchronize),
+                  ("tilegen kernel(x, y) by shape, PyTorch tensors", lambda: by_shape(tx, ty), torch.cuda.synchronize),
                   ("PyTorch's own op: y.copy_(x.t())", lambda: ty.copy_(tx.t()), torch.cuda.synchronize)]
     return found, missing, variant.name
+
+
+def gemm_operands(torch: Any, dims: str, dtype: Any) -> tuple[Any, Any, Any]:
+    """A, B and a NaN-poisoned out for an MxNxK product, gen.matmul's result checked against float64."""
+    m, n, k = (int(d) for d in dims.split("x"))
+    a, b = (torch.randn(*shape, device="cuda", dtype=dtype) / 8 for shape in ((m, k), (k, n)))
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    gen.matmul(a, b, out)
+    reference = a.double() @ b.double()
+    error = float((out.double() - reference).norm() / reference.norm())
+    assert error < 1e-2, f"gen.matmul at {dims}: relative error {error:.2e} against float64"
+    return a, b, out
+
+
+def matmul_host_rows(torch: Any, dims: str, dtype: Any, launches: int, rounds: int) -> list[list[str]]:
+    """gen.matmul's host cost per call in an enqueue-bound loop against torch.matmul, and a captured
+    graph of `launches` calls replayed (GPU time per call, CUDA events) against the eager loop's."""
+    a, b, out = gemm_operands(torch, dims, dtype)
+    prepared = gemm_prepared(a, b, out, dims, {torch.bfloat16: "bf16", torch.float16: "f16"}.get(dtype, "f32"))
+    found = [("torch.matmul(a, b)", lambda: torch.matmul(a, b), torch.cuda.synchronize),
+             (f"{prepared.variant.name}, prepared", prepared, torch.cuda.synchronize),
+             ("gen.matmul(a, b)", lambda: gen.matmul(a, b), torch.cuda.synchronize),
+             ("torch.matmul(a, b, out=out)", lambda: torch.matmul(a, b, out=out), torch.cuda.synchronize),
+             ("gen.matmul(a, b, out)", lambda: gen.matmul(a, b, out), torch.cuda.synchronize)]
+    host = per_launch_us(found, launches, rounds)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            gen.matmul(a, b, out)
+    out.fill_(float("nan"))
+    graph.replay()
+    reference = a.double() @ b.double()
+    assert float((out.double() - reference).norm() / reference.norm()) < 1e-2, "the replayed graph is wrong"
+    gpu = {"gen.matmul(a, b, out)": gpu_us(torch, lambda: [gen.matmul(a, b, out) for _ in range(launches)],
+                                           launches, rounds),
+           "its captured graph, replayed": gpu_us(torch, graph.replay, launches, rounds)}
+    rows = [[case, f"{us:.2f}", f"{us / host['torch.matmul(a, b)']:.2f}x", f"{gpu[case]:.2f}" if case in gpu else "-"]
+            for case, us in host.items()]
+    return rows + [["its captured graph, replayed", "-", "-", f"{gpu['its captured graph, replayed']:.2f}"]]
+
+
+def gemm_prepared(a: Any, b: Any, out: Any, dims: str, dtype: str) -> Any:
+    """The launch gen.matmul makes at `dims`, prepared through gen.kernel: the first of the families
+    that multiply the type that takes these arrays here."""
+    for family in gemm_families(np.dtype(numpy_dtype(dtype))):
+        try:
+            return gen.kernel(family.name, dims, dtype=dtype).prepared(a, b, out)
+        except gen.UsageError:
+            continue
+    raise SystemExit(f"no family multiplies {dtype} at {dims} here")
+
+
+def gpu_us(torch: Any, run: Callable[[], Any], calls: int, rounds: int) -> float:
+    """The median over `rounds` of the GPU time per call of `run` (which makes `calls` calls), by CUDA events."""
+    times = []
+    for _ in range(rounds + 2):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(times[2:])
+
+
+def single_call_rows(torch: Any, shapes: list[str], dtype: Any, rounds: int) -> list[list[str]]:
+    """Per shape: the kernel's own time (back-to-back calls) and one call's user-visible time on an
+    idle GPU, for gen.matmul and torch.matmul, in microseconds."""
+    rows = []
+    for dims in shapes:
+        a, b, out = gemm_operands(torch, dims, dtype)
+        cublas_out = torch.empty_like(out)
+        tilegen_call, cublas_call = (lambda: gen.matmul(a, b, out)), (lambda: torch.matmul(a, b, out=cublas_out))
+        own = {name: gpu_us(torch, lambda call=call: [call() for _ in range(20)], 20, rounds)
+               for name, call in (("tilegen", tilegen_call), ("cublas", cublas_call))}
+        single = {"tilegen": [], "cublas": []}
+        for _ in range(rounds):  # alternating, each on an idle GPU
+            for name, call in (("tilegen", tilegen_call), ("cublas", cublas_call)):
+                single[name].append(gpu_us(torch, call, 1, 1))
+        mid = {name: statistics.median(values) for name, values in single.items()}
+        rows.append([dims, f"{own['tilegen']:.1f}", f"{mid['tilegen']:.1f}", f"{mid['tilegen'] / own['tilegen']:.3f}",
+                     f"{own['cublas']:.1f}", f"{mid['cublas']:.1f}", f"{own['cublas'] / own['tilegen'] * 100:.1f}%"])
+    return rows
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}", *(f"| {' | '.join(r)} |" for r in rows)]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
@@ -99,6 +200,10 @@ def main() -> int:
     parser.add_argument("--size", default="64x64")
     parser.add_argument("--launches", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
+    parser.add_argument("--gemm", default="512x512x512", help="gen.matmul's enqueue-bound shape, MxNxK")
+    parser.add_argument("--shapes", default="5120x3072x2048,4096x4096x4096,2048x8192x4096,128x14336x4096,"
+                                            "16x4096x4096", help="the single calls' shapes, MxNxK")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     found, missing, name = cases(args.size)
@@ -107,19 +212,36 @@ def main() -> int:
     if not found:
         print("no case can run: install CuPy or PyTorch on a GPU machine", file=sys.stderr)
         return 1
-    measured = [(case, per_launch_us(launch, sync, args.launches, args.rounds)) for case, launch, sync in found]
-    cupy_us = dict(measured).get("CuPy RawKernel, same cubin")
-    rows = [[case, f"{us:.2f}", f"{us / cupy_us:.2f}x" if cupy_us else "-"] for case, us in measured]
-    header = ["launch", "host us per launch", "vs CuPy RawKernel"]
-    title = (f"{name} at {args.size}: median of {args.rounds} rounds of {args.launches} launches; "
-             f"numpy {np.__version__}")
-    print(title)
-    print(text_table(header, rows))
+    measured = per_launch_us(found, args.launches, args.rounds)
+    cupy_us = measured.get("CuPy RawKernel, same cubin")
+    tables = [(f"1. {name} at {args.size}: host us per launch, median of {args.rounds} alternating rounds of "
+               f"{args.launches} launches", ["launch", "host us per launch", "vs CuPy RawKernel"],
+               [[case, f"{us:.2f}", f"{us / cupy_us:.2f}x" if cupy_us else "-"] for case, us in measured.items()])]
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
+        torch.backends.cuda.matmul.allow_tf32 = False
+        tables.append((f"2. gen.matmul on {args.dtype} PyTorch tensors at {args.gemm}, enqueue-bound",
+                       ["call", "host us per call", "vs torch.matmul(a, b)", "GPU us per call"],
+                       matmul_host_rows(torch, args.gemm, dtype, args.launches, args.rounds)))
+        tables.append((f"3. single calls on an idle GPU, {args.dtype}, us (median of {args.rounds})",
+                       ["MxNxK", "tilegen kernel's own", "gen.matmul single call", "single / own", "cuBLAS own",
+                        "torch.matmul single call", "cuBLAS own / tilegen own"],
+                       single_call_rows(torch, args.shapes.split(","), dtype, args.rounds)))
+    text = f"{torch_and_cupy()}; numpy {np.__version__}\n"
+    for title, header, rows in tables:
+        print(f"\n{title}")
+        print(text_table(header, rows))
+        text += f"\n{title}\n\n" + markdown(header, rows)
     if args.markdown:
-        lines = [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}", *(f"| {' | '.join(r)} |" for r in rows)]
-        args.markdown.write_text(f"{title}\n\n" + "\n".join(lines) + "\n")
+        args.markdown.write_text(text)
         print(f"written to {args.markdown}")
     return 0
+
+
+def torch_and_cupy() -> str:
+    versions = [f"{lib} {sys.modules[lib].__version__}" for lib in ("torch", "cupy") if lib in sys.modules]
+    return ", ".join(versions) or "no PyTorch, no CuPy"
 
 
 if __name__ == "__main__":

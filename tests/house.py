@@ -9,7 +9,7 @@ from pathlib import Path
 # The floor a module is on is its folder under the package root, or its folder two deep where that
 # is a floor of its own (gpu/process, gpu/runtime). A floor may import itself and the floors named.
 # The package root holds only the face (FACE), which may import any floor: its names are lazy.
-FACE = {"__init__", "__main__", "api"}
+FACE = {"__init__", "__main__", "api", "torch_ops"}  # torch_ops: the import that registers the PyTorch operators
 MAY_IMPORT = {"core": set(), "families": {"core"}}
 MAY_IMPORT["compiling"] = MAY_IMPORT["gpu/runtime"] = MAY_IMPORT["store"] = {"core", "families"}
 MAY_IMPORT["gpu/process"] = {"core", "families", "gpu/runtime"}  # what runs inside the GPU worker
@@ -23,7 +23,7 @@ MAY_IMPORT["cli"] = MAY_IMPORT["commands"] | {"commands"}
 
 # Each third-party package (or part of one), by its dotted prefix, and the floors that import it.
 THIRD_PARTY = {
-    "pycuda": {"gpu/runtime", "gpu/process"}, "torch": {"gpu/process"}, "cupy": {"gpu/process"},  # cuBLAS ceilings
+    "pycuda": {"gpu/runtime", "gpu/process"}, "torch": {"gpu/process", "call"}, "cupy": {"gpu/process"},  # cuBLAS ceilings; call/torch_ops
     "cuda.bindings.driver": {"gpu/runtime"},  # where PyCUDA cannot serve: a tensor map passed by value
     "pynvml": {"gpu/process"}, "distributed": {"gpu"}, "dask": {"gpu"},
     "cuda.bindings.nvrtc": {"compiling"}, "cuda.pathfinder": {"compiling"},  # NVRTC, the compiler

@@ -203,3 +203,115 @@ def test_an_array_named_stream_is_an_array_not_the_launch_stream(tmp_path: Path,
             kernel(stream=FakeDeviceArray((37, 45), "<f8"), out=FakeDeviceArray((37, 45)))
     finally:
         registry.cache_clear()
+
+
+class Raising:
+    """A DLPack producer that refuses to export."""
+
+    def __dlpack__(self, stream=None):
+        raise RuntimeError("cannot export a sparse tensor\nsecond line")
+
+
+class GpuArrayLike:
+    """What a pycuda GPUArray shows: gpudata, shape, strides, dtype."""
+
+    def __init__(self, shape):
+        self.gpudata, self.shape, self.dtype = 1 << 20, shape, np.dtype("float32")
+        self.strides = (shape[1] * 4, 4)
+
+
+def _interface(**fields):
+    array = FakeDeviceArray((64, 16))
+    array.__cuda_array_interface__.update(fields)
+    return array
+
+
+@pytest.mark.parametrize("output, error", [
+    (_interface(strides=("x", 4)), r"^C's __cuda_array_interface__ is not one tilegen can read \(invalid literal"),
+    (_interface(strides=(4,)), r"^C's __cuda_array_interface__ describes no array \(data 0x100000, shape \(64, 16\), "
+                               r"strides \(4,\)\): pass the array its library made$"),
+    (_interface(stream="fast"), r"^C's __cuda_array_interface__ is not one tilegen can read \(a stream handle must "
+                                r"be an integer from 0 to 2\*\*64 - 1, got 'fast'\)$"),
+    (_interface(stream=2**70), r"^C's __cuda_array_interface__ is not one tilegen can read \(a stream handle"),
+    (_interface(data=(-4096, False)), r"^C's __cuda_array_interface__ describes no array \(data -0x1000"),
+    (_interface(version=99), r"^C's __cuda_array_interface__ is version 99; tilegen reads versions 0 to 3$"),
+    (Raising(), r"^C's __dlpack__ failed \(RuntimeError: cannot export a sparse tensor\); pass an array whose "
+                r"producer can export it$"),
+], ids=["junk strides", "strides of another rank", "named stream", "huge stream", "negative pointer", "version",
+        "dlpack raises"])
+def test_a_malformed_array_is_refused_in_one_line(output, error) -> None:
+    with pytest.raises(gen.UsageError, match=error):
+        gen.kernel("sgemm")(*gemm_arrays()[:2], output)
+
+
+def test_a_stream_handle_must_fit_a_pointer() -> None:
+    for stream in (2**70, -1, 1.5, True):
+        with pytest.raises(gen.UsageError, match=f"^stream must be a CUDA stream .*got {stream!r}$"):
+            stream_handle(stream)
+    assert stream_handle(np.uint64(2**64 - 1)) == 2**64 - 1
+
+
+def test_matmul_of_gpuarrays_without_pycuda_says_what_to_install(monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pycuda", None)  # import pycuda fails, as where it is not installed
+    monkeypatch.setitem(sys.modules, "gen.gpu.runtime.launch", None)
+    with pytest.raises(gen.UsageError, match=r"^a GPUArray output is made through pycuda, which did not import "
+                                             r"\(.*\): pip install 'tilegen\[cuda\]', or pass out=$"):
+        gen.matmul(GpuArrayLike((8, 4)), GpuArrayLike((4, 8)))
+
+
+def test_a_call_that_cannot_be_captured_says_so_before_touching_the_capture(monkeypatch) -> None:
+    """NumPy arrays are copied (and waited for): inside a CUDA graph capture the call refuses in one
+    line (the driver replaced: it says a capture is under way on every stream asked). On an H100 the
+    legacy stream a NumPy call chooses did not say so while PyTorch captured on its own stream:
+    PyTorch's and CuPy's current streams are asked too (tests/test_gpu_call_path.py)."""
+    import sys
+    from types import SimpleNamespace
+
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
+    from cuda.bindings import driver
+    from gen.gpu.runtime import native
+
+    asked = []
+
+    class Capturing:
+        CUresult, CUstreamCaptureStatus, CUstream = driver.CUresult, driver.CUstreamCaptureStatus, int
+
+        @staticmethod
+        def cuStreamIsCapturing(stream):
+            asked.append(stream)
+            return native.SUCCESS, driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+    def no_copy(array):
+        raise AssertionError("a NumPy array was copied during the capture")
+
+    monkeypatch.setattr(native, "driver", Capturing)
+    monkeypatch.setitem(sys.modules, "gen.gpu.runtime.launch", SimpleNamespace(to_device=no_copy))  # pycuda's copies
+    x, y = np.ones((8, 4), np.float32), np.zeros((4, 8), np.float32)
+    with pytest.raises(gen.UsageError, match="^NumPy arrays are copied to the GPU and back, which a CUDA graph cannot "
+                                             "capture: give a call you capture arrays already on the GPU$"):
+        gen.kernel("transpose", 8, 4)(x, y, stream=0x5EED)
+    assert 0x5EED in asked and not y.any()  # the stream of the call (and PyTorch's and CuPy's, where in use)
+
+
+def test_a_layout_key_changes_with_anything_a_launch_depends_on() -> None:
+    """The key a kept launch is found by: a CuPy-like array's address, dimensions, strides and type;
+    none for arrays described in full at every call (the array interface may name another stream)."""
+    from types import SimpleNamespace
+
+    from gen.call.arrays import layout_key
+
+    class CupyLike:
+        __module__ = "cupy._core.core"
+        data = None
+
+        def __init__(self, pointer=4096, shape=(4, 8), strides=(32, 4), dtype=np.dtype("float32")):
+            self.data, self.shape, self.strides, self.dtype = SimpleNamespace(ptr=pointer), shape, strides, dtype
+
+    key = layout_key(CupyLike())
+    assert key == layout_key(CupyLike()) and None not in key
+    others = [CupyLike(pointer=8192), CupyLike(shape=(8, 4)), CupyLike(strides=(64, 4)),
+              CupyLike(dtype=np.dtype("float64"))]
+    assert all(layout_key(other) != key for other in others)
+    assert layout_key(FakeDeviceArray((4, 8))) is None and layout_key(np.zeros(3)) is None

@@ -44,7 +44,7 @@ def test_the_cuda_runtime_does_not_reach_up_into_the_gpu_worker(scratch):
 def test_a_module_at_the_package_root_beside_the_face_is_found(scratch):
     (scratch / "helpers.py").write_text("from .core.errors import UsageError\n")
     assert [f.split("helpers.py", 1)[1] for f in check(scratch)] == [
-        ": the package root holds only the face (__init__, __main__, api); move it onto a floor"]
+        ": the package root holds only the face (__init__, __main__, api, torch_ops); move it onto a floor"]
 
 
 def test_the_compile_layer_and_gpu_do_not_import_each_other(scratch):

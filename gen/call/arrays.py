@@ -8,6 +8,7 @@ their fast accessors are used instead of building the interface's dict on every 
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -17,6 +18,8 @@ import numpy as np
 from ..core.errors import UsageError
 
 LEGACY_STREAM = 1  # CUDA's legacy default stream, as the array interface and DLPack write it
+ADDRESSES = 2**64  # device pointers and stream handles are below it
+INTERFACE_VERSIONS = range(4)  # the __cuda_array_interface__ versions tilegen reads
 KINDS = "a PyTorch tensor, a CuPy, Numba or JAX array (__cuda_array_interface__ or __dlpack__), a pycuda " \
         "GPUArray or a NumPy array"
 
@@ -72,30 +75,41 @@ def describe(array: Any, name: str, dlpack_stream: int = LEGACY_STREAM) -> Devic
 
 
 def from_interface(interface: dict[str, Any], name: str, owner: Any) -> DeviceArray:
-    """An array from its __cuda_array_interface__ (versions 2 and 3: strides None is C order;
-    version 3's `stream` is where the producer works)."""
+    """An array from its __cuda_array_interface__ (versions 0 to 3: strides None is C order;
+    version 3's `stream` is where the producer works). Each field is checked here, once per layout
+    (a kernel keeps what it read per layout): a field tilegen cannot read is one line naming it."""
     try:
-        dtype = np.dtype(interface["typestr"])
+        version, dtype = int(interface.get("version", 3)), np.dtype(interface["typestr"])
         shape = tuple(int(d) for d in interface["shape"])
         pointer, readonly = int(interface["data"][0] or 0), bool(interface["data"][1])
+        strides = interface.get("strides")
+        strides = tuple(int(s) for s in strides) if strides is not None else _c_strides(shape, dtype.itemsize)
+        stream = interface.get("stream")
+        stream = None if stream is None else _handle(stream)
     except (KeyError, TypeError, ValueError, IndexError) as error:
         raise UsageError(f"{name}'s __cuda_array_interface__ is not one tilegen can read ({error})") from None
+    if version not in INTERFACE_VERSIONS:
+        raise UsageError(f"{name}'s __cuda_array_interface__ is version {version}; tilegen reads versions 0 to 3")
+    if not 0 <= pointer < ADDRESSES or len(strides) != len(shape) or min(shape, default=0) < 0:
+        raise UsageError(f"{name}'s __cuda_array_interface__ describes no array (data {pointer:#x}, shape {shape}, "
+                         f"strides {strides}): pass the array its library made")
     if interface.get("mask") is not None:
         raise UsageError(f"{name} is a masked array; pass its data without the mask")
-    strides = interface.get("strides")
-    strides = tuple(int(s) for s in strides) if strides is not None else _c_strides(shape, dtype.itemsize)
-    stream = interface.get("stream")
-    return DeviceArray(pointer, shape, strides, dtype, "cai", owner, None, None if stream is None else int(stream),
-                       readonly)
+    return DeviceArray(pointer, shape, strides, dtype, "cai", owner, None, stream, readonly)
 
 
 def from_dlpack(array: Any, name: str, stream: int) -> DeviceArray:
     """An array through DLPack: the producer makes its data ready on `stream`; the capsule is kept
     with the array (the memory lives as long as it does)."""
     try:
-        capsule = array.__dlpack__(stream=stream)
-    except TypeError:  # a producer of DLPack before streams
-        capsule = array.__dlpack__()
+        try:
+            capsule = array.__dlpack__(stream=stream)
+        except TypeError:  # a producer of DLPack before streams
+            capsule = array.__dlpack__()
+    except Exception as error:  # the producer's own refusal, whatever its kind
+        said = (str(error).splitlines() or ["no message"])[0]
+        raise UsageError(f"{name}'s __dlpack__ failed ({type(error).__name__}: {said}); pass an array whose "
+                         f"producer can export it") from None
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
     get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
     try:
@@ -158,20 +172,40 @@ def stream_source(arrays: dict[str, DeviceArray]) -> Callable[[], int]:
     return lambda: current().ptr
 
 
+def library_streams() -> list[int]:
+    """The current streams of PyTorch and CuPy, where the program uses them: a CUDA graph either
+    captures is captured on one of them (asked before work that a capture cannot hold)."""
+    handles = []
+    torch, cupy = sys.modules.get("torch"), sys.modules.get("cupy")
+    if torch is not None and torch.cuda.is_initialized():
+        handles.append(torch.cuda.current_stream().cuda_stream)
+    if cupy is not None:
+        handles.append(cupy.cuda.get_current_stream().ptr)
+    return handles
+
+
 def stream_handle(stream: Any) -> int:
     """A stream's handle: an int, or a stream object of PyTorch (cuda_stream), CuPy (ptr), PyCUDA
     (handle) or cuda.core (__cuda_stream__)."""
-    if type(stream) is int and stream >= 0:
+    if type(stream) is int and 0 <= stream < ADDRESSES:
         return stream
-    if hasattr(stream, "__cuda_stream__"):
-        return int(stream.__cuda_stream__()[1])
-    for attribute in ("cuda_stream", "ptr", "handle"):
-        if hasattr(stream, attribute):
-            return int(getattr(stream, attribute))
-    if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool) and stream >= 0:
-        return int(stream)
-    raise UsageError(f"stream must be a CUDA stream (a handle, or a PyTorch, CuPy, PyCUDA or cuda.core stream), "
-                     f"got {stream!r}")
+    try:
+        if hasattr(stream, "__cuda_stream__"):
+            return _handle(stream.__cuda_stream__()[1])
+        for attribute in ("cuda_stream", "ptr", "handle"):
+            if hasattr(stream, attribute):
+                return _handle(getattr(stream, attribute))
+        return _handle(stream)
+    except (TypeError, ValueError, IndexError):
+        raise UsageError(f"stream must be a CUDA stream (a handle, or a PyTorch, CuPy, PyCUDA or cuda.core "
+                         f"stream), got {stream!r}") from None
+
+
+def _handle(value: Any) -> int:
+    """A stream handle: an integer that fits a pointer; ValueError for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < ADDRESSES:
+        raise ValueError(f"a stream handle must be an integer from 0 to 2**64 - 1, got {value!r}")
+    return int(value)
 
 
 def _legacy(handle: int) -> int:
@@ -181,31 +215,75 @@ def _legacy(handle: int) -> int:
 def _torch(tensor: Any, name: str) -> DeviceArray:
     if not tensor.is_cuda:
         raise UsageError(f"{name} is a PyTorch tensor on {tensor.device}; move it to the GPU ({name}.cuda())")
-    dtype = _TORCH_TYPES.get(str(tensor.dtype))
+    dtype = torch_element_type(tensor.dtype)
     if dtype is None:
         raise UsageError(f"{name} is a PyTorch tensor of {tensor.dtype}, a type tilegen does not run")
-    dtype = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
     strides = tuple(s * dtype.itemsize for s in tensor.stride())
     return DeviceArray(tensor.data_ptr(), tuple(tensor.shape), strides, dtype, "torch", tensor, tensor.device.index)
 
 
+def layout_key(array: Any) -> tuple[Any, ...] | None:
+    """What a call's launch depends on in this array, read through the array's own attributes at
+    the least cost: its address (which, in CUDA's unified address space, also names its GPU, or
+    the host), dimensions, strides and element type. None for an array of another kind, which is
+    described in full on every call (a stream it names may change from call to call)."""
+    reader = _KEY_READERS.get(type(array), _UNREAD)
+    if reader is _UNREAD:
+        reader = _KEY_READERS.setdefault(type(array), _key_reader(type(array)))
+    return reader(array) if reader is not None else None
+
+
+def _key_reader(kind: type) -> Callable[[Any], tuple[Any, ...]] | None:
+    library = kind.__module__.split(".")[0]
+    if library == "torch" and hasattr(kind, "data_ptr"):
+        return lambda t: (t.data_ptr(), t.shape, t.stride(), t.dtype)
+    if library == "cupy" and hasattr(kind, "data"):
+        return lambda a: (a.data.ptr, a.shape, a.strides, a.dtype)
+    if library == "pycuda" and hasattr(kind, "gpudata"):
+        return lambda a: (int(a.gpudata), a.shape, a.strides, a.dtype)
+    return None
+
+
+_UNREAD = object()
+_KEY_READERS: dict[type, Callable[[Any], tuple[Any, ...]] | None] = {}
+
+
+def torch_element_type(dtype: Any) -> np.dtype | None:
+    """The NumPy element type of a PyTorch dtype; None for one tilegen does not run."""
+    name = _TORCH_TYPES.get(str(dtype))
+    return None if name is None else _bfloat16() if name == "bfloat16" else np.dtype(name)
+
+
 def allocate(like: DeviceArray, shape: tuple[int, ...], dtype: np.dtype) -> Any:
     """A new array of the caller's kind, beside `like` (its device): PyTorch, CuPy, Numba, PyCUDA or NumPy."""
+    return output_maker(like, shape, dtype)()
+
+
+def output_maker(like: DeviceArray, shape: tuple[int, ...], dtype: np.dtype) -> Callable[[], Any]:
+    """What makes new arrays like `allocate`'s, each call, at the least host cost; it keeps no array
+    of the caller's alive. UsageError for an array of a kind tilegen makes none of."""
     if like.kind == "torch":
         torch = sys.modules["torch"]
-        return torch.empty(shape, dtype=getattr(torch, dtype.name), device=like.owner.device)
+        return functools.partial(torch.empty, shape, dtype=getattr(torch, dtype.name), device=like.owner.device)
     if like.kind == "cupy":
-        cupy = sys.modules["cupy"]
-        with cupy.cuda.Device(like.device):
-            return cupy.empty(shape, dtype)
-    if like.kind == "numpy":
-        return np.empty(shape, dtype)
-    if like.kind == "cai" and type(like.owner).__module__.startswith("numba"):
-        return sys.modules["numba.cuda"].device_array(shape, dtype)
-    if like.kind == "pycuda":
-        from ..gpu.runtime.launch import empty
+        cupy, device = sys.modules["cupy"], like.device
 
-        return empty(shape, dtype)
+        def cupy_empty() -> Any:
+            with cupy.cuda.Device(device):
+                return cupy.empty(shape, dtype)
+
+        return cupy_empty
+    if like.kind == "numpy":
+        return functools.partial(np.empty, shape, dtype)
+    if like.kind == "cai" and type(like.owner).__module__.startswith("numba"):
+        return functools.partial(sys.modules["numba.cuda"].device_array, shape, dtype)
+    if like.kind == "pycuda":
+        try:
+            from ..gpu.runtime.launch import empty
+        except ImportError as error:
+            raise UsageError(f"a GPUArray output is made through pycuda, which did not import ({error}): "
+                             f"pip install 'tilegen[cuda]', or pass out=") from None
+        return functools.partial(empty, shape, dtype)
     raise UsageError(f"tilegen makes outputs for PyTorch, CuPy, Numba, PyCUDA and NumPy arrays; for a "
                      f"{type(like.owner).__name__}, pass out=")
 

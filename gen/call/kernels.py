@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import (LEGACY_STREAM, DeviceArray, allocate, caller_stream, describe, from_dlpack, stream_handle,
+from .arrays import (DeviceArray, caller_stream, describe, from_dlpack, layout_key, library_streams, stream_handle,
                      stream_source)
 from ..compiling.compiler import CompileOptions, compile_variant
-from ..core.errors import TilegenError, UsageError
-from ..families import MatmulShape, gemm_families, get_family
+from ..core.errors import UsageError
+from ..families import get_family
 from ..families.family import Family
 from ..families.problem import Scalar, element_type_of, numpy_dtype
 from ..families.variant import Variant
@@ -42,9 +42,12 @@ class Prepared:
         self._stream: Any = None  # what gives the arrays' stream, found at the first call given none
 
     def __call__(self, stream: Any = None) -> None:
-        if stream is None and self._stream is None:
+        if stream is not None:
+            self.launch(stream_handle(stream))
+            return
+        if self._stream is None:
             self._stream = stream_source(self.arrays)  # arrays that name different streams are refused here
-        self.launch(self._stream() if stream is None else stream_handle(stream))
+        self.launch(self._stream())
 
     def by_address(self) -> "Prepared":
         """The same launch, keeping only the arrays' addresses (Kernel's cache: arrays at the same
@@ -66,6 +69,7 @@ class Kernel:
         self.dtype = variant.dtype if variant is not None else dtype
         self.arrays = [a.name for a in family.problem.arguments if not isinstance(a, Scalar)]
         self.output = family.problem.output.name
+        self._output_index = self.arrays.index(self.output)
         self._launches: dict[tuple[Any, ...], Prepared] = {}
 
     def __call__(self, *positional: Any, **named: Any) -> Any:
@@ -74,25 +78,27 @@ class Kernel:
         choose the stream through prepared()); returns the output array. NumPy arrays are copied to
         the device and back (the call then waits for the copy), and a NumPy output is filled in place."""
         stream = named.pop("stream", None) if "stream" not in self.arrays else None
-        given = self._named(positional, named)
-        key = _fast_key(given)
-        prepared = self._launches.get(key) if key is not None else None
+        arrays = positional if not named and len(positional) == len(self.arrays) else \
+            tuple(self._named(positional, named).values())
+        key = tuple(map(layout_key, arrays))  # the layout: what a kept launch is found by
+        prepared = self._launches.get(key)
         if prepared is None:
+            given = self._named(arrays, {})
             described = self._described(given, stream)
             if any(array.on_host for array in described.values()):
                 return self._through_device(given, described, stream)
             prepared = self._prepare(described)
-            if key is not None:
-                if len(self._launches) >= LAUNCHES_KEPT:
-                    del self._launches[next(iter(self._launches))]
-                self._launches[key] = prepared.by_address()
+            if None not in key:
+                remember(self._launches, key, prepared.by_address(), LAUNCHES_KEPT)
         prepared(stream)
-        return given[self.output]
+        return arrays[self._output_index]
 
     def prepared(self, *positional: Any, **named: Any) -> Prepared:
         """The launch on these device arrays with its arguments packed once: `prepared()` runs it
-        on the arrays' stream, `prepared(stream)` on another, at the least host cost per call."""
-        return self._prepare(self._described(self._named(positional, named), None))
+        on the arrays' stream, `prepared(stream)` on another, at the least host cost per call.
+        `stream=` here settles arrays that name different streams (as in a call)."""
+        stream = named.pop("stream", None) if "stream" not in self.arrays else None
+        return self._prepare(self._described(self._named(positional, named), stream))
 
     def explain(self, *positional: Any, **named: Any) -> str:
         """Which variant runs these arrays (or a shape written like '4096x4096'), and why."""
@@ -107,7 +113,7 @@ class Kernel:
         return f"{self.family.name} {dtype} at {shape}: {variant.name}, from {reason}"
 
     def _prepare(self, described: dict[str, DeviceArray]) -> Prepared:
-        native = _native()
+        native = driver_api()
         variant, shape = self._validated(described)
         context, device = native.current_context(next(iter(described.values())).device)
         for name, array in described.items():
@@ -180,6 +186,9 @@ class Kernel:
         (which may run on a stream the copies do not wait for, and reads the copies)."""
         self._validated(described)
         gpu = _gpu()
+        if any(map(driver_api().capturing, {caller_stream(described, stream), *library_streams()})):
+            raise UsageError("NumPy arrays are copied to the GPU and back, which a CUDA graph cannot capture: give "
+                             "a call you capture arrays already on the GPU")
         on_device = {name: gpu.to_device(given[name]) if array.on_host else given[name]
                      for name, array in described.items()}
         device = {name: describe(on_device[name], name) if array.on_host else array
@@ -240,64 +249,6 @@ def shape_from_dims(family: Family, dims: dict[str, tuple[int, ...]]) -> Any:
     return shape
 
 
-def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
-    """C = A·B for row-major matrices on the GPU, sub-matrix views included (a family that
-    declares the element type in `matmul_dtypes`: float32 sgemm, float64 matmul, and half precision
-    where a family declares it). `out` defaults to a new array of the caller's kind."""
-    dlpack_stream = LEGACY_STREAM if stream is None else stream_handle(stream)
-    arrays = {"a": describe(a, "a", dlpack_stream), "b": describe(b, "b", dlpack_stream)}
-    (m, k), (k2, n) = (_matrix(x, label) for label, x in arrays.items())
-    families = gemm_families(arrays["a"].dtype)
-    if k != k2 or arrays["b"].dtype != arrays["a"].dtype:
-        raise UsageError(f"gen.matmul multiplies (M x K)(K x N) matrices of one type; got {arrays['a'].dtype} "
-                         f"{arrays['a'].shape} and {arrays['b'].dtype} {arrays['b'].shape}")
-    dtype = element_type_of(arrays["a"].dtype)
-    out_dtype = numpy_dtype(families[-1].default_variant().with_element_type(dtype).output_dtype)
-    out = allocate(arrays["a"], (m, n), out_dtype) if out is None else out
-    arrays["out"] = describe(out, "out", dlpack_stream)
-    if _matrix(arrays["out"], "out") != (m, n) or arrays["out"].dtype != out_dtype:
-        raise UsageError(f"out must be a {out_dtype} {m} x {n} matrix, got {arrays['out'].dtype} {arrays['out'].shape}")
-    lda, ldb, ldc = (_leading(x, label) for label, x in arrays.items())
-    shape = MatmulShape(m, n, k, lda, ldb, ldc)
-    family = families[0] if len(families) == 1 else get_family(_matmul_family(
-        str(arrays["a"].dtype), str(shape), dtype, str(arrays["out"].dtype),
-        tuple(arrays[label].pointer for label in ("a", "b", "out")), _native().current_context(arrays["a"].device)[1]))
-    chosen = _gemm_kernel(family.name, str(shape), dtype)
-    views = [_allocated(arrays[label], rows, lead) for label, rows, lead in (("a", m, lda), ("b", k, ldb),
-                                                                            ("out", m, ldc))]
-    chosen(*views, stream=stream)
-    return out
-
-
-@functools.lru_cache(maxsize=256)
-def _matmul_family(element: str, size: str, dtype: str, out_dtype: str, pointers: tuple[int, int, int],
-                   device: int) -> str:
-    """gen.matmul's family for these arrays (their element type, shape, output type and addresses)
-    on GPU `device`, decided once per such call: of the families that declare the type, the first
-    that runs on the GPU's architecture, writes the output's type, does not refuse the shape and
-    takes the arrays where they start (gemm_families says in which order they are tried)."""
-    families = gemm_families(np.dtype(element))
-    for family in families[:-1]:
-        if family.target_arch is not None and not family.runs_on(_native().compute_capability(device)):
-            continue
-        variant = family.default_variant().with_element_type(dtype)
-        shape = family.parse_shape(size)
-        if str(numpy_dtype(variant.output_dtype)) != out_dtype or family.refusal(variant, shape) is not None:
-            continue
-        try:
-            family.problem_of(variant).kernel_arguments(shape, dict(zip(("A", "B", "C"), pointers)))
-        except TilegenError:  # arrays it cannot take (UsageError), or a driver that refuses them
-            continue
-        return family.name
-    return families[-1].name
-
-
-@functools.lru_cache(maxsize=64)
-def _gemm_kernel(family: str, size: str, dtype: str) -> Kernel:
-    """gen.matmul's kernel per shape, kept: its prepared launches serve the next call on the same arrays."""
-    return kernel(family, size, dtype=dtype)
-
-
 @functools.cache
 def _choice(family: str, shape: str, dtype: str) -> tuple[Variant, str]:
     """The tuned variant for a shape and why, looked up once per process (not per call)."""
@@ -319,7 +270,7 @@ def _aligned(family: Family, variant: Variant, shape: Any) -> Variant:
 @functools.cache
 def loaded(variant: Variant, context: int) -> Any:
     """The variant's kernel, compiled (or from the cache) and loaded into a context, once each."""
-    native = _native()
+    native = driver_api()
     compiled = compile_variant(variant, CompileOptions.local())
     if not compiled.ok:
         raise UsageError(f"{variant.name} does not compile: {compiled.log.strip().splitlines()[-1]}")
@@ -337,7 +288,7 @@ def _gpu() -> Any:
     return launch
 
 
-def _native() -> Any:
+def driver_api() -> Any:
     """gen.gpu.runtime.native, the driver API's launches; UsageError where cuda.bindings is missing."""
     try:
         from ..gpu.runtime import native
@@ -346,48 +297,13 @@ def _native() -> Any:
     return native
 
 
-def _fast_key(given: dict[str, Any]) -> tuple[Any, ...] | None:
-    """What identifies a call's arrays, read cheaply from PyTorch, CuPy and PyCUDA arrays; None for
-    any other kind (described in full on every call)."""
-    key = []
-    for array in given.values():
-        module = type(array).__module__
-        if module.startswith("torch"):
-            key.append((array.data_ptr(), array.shape, array.stride(), array.dtype, array.is_cuda))
-        elif module.startswith("cupy"):
-            key.append((array.data.ptr, array.shape, array.strides, array.dtype))
-        elif hasattr(array, "gpudata"):
-            key.append((int(array.gpudata), array.shape, array.strides, array.dtype))
-        elif isinstance(array, DeviceArray) and array.kind in ("torch", "cupy", "pycuda"):  # gen.matmul's views
-            key.append((array.pointer, array.shape, array.strides, array.dtype))
-        else:
-            return None
-    return tuple(key)
+def remember(cache: dict[Any, Any], key: Any, value: Any, kept: int) -> None:
+    """`value` kept under `key`, the oldest entry let go past `kept` entries."""
+    if len(cache) >= kept:
+        del cache[next(iter(cache))]
+    cache[key] = value
 
 
 def _dlpack_only(array: Any) -> bool:
     return (hasattr(array, "__dlpack__") and not hasattr(array, "__cuda_array_interface__")
             and not isinstance(array, np.ndarray) and not type(array).__module__.startswith(("torch", "cupy")))
-
-
-def _matrix(array: DeviceArray, label: str) -> tuple[int, int]:
-    if len(array.shape) != 2 or array.on_host:
-        raise UsageError(f"{label} must be a 2-D array on the GPU, got {'a NumPy array' if array.on_host else 'shape'}"
-                         f" {array.shape}")
-    return array.shape
-
-
-def _leading(array: DeviceArray, label: str) -> int:
-    """The row stride in elements of a row-major matrix or sub-matrix view."""
-    item = array.dtype.itemsize
-    row, column = array.strides
-    if (column != item and array.shape[1] > 1) or row % item or (row // item < array.shape[1] and array.shape[0] > 1):
-        raise UsageError(f"{label} ({array.shape} with strides {array.strides} bytes) is not a row-major view")
-    return max(row // item, array.shape[1])
-
-
-def _allocated(array: DeviceArray, rows: int, lead: int) -> DeviceArray:
-    """A matrix view (rows x n, row stride lead) as the rows x lead allocation the GEMM arguments describe."""
-    item = array.dtype.itemsize
-    return DeviceArray(array.pointer, (rows, lead), (lead * item, item), array.dtype, array.kind, array.owner,
-                       array.device, array.stream)

@@ -86,15 +86,33 @@ def pointer_device(pointer: int) -> int | None:
 
 def load(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
     """The kernel `name` of a cubin (its own symbol, or its C++-mangled one), loaded into the current
-    context (the module stays loaded)."""
+    context (the module stays loaded). Loading is allowed while a CUDA graph is being captured (as
+    PyTorch loads its own compiled kernels): it enqueues nothing, so a first call may be captured."""
     image = np.frombuffer(cubin, dtype=np.uint8)  # passed by address: kept alive through the call
-    module = _checked(driver.cuModuleLoadData(image.ctypes.data), f"loading {name}")
+    relaxed = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    mode = _checked(driver.cuThreadExchangeStreamCaptureMode(relaxed), "setting the capture mode")
+    try:
+        module = _checked(driver.cuModuleLoadData(image.ctypes.data), f"loading {name}")
+    finally:
+        _checked(driver.cuThreadExchangeStreamCaptureMode(mode), "setting the capture mode back")
     symbol = kernel_symbol(cubin, name) or name
     function = _checked(driver.cuModuleGetFunction(module, symbol.encode()), f"finding {name}")
     if dynamic_shared_bytes > MAX_STATIC_SHARED_BYTES:  # past it, a kernel must opt in
         attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _checked(driver.cuFuncSetAttribute(function, attribute, dynamic_shared_bytes), f"configuring {name}")
     return function
+
+
+def capturing(stream: int) -> bool:
+    """Whether work enqueued on `stream` now would go into a CUDA graph being captured, or break one
+    (the legacy default stream while another stream captures)."""
+    error, status = driver.cuStreamIsCapturing(driver.CUstream(stream))
+    if error == driver.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+        return True
+    if error == driver.CUresult.CUDA_ERROR_NOT_INITIALIZED:  # no CUDA work yet in this process: nothing captured
+        return False
+    return _checked((error, status), "asking whether the stream is captured") != \
+        driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 class DriverLaunch:

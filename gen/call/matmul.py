@@ -1,0 +1,133 @@
+"""gen.matmul: C = A·B on the caller's arrays by the tuned GEMM that multiplies their type (the
+families that declare it, gen.families.gemm_families), at the least host cost per call: what a call
+works out is kept per layout of the arrays, and a call on a layout seen before only launches.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from .arrays import LEGACY_STREAM, DeviceArray, describe, layout_key, output_maker, stream_handle
+from ..core.errors import TilegenError, UsageError
+from ..families import MatmulShape, gemm_families, get_family
+from ..families.problem import element_type_of, numpy_dtype
+from .kernels import Kernel, Prepared, driver_api, kernel, remember
+
+LAUNCHES_KEPT = 64  # gen.matmul's prepared launches, for all its shapes together
+
+
+def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
+    """C = A·B for row-major matrices on the GPU, sub-matrix views included (a family that
+    declares the element type in `matmul_dtypes`: float32 sgemm, float64 matmul, and half precision
+    where a family declares it). `out` defaults to a new array of the caller's kind. What a call
+    works out (the arrays' layout, the family and variant, the launch's arguments) is kept per
+    layout of PyTorch, CuPy and pycuda arrays, so a call on a layout seen before only launches."""
+    inputs = layout_key(a), layout_key(b)
+    if out is None:
+        new_output = _matmul_outputs.get(inputs)
+        out = new_output() if new_output is not None else None
+    prepared = _matmul_launches.get((*inputs, layout_key(out))) if out is not None else None
+    if prepared is None:
+        out, prepared = _matmul_prepared(a, b, out, stream)
+        key = (*inputs, layout_key(out))
+        if None not in key:
+            remember(_matmul_launches, key, prepared.by_address(), LAUNCHES_KEPT)
+    prepared(stream)
+    return out
+
+
+def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any) -> tuple[Any, Prepared]:
+    """gen.matmul's output and launch for these arrays, each array read and checked (once per layout)."""
+    dlpack_stream = LEGACY_STREAM if stream is None else stream_handle(stream)
+    arrays = {"a": describe(a, "a", dlpack_stream), "b": describe(b, "b", dlpack_stream)}
+    (m, k), (k2, n) = (_matrix(x, label) for label, x in arrays.items())
+    families = gemm_families(arrays["a"].dtype)
+    if k != k2 or arrays["b"].dtype != arrays["a"].dtype:
+        raise UsageError(f"gen.matmul multiplies (M x K)(K x N) matrices of one type; got {arrays['a'].dtype} "
+                         f"{arrays['a'].shape} and {arrays['b'].dtype} {arrays['b'].shape}")
+    dtype, out_dtype = element_type_of(arrays["a"].dtype), output_dtype(arrays["a"].dtype)
+    if out is None:
+        new_output = output_maker(arrays["a"], (m, n), out_dtype)
+        out = new_output()
+        if None not in (inputs := (layout_key(a), layout_key(b))):
+            remember(_matmul_outputs, inputs, new_output, LAUNCHES_KEPT)
+    arrays["out"] = describe(out, "out", dlpack_stream)
+    if _matrix(arrays["out"], "out") != (m, n) or arrays["out"].dtype != out_dtype:
+        raise UsageError(f"out must be a {out_dtype} {m} x {n} matrix, got {arrays['out'].dtype} {arrays['out'].shape}")
+    lda, ldb, ldc = (_leading(x, label) for label, x in arrays.items())
+    shape = MatmulShape(m, n, k, lda, ldb, ldc)
+    family = families[0] if len(families) == 1 else get_family(_matmul_family(
+        str(arrays["a"].dtype), str(shape), dtype, str(arrays["out"].dtype),
+        tuple(arrays[label].pointer for label in ("a", "b", "out")),
+        driver_api().current_context(arrays["a"].device)[1]))
+    chosen = _gemm_kernel(family.name, str(shape), dtype)
+    views = [_allocated(arrays[label], rows, lead) for label, rows, lead in (("a", m, lda), ("b", k, ldb),
+                                                                            ("out", m, ldc))]
+    return out, chosen.prepared(*views, stream=stream)
+
+
+@functools.cache
+def output_dtype(element: np.dtype) -> np.dtype:
+    """The element type of gen.matmul's output for matrices of `element` (UsageError where no family
+    multiplies that type)."""
+    last = gemm_families(element)[-1]  # the one that runs on every GPU: the others write what it writes
+    return numpy_dtype(last.default_variant().with_element_type(element_type_of(element)).output_dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _matmul_family(element: str, size: str, dtype: str, out_dtype: str, pointers: tuple[int, int, int],
+                   device: int) -> str:
+    """gen.matmul's family for these arrays (their element type, shape, output type and addresses)
+    on GPU `device`, decided once per such call: of the families that declare the type, the first
+    that runs on the GPU's architecture, writes the output's type, does not refuse the shape and
+    takes the arrays where they start (gemm_families says in which order they are tried)."""
+    families = gemm_families(np.dtype(element))
+    for family in families[:-1]:
+        if family.target_arch is not None and not family.runs_on(driver_api().compute_capability(device)):
+            continue
+        variant = family.default_variant().with_element_type(dtype)
+        shape = family.parse_shape(size)
+        if str(numpy_dtype(variant.output_dtype)) != out_dtype or family.refusal(variant, shape) is not None:
+            continue
+        try:
+            family.problem_of(variant).kernel_arguments(shape, dict(zip(("A", "B", "C"), pointers)))
+        except TilegenError:  # arrays it cannot take (UsageError), or a driver that refuses them
+            continue
+        return family.name
+    return families[-1].name
+
+
+@functools.lru_cache(maxsize=64)
+def _gemm_kernel(family: str, size: str, dtype: str) -> Kernel:
+    """gen.matmul's kernel per shape, kept (its variant is looked up once)."""
+    return kernel(family, size, dtype=dtype)
+
+
+_matmul_launches: dict[tuple[Any, ...], Prepared] = {}  # by the layouts of a, b and out
+_matmul_outputs: dict[tuple[Any, ...], Any] = {}  # what makes out, by the layouts of a and b
+
+
+def _matrix(array: DeviceArray, label: str) -> tuple[int, int]:
+    if len(array.shape) != 2 or array.on_host:
+        raise UsageError(f"{label} must be a 2-D array on the GPU, got {'a NumPy array' if array.on_host else 'shape'}"
+                         f" {array.shape}")
+    return array.shape
+
+
+def _leading(array: DeviceArray, label: str) -> int:
+    """The row stride in elements of a row-major matrix or sub-matrix view."""
+    item = array.dtype.itemsize
+    row, column = array.strides
+    if (column != item and array.shape[1] > 1) or row % item or (row // item < array.shape[1] and array.shape[0] > 1):
+        raise UsageError(f"{label} ({array.shape} with strides {array.strides} bytes) is not a row-major view")
+    return max(row // item, array.shape[1])
+
+
+def _allocated(array: DeviceArray, rows: int, lead: int) -> DeviceArray:
+    """A matrix view (rows x n, row stride lead) as the rows x lead allocation the GEMM arguments describe."""
+    item = array.dtype.itemsize
+    return DeviceArray(array.pointer, (rows, lead), (lead * item, item), array.dtype, array.kind, array.owner,
+                       array.device, array.stream)
