@@ -20,6 +20,7 @@ from .core.timing import TUNE_TIMING, TimingOptions
 from .evaluate.options import FULL, RunOptions
 from .families.space import MAX_POINTS
 from .gpu.executor import Executor
+from .search.replay import replay_file
 from .search.sweep import SweepOptions
 from .search.sweep import sweep as run_sweep
 from .search.tune import DEFAULT_SCREEN, TuneOptions, tuned_rows
@@ -110,3 +111,15 @@ def _run_options(arch: str | None, compiler: str | None, compile_jobs: int | Non
 
         check_reachable(cluster)
     return options
+
+
+def replay(file: str | Path, *, strategies: str | Sequence[str] = ("bayes",), budgets: int | Sequence[int] = (100,),
+           repeats: int = 10, seed: int = 0) -> dict[str, Any]:
+    """Replay search strategies over a measured space (a T4 file or a Kernel Tuner cache file, gzipped
+    or not), without a GPU, as `tilegen replay` does: each strategy `repeats` times from seeds `seed`,
+    `seed + 1`, ..., answered with the file's measurements. Returns the study as `tilegen replay
+    --json` prints it: per strategy and budget, the mean, standard deviation and count of runs of
+    `fraction` (of the optimum reached), `evaluations_to_1pc`, `seconds_to_1pc` (simulated: the
+    file's compile, framework and run times) and `score` (docs/search.md says how it is computed)."""
+    return replay_file(file, strategies, budgets, repeats, seed)
+

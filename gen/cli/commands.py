@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from ..families.registry import registry
 from ..families.space import Space, parse_options
 from ..search.compiling import compile_space, resource_table
 from ..search.lookup import gpu_model_named, tuned_with_reason
+from ..search.replay import STUDY_HEADERS, replay_file, study_rows
 from ..search.revalidate import revalidate
 from ..search.sweep import SweepOptions, preview, summary, sweep
 from ..search.tune import TuneOptions, tune
@@ -148,6 +150,16 @@ def cmd_tune(args: argparse.Namespace) -> None:
     for result in tune(options):
         print(describe(result))
     print(f"stored in {TuningDB(args.db).path}")
+
+
+def cmd_replay(args: argparse.Namespace) -> None:
+    result = replay_file(args.file, args.strategies, args.budgets, args.repeats, args.seed)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return
+    print(f"{result['source']}: {result['configurations']:,} configurations, {result['failed']:,} failed; optimum "
+          f"{result['optimum_ms']:.4g} ms; {result['repeats']} runs per strategy from seed {result['seed']}")
+    print(text_table(STUDY_HEADERS, study_rows(result)))
 
 
 def cmd_revalidate(args: argparse.Namespace) -> None:

@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_family_path(parser, "family_path")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add_command in (_list_command, _render_command, _emit_command, _compile_command, _sweep_command,
-                        _tune_command, _best_command, _export_command, _report_command, _worker_command,
+                        _tune_command, _replay_command, _best_command, _export_command, _report_command, _worker_command,
                         _cache_command):
         add_command(commands)
     return parser
@@ -182,6 +182,20 @@ def _tune_command(commands: Any) -> None:
                         help="time the stored winners for this GPU again and flag those that moved")
     parser.add_argument("--dry-run", action="store_true", help="print the space's count and a sample; run nothing")
     _add_run_arguments(parser, TUNE_TIMING.budget_s)
+
+
+def _replay_command(commands: Any) -> None:
+    parser = _command(commands, "replay", help="replay search strategies over a measured space (T4 or Kernel Tuner "
+                                               "cache file), no GPU")
+    parser.add_argument("file", type=Path, help="a T4 results file or a Kernel Tuner cache file (.json or .json.gz)")
+    parser.add_argument("--strategy", dest="strategies", nargs="+", default=["bayes"], choices=STRATEGIES,
+                        help="strategies to replay (default: bayes)")
+    parser.add_argument("--budget", dest="budgets", nargs="+", type=count, default=[100],
+                        help="evaluations each run may make; several give the figures at each (default: 100)")
+    parser.add_argument("--repeats", type=count, default=10, help="runs per strategy, seeds SEED, SEED+1, ... "
+                                                                  "(default: 10)")
+    parser.add_argument("--seed", type=whole, default=0, help="the first run's seed (default: 0)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 
 def _best_command(commands: Any) -> None:

@@ -31,6 +31,11 @@ class SearchSpace:
         self.varying = [n for n in self.names if len(self.values[n]) > 1]
         self.index = {self.key(v): v for v in self.variants}
         self.features = np.array([self.encode(v) for v in self.variants])
+        self.row = {v: i for i, v in enumerate(self.variants)}
+
+    def encoded(self, variants: Sequence[Variant]) -> np.ndarray:
+        """The variants' rows of `features` (what `encode` gives, computed once per space)."""
+        return self.features[[self.row[v] for v in variants]]
 
     def key(self, variant: Variant) -> tuple:
         return tuple(getattr(variant, n) for n in self.names)
@@ -266,7 +271,7 @@ class BayesianOptimisation(Strategy):
 
     def _model(self) -> "_Posterior":
         told, pending = list(self.results), list(self.pending)
-        x = np.array([self.space.encode(v) for v in told + pending])
+        x = self.space.encoded(told + pending)
         measured = [t for t in self.results.values() if t is not None]
         worst, lie = max(measured), min(measured)
         times = [self.results[v] if self.results[v] is not None else worst for v in told] + [lie] * len(pending)
@@ -284,7 +289,7 @@ class _Posterior:
         self.best = float(y.min())
 
     def __call__(self, variants: Sequence[Variant]) -> tuple[np.ndarray, np.ndarray]:
-        candidates = np.array([self.space.encode(v) for v in variants])
+        candidates = self.space.encoded(variants)
         return _gp_posterior(self.x, self.y, candidates, self.scale, self.noise)
 
 
