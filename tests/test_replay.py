@@ -12,7 +12,7 @@ import pytest
 import gen
 from gen.cli.main import main
 from gen.search.measured import read_measured
-from gen.search.replay import Baseline, replay_measured, score_run
+from gen.search.replay import Baseline, Run, replay_measured, score_runs
 
 from .conftest import REPO
 from .test_bad_inputs import assert_one_line_error, run_main
@@ -45,26 +45,20 @@ def test_failed_configurations_are_answered_as_failures_and_cost_their_time(tmp_
     run = replay_measured("brute", measured, 4, seed=0)
     assert run.times == [3.0, None, 2.0, 1.0]
     assert run.clock_s == pytest.approx([1.001, 3.002, 6.003, 10.004])
-    scored = score_run(run, Baseline(measured, 4), 4)
-    assert scored["fraction"] == 1.0 and scored["evaluations_to_1pc"] == 4
-    assert scored["seconds_to_1pc"] == pytest.approx(10.004)
+    scored = score_runs([run], Baseline(measured, 4), 4)
+    assert scored["fraction"]["mean"] == 1.0 and scored["evaluations_to_1pc"]["mean"] == 4
+    assert scored["seconds_to_1pc"]["mean"] == pytest.approx(10.004)
 
 
-def test_the_baseline_is_random_search_s_expected_best(tmp_path: Path) -> None:
-    """Exact on a space of three: one draw expects the mean, two the mean of the pairs' minima, three
-    the minimum; a failure counts as the worst time."""
-    measured = read_measured(_t4(tmp_path / "space.json", [
-        ({"a": 1}, 1.0, 0.0), ({"a": 2}, 2.0, 0.0), ({"a": 3}, 4.0, 0.0), ({"a": 4}, "CompilationFailedConfig", 0.0)]))
-    assert Baseline(measured, 4).expected_best == pytest.approx([(1 + 2 + 4 + 4) / 4, (1 + 1 + 1 + 2 + 2 + 4) / 6,
-                                                                1.0 * 3 / 4 + 2.0 / 4, 1.0])
-
-
-def test_random_search_replayed_matches_its_baseline_on_average() -> None:
+def test_the_baseline_scores_random_search_0_and_the_optimum_found_at_once_1() -> None:
+    """Random search, replayed from many seeds, scores about 0 against the baseline (its expectation
+    on the same clock); a run that has the optimum from the start scores 1."""
     measured = read_measured(T4)
     baseline = Baseline(measured, 20)
-    found = [min(t for t in replay_measured("random", measured, 20, seed).times if t is not None)
-             for seed in range(300)]
-    assert sum(found) / len(found) == pytest.approx(baseline.expected_best[19], rel=0.05)
+    random_runs = [replay_measured("random", measured, 20, seed) for seed in range(200)]
+    assert abs(score_runs(random_runs, baseline, 20)["score"]["mean"]) < 0.1
+    at_once = Run([measured.optimum_ms] * 20, [0.0] * 20)
+    assert score_runs([at_once], baseline, 20)["score"]["mean"] == pytest.approx(1.0)
 
 
 def test_a_replay_is_the_same_for_the_same_seeds_and_differs_for_others() -> None:
@@ -109,3 +103,35 @@ def test_gen_replay_refuses_bad_arguments_before_reading_the_file(tmp_path: Path
     with pytest.raises(gen.UsageError, match="neither a T4 results file"):
         gen.replay(tmp_path / "other.json.gz")
 
+
+
+def _slice_params() -> dict:
+    return json.loads(gzip.decompress(CACHE.read_bytes()))["tune_params"]
+
+
+def test_tune_kernel_replays_a_cache_file_in_simulation_mode() -> None:
+    """Kernel Tuner's simulation mode: no GPU, the strategy answered from the file, its clock the file's."""
+    results, env = gen.tune_kernel("convolution_kernel", "unused", (4096, 4096), [], _slice_params(),
+                                   strategy="genetic_algorithm", strategy_options={"max_fevals": 40},
+                                   simulation_mode=True, cache=str(CACHE), seed=3)
+    measured = read_measured(CACHE)
+    run = replay_measured("genetic", measured, 40, seed=3)
+    assert [r["time"] if not isinstance(r["time"], str) else None for r in results] == run.times
+    assert [r["simulated_seconds"] for r in results] == pytest.approx(run.clock_s)
+    assert env["simulated_time"] == pytest.approx(1000 * run.clock_s[-1])
+    assert env["best_time"] == min(t for t in run.times if t is not None)
+    brute, _ = gen.tune_kernel("convolution_kernel", "unused", (4096, 4096), [], _slice_params(),
+                               simulation_mode=True, cache=str(CACHE))
+    assert len(brute) == len(measured) and min(r["time"] for r in brute if not isinstance(r["time"], str)) \
+        == measured.optimum_ms
+
+
+@pytest.mark.parametrize("change, said", [
+    (dict(cache=None), "give cache=FILE"),
+    (dict(strategy="pso"), "strategy='pso': tilegen has"),
+    (dict(tune_params={"block_size_x": [16]}), "tune_params must name the cache file's parameters"),
+])
+def test_tune_kernel_s_simulation_mode_refuses_what_it_cannot_replay(change: dict, said: str) -> None:
+    call = dict(tune_params=_slice_params(), strategy="random_sample", cache=str(CACHE)) | change
+    with pytest.raises(gen.UsageError, match=said):
+        gen.tune_kernel("convolution_kernel", "unused", (4096, 4096), [], simulation_mode=True, **call)

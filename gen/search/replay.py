@@ -4,7 +4,6 @@ The strategies are the tuner's own, asked and told as a real tune asks and tells
 
 from __future__ import annotations
 
-import bisect
 import itertools
 from pathlib import Path
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpa
 
 WITHIN = 0.01  # "reached the optimum": within 1% of it
 SCORE_POINTS = 100  # the times at which the methodology's score compares a run with the baseline
+BASELINE_RUNS = 500  # random orders whose mean is the baseline
 
 
 @dataclass(frozen=True)
@@ -82,65 +82,74 @@ def study(measured: MeasuredSpace, strategies: Sequence[str], budgets: Sequence[
     scores = {}
     for name in strategies:
         runs = [replay_measured(name, measured, max(budgets), seed + r) for r in range(repeats)]
-        scores[name] = {str(b): summarise([score_run(run, baseline, b) for run in runs]) for b in budgets}
+        scores[name] = {str(b): score_runs(runs, baseline, b) for b in budgets}
     return {"source": measured.source, "configurations": len(measured),
             "failed": sum(t is None for t in measured.time_ms.values()), "optimum_ms": measured.optimum_ms,
             "repeats": repeats, "seed": seed, "strategies": scores}
 
 
 class Baseline:
-    """Random search's expected best after k evaluations (without replacement, failures counted as
-    the worst time, as a model-free search sees them) and its expected clock: the methodology's
-    baseline (Willemsen et al., FGCS 2024), computed exactly rather than sampled."""
+    """Random search's expected best found over time, the methodology's baseline (Willemsen et al.,
+    FGCS 2024): the mean of BASELINE_RUNS random orders of the space (a fixed seed), each on the same
+    clock as a replayed run, since a slow configuration costs its draw more time."""
 
     def __init__(self, measured: MeasuredSpace, budget: int):
-        times = [t for t in measured.time_ms.values() if t is not None]
-        ranked = np.sort(np.array(times + [max(times)] * (len(measured) - len(times))))
-        count = len(ranked)
-        survival = np.ones(count + 1)  # P(the best of k draws ranks at or beyond i), i = 0..count
-        self.expected_best = []
-        for k in range(min(budget, count)):
-            survival[:count] *= np.clip((count - np.arange(count) - k) / (count - k), 0, None)
-            survival[count] = 0.0
-            self.expected_best.append(float((ranked * (survival[:count] - survival[1:])).sum()))
-        self.optimum = measured.optimum_ms
-        self.cost_s = float(np.mean(list(measured.cost_s.values())))
+        times = np.array([t if t is not None else np.inf for t in measured.time_ms.values()])
+        costs = np.array([measured.cost_s[name] for name in measured.time_ms])
+        self.optimum, self.budget = measured.optimum_ms, min(budget, len(times))
+        self.initial = float(np.where(np.isfinite(times), times, times[np.isfinite(times)].max()).mean())
+        self.cost_s = float(costs.mean())
+        orders = [np.random.default_rng(seed).permutation(len(times))[:self.budget] for seed in range(BASELINE_RUNS)]
+        self.runs = [Run([None if np.isinf(times[i]) else float(times[i]) for i in order],
+                         list(np.cumsum(costs[order]))) for order in orders]
+        self.expected: dict[int, np.ndarray] = {}
 
-    def at(self, seconds: float) -> float:
-        draws = min(max(1, int(seconds / self.cost_s)), len(self.expected_best))
-        return self.expected_best[draws - 1]
+    def horizon(self, budget: int) -> np.ndarray:
+        """The times the score looks at: SCORE_POINTS up to what random search takes on average for
+        the budget. Before its first result, a search has found what one random draw expects."""
+        return budget * self.cost_s * np.arange(1, SCORE_POINTS + 1) / SCORE_POINTS
+
+    def found(self, run: Run, budget: int) -> np.ndarray:
+        """A run's best found at each time of `horizon(budget)`."""
+        curve = best_so_far(run.times[:budget])
+        known = np.searchsorted(run.clock_s[:budget], self.horizon(budget), side="right")
+        return np.array([curve[k - 1] if k and curve[k - 1] is not None else self.initial for k in known])
+
+    def score(self, found: np.ndarray, budget: int) -> float:
+        """The methodology's score of a best-found curve over `horizon(budget)`: the mean of
+        (random search's expectation - found) / (that expectation - optimum); 0 is random search."""
+        if budget not in self.expected:
+            self.expected[budget] = np.mean([self.found(run, budget) for run in self.runs], axis=0)
+        expected = self.expected[budget]
+        return float(np.mean((expected - found) / np.maximum(expected - self.optimum, 1e-12 * self.optimum)))
 
 
-def score_run(run: Run, baseline: Baseline, budget: int) -> dict[str, float | None]:
-    """What one run reached at a budget: the fraction of the optimum, the evaluations and simulated
-    seconds to within 1% (None: not reached), and the methodology's score: the mean over the time
-    random search takes for the budget of (baseline - best so far) / (baseline - optimum)."""
+def score_runs(runs: Sequence[Run], baseline: Baseline, budget: int) -> dict[str, dict[str, float | int | None]]:
+    """The runs' figures at a budget, each a mean and standard deviation over the runs that have it
+    (`runs`: how many) out of all (`of`): the fraction of the optimum reached, the evaluations and
+    simulated seconds to within 1%, and the methodology's score. The score is the mean, over the time
+    random search takes for the budget, of (baseline - best found) / (baseline - optimum), the best
+    found being the mean over the runs (as the methodology averages runs before it scores); its
+    spread is that of the runs scored one by one."""
+    figures = [_figures(run, baseline, budget) for run in runs]
+    summary = {}
+    for figure in ("fraction", "evaluations_to_1pc", "seconds_to_1pc", "score"):
+        values = [f[figure] for f in figures if f[figure] is not None]
+        summary[figure] = {"mean": float(np.mean(values)) if values else None,
+                           "std": float(np.std(values)) if values else None, "runs": len(values), "of": len(runs)}
+    summary["score"]["mean"] = baseline.score(np.mean([f["found"] for f in figures], axis=0), budget)
+    return summary
+
+
+def _figures(run: Run, baseline: Baseline, budget: int) -> dict[str, Any]:
     curve = best_so_far(run.times[:budget])
     best = curve[-1] if curve else None
     reached = next((i for i, b in enumerate(curve) if b is not None and b <= baseline.optimum * (1 + WITHIN)), None)
-    horizon = budget * baseline.cost_s
-    performance = []
-    for point in range(1, SCORE_POINTS + 1):
-        seconds = horizon * point / SCORE_POINTS
-        known = bisect.bisect_right(run.clock_s[:budget], seconds)
-        expected = baseline.at(seconds)
-        found = curve[known - 1] if known and curve[known - 1] is not None else baseline.expected_best[0]
-        performance.append((expected - found) / (expected - baseline.optimum) if expected > baseline.optimum else 1.0)
+    found = baseline.found(run, budget)
     return {"fraction": baseline.optimum / best if best else 0.0,
             "evaluations_to_1pc": None if reached is None else reached + 1,
             "seconds_to_1pc": None if reached is None else run.clock_s[reached],
-            "score": float(np.mean(performance))}
-
-
-def summarise(scored: Sequence[Mapping[str, float | None]]) -> dict[str, dict[str, float | int | None]]:
-    """Each figure's mean and standard deviation over the runs that have it, and how many do."""
-    summary = {}
-    for figure in scored[0]:
-        values = [s[figure] for s in scored if s[figure] is not None]
-        summary[figure] = {"mean": float(np.mean(values)) if values else None,
-                           "std": float(np.std(values)) if values else None, "runs": len(values)}
-    return summary
-
+            "score": baseline.score(found, budget), "found": found}
 
 STUDY_HEADERS = ["strategy", "budget", "fraction of optimum", "evaluations to 1%", "seconds to 1%", "score"]
 
@@ -152,14 +161,14 @@ def study_rows(result: Mapping[str, Any]) -> list[list[str]]:
     for name, by_budget in result["strategies"].items():
         for budget, figures in by_budget.items():
             rows.append([name, budget, _spread(figures["fraction"], "{:.1%}"),
-                         _spread(figures["evaluations_to_1pc"], "{:.0f}", result["repeats"]),
-                         _spread(figures["seconds_to_1pc"], "{:.0f}", result["repeats"]),
+                         _spread(figures["evaluations_to_1pc"], "{:.0f}", True),
+                         _spread(figures["seconds_to_1pc"], "{:.0f}", True),
                          _spread(figures["score"], "{:.3f}")])
     return rows
 
 
-def _spread(figure: Mapping[str, Any], form: str, runs: int | None = None) -> str:
+def _spread(figure: Mapping[str, Any], form: str, counted: bool = False) -> str:
     if figure["mean"] is None:
-        return f"never (0/{runs})" if runs else "-"
+        return f"never (0/{figure['of']})"
     text = f"{form.format(figure['mean'])} ± {form.format(figure['std'])}"
-    return f"{text} ({figure['runs']}/{runs})" if runs else text
+    return f"{text} ({figure['runs']}/{figure['of']})" if counted else text

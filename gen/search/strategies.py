@@ -57,6 +57,11 @@ class SearchSpace:
                         found.append(candidate)
         return found
 
+    def other_values(self, variant: Variant) -> list[Variant]:
+        """Valid points that differ from `variant` in one parameter, by any value (Hamming distance 1)."""
+        return [candidate for name in self.varying for value in self.values[name] if value != getattr(variant, name)
+                if (candidate := self.index.get(self._moved(variant, name, value))) is not None]
+
     def nearest(self, params: dict[str, Any], exclude: set[Variant]) -> Variant | None:
         """The valid point closest to a possibly invalid combination (for repairing offspring)."""
         target = np.array([self.values[n].index(params[n]) / (len(self.values[n]) - 1) for n in self.varying])
@@ -194,6 +199,49 @@ class SimulatedAnnealing(Strategy):
             self.current, self.current_time = variant, time_ms
 
 
+class LocalSearch(Strategy):
+    """Iterated local search: from the best of a few random points, first improvement over the points
+    one parameter away (the next values up and down first, then any value), moving as soon as one is
+    faster; where none is, it jumps a few random steps from the best point found and climbs again."""
+
+    name = "local"
+    INITIAL, JUMP = 3, 3
+
+    def __init__(self, space: SearchSpace, seed: int = 0):
+        super().__init__(space, seed)
+        self.current: Variant | None = None
+
+    def _propose(self) -> Variant | None:
+        if len(self.results) < self.INITIAL or self.current is None:
+            return self.random_unseen()
+        fresh = self._fresh(self.current)
+        if not fresh:
+            self.current = self._jump()
+            fresh = self._fresh(self.current) if self.current is not None else []
+        return fresh[0] if fresh else self.random_unseen()
+
+    def _fresh(self, variant: Variant) -> list[Variant]:
+        near = self.space.neighbours(variant)
+        self.rng.shuffle(near)
+        far = self.space.other_values(variant)
+        self.rng.shuffle(far)
+        return [v for v in dict.fromkeys(near + far) if v not in self.results and v not in self.pending]
+
+    def _jump(self) -> Variant | None:
+        walker = self.best[0] if self.best else None
+        for _ in range(self.JUMP):
+            steps = self.space.other_values(walker) if walker is not None else []
+            walker = self.rng.choice(steps) if steps else walker
+        return walker
+
+    def _learn(self, variant: Variant, time_ms: float | None) -> None:
+        if time_ms is None:
+            return
+        current = self.results.get(self.current) if self.current is not None else None
+        if current is None or time_ms < current:
+            self.current = variant
+
+
 class GeneticAlgorithm(Strategy):
     """A population of the fittest points; children by uniform crossover of two tournament winners
     and mutation of one parameter to a random value, repaired onto the nearest valid unseen point."""
@@ -294,7 +342,7 @@ class _Posterior:
 
 
 STRATEGY_TYPES: dict[str, type[Strategy]] = {c.name: c for c in (  # --strategy's choices, in this order
-    BruteForce, RandomSampling, SimulatedAnnealing, GeneticAlgorithm, BayesianOptimisation)}
+    BruteForce, RandomSampling, SimulatedAnnealing, LocalSearch, GeneticAlgorithm, BayesianOptimisation)}
 STRATEGIES = tuple(STRATEGY_TYPES)
 
 
