@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..families.variant import Variant
+from .gaussian_process import Posterior, log_likelihood, normal_cdf, normal_pdf
 
 class SearchSpace:
     """Valid variants, each parameter's ordered values, and distances between points."""
@@ -306,7 +307,7 @@ class BayesianOptimisation(Strategy):
         mu, sigma = predict(unseen)
         best = predict.best
         z = (best - mu) / sigma
-        improvement = (best - mu) * _normal_cdf(z) + sigma * _normal_pdf(z)
+        improvement = (best - mu) * normal_cdf(z) + sigma * normal_pdf(z)
         self._ranked = [unseen[i] for i in np.argsort(-improvement, kind="stable")]
         return self._ranked[0]
 
@@ -317,7 +318,7 @@ class BayesianOptimisation(Strategy):
             return self.random_draws(count)
         return [v for v in self._ranked if v not in self.results and v not in self.pending][:count]
 
-    def _model(self) -> "_Posterior":
+    def _model(self) -> Posterior:
         told, pending = list(self.results), list(self.pending)
         x = self.space.encoded(told + pending)
         measured = [t for t in self.results.values() if t is not None]
@@ -325,24 +326,47 @@ class BayesianOptimisation(Strategy):
         times = [self.results[v] if self.results[v] is not None else worst for v in told] + [lie] * len(pending)
         y = np.log(np.array(times))
         y = (y - y.mean()) / (y.std() or 1.0)
-        scale = max(self.LENGTH_SCALES, key=lambda s: _log_likelihood(x, y, s, self.NOISE))
-        return _Posterior(self.space, x, y, scale, self.NOISE)
+        scale = max(self.LENGTH_SCALES, key=lambda s: log_likelihood(x, y, s, self.NOISE))
+        return Posterior(self.space, x, y, scale, self.NOISE)
 
 
-class _Posterior:
-    """Predictions (mean, standard deviation of standardised log time) of a fitted Gaussian process."""
+class Portfolio(Strategy):
+    """Several strategies sharing one budget by their progress: each proposal comes from the member
+    whose proposals have most often improved the best time (Thompson sampling of a Beta(1 + improved,
+    1 + not) per member, from the strategy's seed). Every member is told every result, failures
+    included, so a local search refines what the genetic algorithm found, and neither proposes a
+    point the other has measured or is measuring."""
 
-    def __init__(self, space: SearchSpace, x: np.ndarray, y: np.ndarray, scale: float, noise: float):
-        self.space, self.x, self.y, self.scale, self.noise = space, x, y, scale, noise
-        self.best = float(y.min())
+    name = "portfolio"
+    MEMBERS = ("local", "genetic")
 
-    def __call__(self, variants: Sequence[Variant]) -> tuple[np.ndarray, np.ndarray]:
-        candidates = self.space.encoded(variants)
-        return _gp_posterior(self.x, self.y, candidates, self.scale, self.noise)
+    def __init__(self, space: SearchSpace, seed: int = 0):
+        super().__init__(space, seed)
+        self.members = [STRATEGY_TYPES[name](space, seed + number) for number, name in enumerate(self.MEMBERS)]
+        self.record = [[0, 0] for _ in self.members]  # per member: proposals that improved the best, and not
+        self.proposer: dict[Variant, int] = {}
+
+    def _propose(self) -> Variant | None:
+        draws = [self.rng.betavariate(1 + improved, 1 + not_improved) for improved, not_improved in self.record]
+        for number in sorted(range(len(self.members)), key=lambda m: -draws[m]):
+            proposed = self.members[number].ask(1)
+            if proposed:
+                for other in self.members:
+                    other.pending.add(proposed[0])
+                self.proposer[proposed[0]] = number
+                return proposed[0]
+        return None
+
+    def _learn(self, variant: Variant, time_ms: float | None) -> None:
+        before = min((t for v, t in self.results.items() if t is not None and v != variant), default=math.inf)
+        if variant in self.proposer:
+            self.record[self.proposer.pop(variant)][0 if time_ms is not None and time_ms < before else 1] += 1
+        for member in self.members:
+            member.tell(variant, time_ms)
 
 
 STRATEGY_TYPES: dict[str, type[Strategy]] = {c.name: c for c in (  # --strategy's choices, in this order
-    BruteForce, RandomSampling, SimulatedAnnealing, LocalSearch, GeneticAlgorithm, BayesianOptimisation)}
+    BruteForce, RandomSampling, SimulatedAnnealing, LocalSearch, GeneticAlgorithm, BayesianOptimisation, Portfolio)}
 STRATEGIES = tuple(STRATEGY_TYPES)
 
 
@@ -354,38 +378,3 @@ def make_strategy(name: str, space: SearchSpace, seed: int = 0) -> Strategy:
 
 def _order(value: Any) -> tuple:
     return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
-
-
-def _rbf(a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
-    squared = ((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=2)
-    return np.exp(-0.5 * squared / scale**2)
-
-
-def _gp_posterior(x: np.ndarray, y: np.ndarray, candidates: np.ndarray, scale: float, noise: float
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    kernel = _rbf(x, x, scale) + noise * np.eye(len(x))
-    factor = np.linalg.cholesky(kernel)
-    alpha = np.linalg.solve(factor.T, np.linalg.solve(factor, y))
-    cross = _rbf(candidates, x, scale)
-    mu = cross @ alpha
-    v = np.linalg.solve(factor, cross.T)
-    variance = np.clip(1.0 - (v**2).sum(axis=0), 1e-12, None)
-    return mu, np.sqrt(variance)
-
-
-def _log_likelihood(x: np.ndarray, y: np.ndarray, scale: float, noise: float) -> float:
-    kernel = _rbf(x, x, scale) + noise * np.eye(len(x))
-    try:
-        factor = np.linalg.cholesky(kernel)
-    except np.linalg.LinAlgError:
-        return -math.inf
-    alpha = np.linalg.solve(factor.T, np.linalg.solve(factor, y))
-    return float(-0.5 * y @ alpha - np.log(np.diag(factor)).sum())
-
-
-def _normal_pdf(z: np.ndarray) -> np.ndarray:
-    return np.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)
-
-
-def _normal_cdf(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
