@@ -13,6 +13,7 @@ import gen
 from gen.cli.main import main
 from gen.search.measured import read_measured
 from gen.search.replay import Baseline, Run, replay_measured, score_runs
+from gen.search.strategies import make_strategy
 
 from .conftest import REPO
 from .test_bad_inputs import assert_one_line_error, run_main
@@ -135,3 +136,16 @@ def test_tune_kernel_s_simulation_mode_refuses_what_it_cannot_replay(change: dic
     call = dict(tune_params=_slice_params(), strategy="random_sample", cache=str(CACHE)) | change
     with pytest.raises(gen.UsageError, match=said):
         gen.tune_kernel("convolution_kernel", "unused", (4096, 4096), [], simulation_mode=True, **call)
+
+
+def test_the_portfolio_tells_every_member_every_result_and_proposes_each_point_once() -> None:
+    measured = read_measured(T4)
+    portfolio = make_strategy("portfolio", measured.space, seed=4)
+    seen = []
+    while len(seen) < 60:
+        for variant in portfolio.ask(3):
+            portfolio.tell(variant, measured.time_ms[variant.name])
+            seen.append(variant)
+    assert len(set(seen)) == 60
+    assert all(member.results == portfolio.results for member in portfolio.members)
+    assert sum(improved + not_improved for improved, not_improved in portfolio.record) == 60
