@@ -221,6 +221,13 @@ class LocalSearch(Strategy):
             fresh = self._fresh(self.current) if self.current is not None else []
         return fresh[0] if fresh else self.random_unseen()
 
+    def likely_next(self, count: int) -> list[Variant]:
+        """The current point's unseen neighbours, next values first: the climb's next step is one of them."""
+        if self.current is None:
+            return self.random_draws(count) if len(self.results) < self.INITIAL else []
+        near = self.space.neighbours(self.current) + self.space.other_values(self.current)
+        return [v for v in dict.fromkeys(near) if v not in self.results and v not in self.pending][:count]
+
     def _fresh(self, variant: Variant) -> list[Variant]:
         near = self.space.neighbours(variant)
         self.rng.shuffle(near)
@@ -356,6 +363,10 @@ class Portfolio(Strategy):
                 self.proposer[proposed[0]] = number
                 return proposed[0]
         return None
+
+    def likely_next(self, count: int) -> list[Variant]:
+        """What its members expect to propose next, the local search's first."""
+        return list(dict.fromkeys(v for member in self.members for v in member.likely_next(count)))[:count]
 
     def _learn(self, variant: Variant, time_ms: float | None) -> None:
         before = min((t for v, t in self.results.items() if t is not None and v != variant), default=math.inf)
