@@ -21,6 +21,7 @@ from .evaluate.options import FULL, RunOptions
 from .families.space import MAX_POINTS
 from .gpu.executor import Executor
 from .search.replay import replay_file
+from .search.strategies import DEFAULT_STRATEGY
 from .search.sweep import SweepOptions
 from .search.sweep import sweep as run_sweep
 from .search.tune import DEFAULT_SCREEN, TuneOptions, tuned_rows
@@ -56,7 +57,7 @@ def sweep(family: str, sizes: str | Sequence[str] = (), *, out: str | Path,
     return [row.to_dict() for row in report.rows]
 
 
-def tune(family: str, size: str, *, params: Mapping[str, Any] | None = None, strategy: str = "bayes",
+def tune(family: str, size: str, *, params: Mapping[str, Any] | None = None, strategy: str = DEFAULT_STRATEGY,
          budget: int | None = None, time_s: float | None = None, db: str | Path | None = None,
          filter: str | None = None, seed: int = 0, top: int = 3, early_stop: bool = True,
          max_points: int = MAX_POINTS, arch: str | None = None, compiler: str | None = None,
@@ -65,9 +66,9 @@ def tune(family: str, size: str, *, params: Mapping[str, Any] | None = None, str
          progress: bool = True, executor: Executor | None = None,
          objective: str = DEFAULT_OBJECTIVE, screen: str | None = DEFAULT_SCREEN) -> list[dict[str, Any]]:
     """Autotune `family` at one `size` on each GPU model among `gpus`, as `tilegen tune` does: the
-    `strategy` (brute, random, anneal, genetic, bayes) evaluates up to `budget` variants (brute force
-    without one: the whole space; the others: 100) or as many as fit in `time_s` seconds, the
-    finalists are timed again, and everything goes into the tuning database `db` (default: $TILEGEN_DB,
+    `strategy` (brute, random, anneal, local, genetic, bayes, portfolio: the default) evaluates up to
+    `budget` variants (brute force without one: the whole space; the others: 100) or as many as fit
+    in `time_s` seconds, the finalists are timed again, and everything goes into the tuning database `db` (default: $TILEGEN_DB,
     else tuning.sqlite in tilegen's cache folder), where gen.tuned and gen.kernel find the winner.
     The finalists' energy is measured too; `objective` (time, energy or edp) ranks them. `screen`: a
     compile level (gen.compiling.levels) to search at, the finalists compiled and timed again at full.
@@ -113,7 +114,7 @@ def _run_options(arch: str | None, compiler: str | None, compile_jobs: int | Non
     return options
 
 
-def replay(file: str | Path, *, strategies: str | Sequence[str] = ("bayes",), budgets: int | Sequence[int] = (100,),
+def replay(file: str | Path, *, strategies: str | Sequence[str] = (DEFAULT_STRATEGY,), budgets: int | Sequence[int] = (100,),
            repeats: int = 10, seed: int = 0) -> dict[str, Any]:
     """Replay search strategies over a measured space (a T4 file or a Kernel Tuner cache file, gzipped
     or not), without a GPU, as `tilegen replay` does: each strategy `repeats` times from seeds `seed`,

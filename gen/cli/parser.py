@@ -15,7 +15,7 @@ from ..evaluate.options import CACHE_CONFIGS, COMPILE_LEVELS, COMPILER_ENV, COMP
 from ..core.version import __version__
 from ..families.registry import FAMILY_PATH_ENV
 from ..families.space import MAX_POINTS
-from ..search.strategies import STRATEGIES
+from ..search.strategies import DEFAULT_STRATEGY, STRATEGIES
 from ..store.export import EXPORTERS
 from ..store.report import REPORT_STYLES
 from ..search.tune import DEFAULT_SCREEN
@@ -157,7 +157,8 @@ def _tune_command(commands: Any) -> None:
     parser.add_argument("--size", help="problem size, e.g. 2048x2048x2048")
     parser.add_argument("--filter", metavar="PATTERN", help="keep variants whose name contains PATTERN (or a glob)")
     _add_max_points(parser)
-    parser.add_argument("--strategy", default="bayes", choices=STRATEGIES, help="search strategy (default: bayes)")
+    parser.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=STRATEGIES,
+                        help=f"search strategy (default: {DEFAULT_STRATEGY})")
     limit = parser.add_mutually_exclusive_group()
     limit.add_argument("--budget", type=count,
                        help="evaluations, at most (default: the whole space for brute, else 100)")
@@ -188,8 +189,8 @@ def _replay_command(commands: Any) -> None:
     parser = _command(commands, "replay", help="replay search strategies over a measured space (T4 or Kernel Tuner "
                                                "cache file), no GPU")
     parser.add_argument("file", type=Path, help="a T4 results file or a Kernel Tuner cache file (.json or .json.gz)")
-    parser.add_argument("--strategy", dest="strategies", nargs="+", default=["bayes"], choices=STRATEGIES,
-                        help="strategies to replay (default: bayes)")
+    parser.add_argument("--strategy", dest="strategies", nargs="+", default=[DEFAULT_STRATEGY], choices=STRATEGIES,
+                        help=f"strategies to replay (default: {DEFAULT_STRATEGY})")
     parser.add_argument("--budget", dest="budgets", nargs="+", type=count, default=[100],
                         help="evaluations each run may make; several give the figures at each (default: 100)")
     parser.add_argument("--repeats", type=count, default=10, help="runs per strategy, seeds SEED, SEED+1, ... "

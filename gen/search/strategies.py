@@ -379,6 +379,7 @@ class Portfolio(Strategy):
 STRATEGY_TYPES: dict[str, type[Strategy]] = {c.name: c for c in (  # --strategy's choices, in this order
     BruteForce, RandomSampling, SimulatedAnnealing, LocalSearch, GeneticAlgorithm, BayesianOptimisation, Portfolio)}
 STRATEGIES = tuple(STRATEGY_TYPES)
+DEFAULT_STRATEGY = "portfolio"  # chosen on public spaces replayed: docs/results/search-replay.md
 
 
 def make_strategy(name: str, space: SearchSpace, seed: int = 0) -> Strategy:
