@@ -43,7 +43,8 @@ SPACE = {"bm": [64, 128], "bn": [64, 128], "bk": [8, 16], "wm": [32, 64], "wn": 
 # bayes_opt and genetic algorithm get the budget of tilegen's Bayesian search.
 RUNS = [("tilegen", "brute", None, "nvrtc"), ("kernel_tuner", "brute_force", None, "CUDA"),
         ("tilegen", "brute", None, "nvcc"), ("kernel_tuner", "brute_force", None, "PyCUDA"),
-        ("tilegen", "bayes", 60, "nvrtc"), ("kernel_tuner", "genetic_algorithm", 60, "CUDA"),
+        ("tilegen", "bayes", 60, "nvrtc"), ("tilegen", "portfolio", 60, "nvrtc"),
+        ("kernel_tuner", "genetic_algorithm", 60, "CUDA"),
         ("kernel_tuner", "bayes_opt", 60, "CUDA")]
 KT_SYMBOL = "tilegen_kt_kernel"
 

@@ -28,6 +28,7 @@ from ..families.registry import registry
 from ..families.space import Space, parse_options
 from ..commands.compile import compile_space, resource_table
 from ..call.lookup import gpu_model_named, tuned_with_reason
+from ..search.replay import STUDY_HEADERS, replay_file, study_rows
 from ..commands.revalidate import revalidate
 from ..commands.sweep import SweepOptions, preview, summary, sweep
 from ..commands.tune import TuneOptions, tune
@@ -149,6 +150,16 @@ def cmd_tune(args: argparse.Namespace) -> None:
     for result in tune(options):
         print(describe(result))
     print(f"stored in {TuningDB(args.db).path}")
+
+
+def cmd_replay(args: argparse.Namespace) -> None:
+    result = replay_file(args.file, args.strategies, args.budgets, args.repeats, args.seed)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return
+    print(f"{result['source']}: {result['configurations']:,} configurations, {result['failed']:,} failed; optimum "
+          f"{result['optimum_ms']:.4g} ms; {result['repeats']} runs per strategy from seed {result['seed']}")
+    print(text_table(STUDY_HEADERS, study_rows(result)))
 
 
 def cmd_revalidate(args: argparse.Namespace) -> None:

@@ -16,7 +16,7 @@ from ..evaluate.options import COMPILE_LEVELS, COMPILER_ENV, COMPILERS, FULL, us
 from ..core.version import __version__
 from ..families.registry import FAMILY_PATH_ENV
 from ..families.space import MAX_POINTS
-from ..search.strategies import STRATEGIES
+from ..search.strategies import DEFAULT_STRATEGY, STRATEGIES
 from ..store.export import EXPORTERS
 from ..store.report import REPORT_STYLES
 from ..commands.tune import DEFAULT_SCREEN
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_family_path(parser, "family_path")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add_command in (_list_command, _render_command, _emit_command, _compile_command, _sweep_command,
-                        _tune_command, _best_command, _export_command, _report_command, _worker_command,
+                        _tune_command, _replay_command, _best_command, _export_command, _report_command, _worker_command,
                         _cache_command):
         add_command(commands)
     return parser
@@ -162,7 +162,8 @@ def _tune_command(commands: Any) -> None:
     parser.add_argument("--size", help="problem size, e.g. 2048x2048x2048")
     parser.add_argument("--filter", metavar="PATTERN", help="keep variants whose name contains PATTERN (or a glob)")
     _add_max_points(parser)
-    parser.add_argument("--strategy", default="bayes", choices=STRATEGIES, help="search strategy (default: bayes)")
+    parser.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=STRATEGIES,
+                        help=f"search strategy (default: {DEFAULT_STRATEGY})")
     limit = parser.add_mutually_exclusive_group()
     limit.add_argument("--budget", type=count,
                        help="evaluations, at most (default: the whole space for brute, else 100)")
@@ -188,6 +189,22 @@ def _tune_command(commands: Any) -> None:
                         help="time the stored winners for this GPU again and flag those that moved")
     parser.add_argument("--dry-run", action="store_true", help="print the space's count and a sample; run nothing")
     _add_run_arguments(parser, TUNE_TIMING.budget_s)
+
+
+def _replay_command(commands: Any) -> None:
+    parser = _command(commands, "replay", help="replay search strategies over a measured space (T4 or Kernel Tuner "
+                                               "cache file), no GPU",
+                      example="tilegen replay convolution_A100_T4.json.gz --strategy portfolio bayes --budget 50 "
+                              "--repeats 20")
+    parser.add_argument("file", type=Path, help="a T4 results file or a Kernel Tuner cache file (.json or .json.gz)")
+    parser.add_argument("--strategy", dest="strategies", nargs="+", default=[DEFAULT_STRATEGY], choices=STRATEGIES,
+                        help=f"strategies to replay (default: {DEFAULT_STRATEGY})")
+    parser.add_argument("--budget", dest="budgets", nargs="+", type=count, default=[100],
+                        help="evaluations each run may make; several give the figures at each (default: 100)")
+    parser.add_argument("--repeats", type=count, default=10, help="runs per strategy, seeds SEED, SEED+1, ... "
+                                                                  "(default: 10)")
+    parser.add_argument("--seed", type=whole, default=0, help="the first run's seed (default: 0)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 
 def _best_command(commands: Any) -> None:

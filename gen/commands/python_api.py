@@ -28,6 +28,8 @@ from ..evaluate.services import check_reachable
 from ..evaluate.session import Executor
 from ..families.registry import get_family
 from ..families.space import MAX_POINTS
+from ..search.replay import replay_file
+from ..search.strategies import DEFAULT_STRATEGY
 from .sweep import SweepOptions, preview
 from .sweep import sweep as run_sweep
 from .tune import DEFAULT_SCREEN, TuneOptions, candidates, tuned_rows
@@ -75,7 +77,7 @@ def sweep(family: str, sizes: str | Sequence[str] = (), *, out: str | Path | Non
     return [row.to_dict() for row in report.rows]
 
 
-def tune(family: str, size: str, *, params: Mapping[str, Any] | None = None, strategy: str = "bayes",
+def tune(family: str, size: str, *, params: Mapping[str, Any] | None = None, strategy: str = DEFAULT_STRATEGY,
          budget: int | None = None, time: float | None = None, db: str | Path | None = None,
          filter: str | None = None, seed: int = 0, finalists: int = 3, full_timing: bool = False,
          max_points: int = MAX_POINTS, arch: str | None = None, compiler: str | None = None,
@@ -84,9 +86,9 @@ def tune(family: str, size: str, *, params: Mapping[str, Any] | None = None, str
          quiet: bool = False, executor: Executor | None = None, objective: str = DEFAULT_OBJECTIVE,
          screen: str | None = DEFAULT_SCREEN, dry_run: bool = False, **old_keywords: Any) -> list[dict[str, Any]]:
     """Autotune `family` at one `size` on each GPU model among `gpus`, as `tilegen tune` does: the
-    `strategy` (brute, random, anneal, genetic, bayes) evaluates up to `budget` variants (brute force
-    without one: the whole space; the others: 100) or as many as fit in `time` seconds, the
-    finalists are timed again, and everything goes into the tuning database `db` (default: $TILEGEN_DB,
+    `strategy` (brute, random, anneal, local, genetic, bayes, portfolio: the default) evaluates up to
+    `budget` variants (brute force without one: the whole space; the others: 100) or as many as fit
+    in `time` seconds, the finalists are timed again, and everything goes into the tuning database `db` (default: $TILEGEN_DB,
     else tuning.sqlite in tilegen's cache folder), where gen.tuned and gen.kernel find the winner.
     The finalists' energy is measured too; `objective` (time, energy or edp) ranks them. `screen`: a
     compile level (gen.compiling.levels) to search at, the finalists compiled and timed again at full.
@@ -157,3 +159,15 @@ def _run_options(arch: str | None, compiler: str | None, compile_jobs: int | Non
     if cluster and cluster != "local":
         check_reachable(cluster)
     return options
+
+
+def replay(file: str | Path, *, strategies: str | Sequence[str] = (DEFAULT_STRATEGY,), budgets: int | Sequence[int] = (100,),
+           repeats: int = 10, seed: int = 0) -> dict[str, Any]:
+    """Replay search strategies over a measured space (a T4 file or a Kernel Tuner cache file, gzipped
+    or not), without a GPU, as `tilegen replay` does: each strategy `repeats` times from seeds `seed`,
+    `seed + 1`, ..., answered with the file's measurements. Returns the study as `tilegen replay
+    --json` prints it: per strategy and budget, the mean, standard deviation and count of runs of
+    `fraction` (of the optimum reached), `evaluations_to_1pc`, `seconds_to_1pc` (simulated: the
+    file's compile, framework and run times) and `score` (docs/search.md says how it is computed)."""
+    return replay_file(file, strategies, budgets, repeats, seed)
+

@@ -39,7 +39,7 @@ from ..families.variant import Variant
 from ..store.tuning_db import FINALIST_KEY, TuningKey, TuningDB, checked_db_path
 from ..call.lookup import shape_distance
 from ..search.proposers import PointList, Rounds, Search
-from ..search.strategies import STRATEGIES, STRATEGY_TYPES, SearchSpace, make_strategy
+from ..search.strategies import DEFAULT_STRATEGY, STRATEGIES, STRATEGY_TYPES, SearchSpace, make_strategy
 from .tune_result import TuneResult
 
 INTERLEAVED_ROUNDS = 5
@@ -56,7 +56,7 @@ class TuneOptions:
     size: str
     params: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     filter: str | None = None
-    strategy: str = "bayes"
+    strategy: str = DEFAULT_STRATEGY
     budget: int | None = None  # evaluations; None: brute force takes the whole space, another strategy
     # DEFAULT_BUDGET, or with `time_s` as many as fit in that time
     time_s: float | None = None

@@ -26,16 +26,18 @@ from ..families.space import MAX_POINTS
 from ..families.sourced import OUTPUT_DTYPES, rules_of
 from .family import (Made, clean_tune_params, constants, describe, describe_arguments, first_valid, include_flags,
                      read_source, tags, write_family)
+from .simulation import simulated_tune
 from ..commands.tune import DEFAULT_SCREEN, TuneOptions, tune, tuned_rows
 from ..commands.tune_result import TuneResult
 from ..store.tuning_db import TuningDB
 
 KERNEL_TUNER_STRATEGIES = {"brute_force": "brute", "random_sample": "random", "simulated_annealing": "anneal",
-                           "genetic_algorithm": "genetic", "bayes_opt": "bayes"}  # Kernel Tuner's name: tilegen's
+                           "greedy_ils": "local", "genetic_algorithm": "genetic",
+                           "bayes_opt": "bayes"}  # Kernel Tuner's name: tilegen's
 STRATEGY_OPTIONS = ("max_fevals", "time_limit")  # tilegen's budget and time_s
 # Kernel Tuner's options tilegen does not take, with the value that means "not used".
 UNSUPPORTED = {"platform": 0, "smem_args": None, "texmem_args": None, "compiler": None, "log": None,
-               "metrics": None, "simulation_mode": None, "parallel": None, "observers": None,
+               "metrics": None, "simulation_mode": (None, False), "parallel": None, "observers": None,
                "objective": (None, "time"), "objective_higher_is_better": (None, False), "objectives": None}
 
 
@@ -60,6 +62,10 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     (`db`, else the default), so `tilegen best`, `gen.tuned` and `gen.kernel` find the winner under
     the family named in `env["family"]`. `executor` replaces the local GPU workers (tests, clusters).
     `screen`: a compile level (gen.compiling.levels) to search at, the finalists confirmed at full."""
+    if simulation_mode:
+        limits = strategy_limits(strategy, strategy_options)
+        return simulated_tune(kernel_name, tune_params, cache, KERNEL_TUNER_STRATEGIES[strategy or "brute_force"], limits,
+                              0 if seed is None else seed)
     given = dict(platform=platform, smem_args=smem_args, texmem_args=texmem_args, compiler=compiler,
                  log=log, metrics=metrics, simulation_mode=simulation_mode, parallel=parallel, observers=observers,
                  objective=objective, objective_higher_is_better=objective_higher_is_better, objectives=objectives)
@@ -220,15 +226,7 @@ def _compiler_options(options: Any) -> list[str]:
 
 def tune_options(family: str, spec: Mapping[str, Any], strategy: Any, strategy_options: Any, iterations: Any,
                  device: Any, quiet: bool, seed: Any, db: Path | None) -> TuneOptions:
-    if strategy is not None and strategy not in KERNEL_TUNER_STRATEGIES:
-        raise UsageError(f"strategy={strategy!r}: tilegen has {', '.join(KERNEL_TUNER_STRATEGIES)}")
-    if strategy_options is not None and not isinstance(strategy_options, Mapping):
-        raise UsageError(f"strategy_options must be a dict like {{'max_fevals': 100}}; got {strategy_options!r}")
-    limits = dict(strategy_options or {})
-    unknown = [k for k in limits if k not in STRATEGY_OPTIONS]
-    if unknown:
-        raise UsageError(f"strategy_options: tilegen does not support {unknown[0]!r}; it takes max_fevals and "
-                         f"time_limit")
+    limits = strategy_limits(strategy, strategy_options)
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise UsageError(f"iterations must be a whole number >= 1; got {iterations!r}")
     timing: TimingOptions = replace(TUNE_TIMING, min_samples=iterations)
@@ -238,6 +236,20 @@ def tune_options(family: str, spec: Mapping[str, Any], strategy: Any, strategy_o
                        strategy=KERNEL_TUNER_STRATEGIES[strategy or "brute_force"], budget=limits.get("max_fevals"),
                        time_s=limits.get("time_limit"), db=db, seed=0 if seed is None else seed, run=run,
                        progress=not quiet, max_points=max(MAX_POINTS, whole_space))
+
+
+def strategy_limits(strategy: Any, strategy_options: Any) -> dict[str, Any]:
+    """Kernel Tuner's strategy (one tilegen has) and its strategy_options, checked: the limits."""
+    if strategy is not None and strategy not in KERNEL_TUNER_STRATEGIES:
+        raise UsageError(f"strategy={strategy!r}: tilegen has {', '.join(KERNEL_TUNER_STRATEGIES)}")
+    if strategy_options is not None and not isinstance(strategy_options, Mapping):
+        raise UsageError(f"strategy_options must be a dict like {{'max_fevals': 100}}; got {strategy_options!r}")
+    limits = dict(strategy_options or {})
+    unknown = [k for k in limits if k not in STRATEGY_OPTIONS]
+    if unknown:
+        raise UsageError(f"strategy_options: tilegen does not support {unknown[0]!r}; it takes max_fevals and "
+                         f"time_limit")
+    return limits
 
 
 def _cache_file(cache: Any, kernel_name: str, spec: Mapping[str, Any]) -> Path | None:

@@ -1,11 +1,21 @@
-"""A strategy replayed against recorded measurements, without a GPU: how the tuning study and the
-tests compare strategies on spaces measured once in full."""
+"""A strategy replayed against recorded measurements, without a GPU: how the tuning study, the
+tests and `tilegen replay` (public spaces measured in full, gen.search.measured) compare strategies.
+The strategies are the tuner's own, asked and told as a real tune asks and tells them."""
 
 from __future__ import annotations
 
-from typing import Mapping
+import itertools
+from pathlib import Path
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
-from .strategies import SearchSpace, make_strategy
+import numpy as np
+
+from ..core import checks
+from ..core.errors import UsageError
+from ..store.plots import best_so_far
+from .measured import MeasuredSpace, read_measured
+from .strategies import STRATEGIES, STRATEGY_TYPES, SearchSpace, make_strategy
 
 
 def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpace, budget: int,
@@ -24,3 +34,141 @@ def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpa
             search.tell(variant, median)
             seen.append((variant.name, median))
     return seen
+
+
+# ---- a measured space, replayed and scored --------------------------------------------------------
+
+WITHIN = 0.01  # "reached the optimum": within 1% of it
+SCORE_POINTS = 100  # the times at which the methodology's score compares a run with the baseline
+BASELINE_RUNS = 500  # random orders whose mean is the baseline
+
+
+@dataclass(frozen=True)
+class Run:
+    """One replayed run of a strategy from one seed: each evaluation's time (None: failed) and the
+    simulated clock (seconds) when it was known."""
+
+    times: list[float | None]
+    clock_s: list[float]
+
+
+def replay_measured(strategy: str, measured: MeasuredSpace, budget: int, seed: int) -> Run:
+    """A strategy replayed over a measured space, the clock advanced by each evaluation's cost."""
+    asked = replay(strategy, measured.time_ms, measured.space, budget, seed)
+    return Run([t for _, t in asked], list(itertools.accumulate(measured.cost_s[name] for name, _ in asked)))
+
+
+def replay_file(path: Path | str, strategies: Sequence[str], budgets: Sequence[int], repeats: int,
+                seed: int = 0) -> dict[str, Any]:
+    """`tilegen replay` and `gen.replay`: the study of a measured space in a T4 or Kernel Tuner cache
+    file, its arguments checked (one line each) before the file is read."""
+    if isinstance(strategies, str):
+        strategies = [strategies]
+    for name in strategies:
+        if name not in STRATEGY_TYPES:
+            raise UsageError(f"strategy {name!r} is not one of: {', '.join(STRATEGIES)}")
+    budgets = [checks.whole(b, "a budget", 1) for b in ([budgets] if isinstance(budgets, int) else budgets)]
+    if not strategies or not budgets:
+        raise UsageError("give at least one strategy and one budget")
+    repeats, seed = checks.whole(repeats, "repeats", 1), checks.whole(seed, "seed")
+    return study(read_measured(path), strategies, budgets, repeats, seed)
+
+
+def study(measured: MeasuredSpace, strategies: Sequence[str], budgets: Sequence[int], repeats: int,
+          seed: int = 0) -> dict[str, Any]:
+    """Each strategy replayed `repeats` times (seeds seed, seed + 1, ...) up to the largest budget, and
+    scored at each budget (a prefix of the same runs: tilegen's strategies do not plan by the budget)."""
+    baseline = Baseline(measured, max(budgets))
+    scores = {}
+    for name in strategies:
+        runs = [replay_measured(name, measured, max(budgets), seed + r) for r in range(repeats)]
+        scores[name] = {str(b): score_runs(runs, baseline, b) for b in budgets}
+    return {"source": measured.source, "configurations": len(measured),
+            "failed": sum(t is None for t in measured.time_ms.values()), "optimum_ms": measured.optimum_ms,
+            "repeats": repeats, "seed": seed, "strategies": scores}
+
+
+class Baseline:
+    """Random search's expected best found over time, the methodology's baseline (Willemsen et al.,
+    FGCS 2024): the mean of BASELINE_RUNS random orders of the space (a fixed seed), each on the same
+    clock as a replayed run, since a slow configuration costs its draw more time."""
+
+    def __init__(self, measured: MeasuredSpace, budget: int):
+        times = np.array([t if t is not None else np.inf for t in measured.time_ms.values()])
+        costs = np.array([measured.cost_s[name] for name in measured.time_ms])
+        self.optimum, self.budget = measured.optimum_ms, min(budget, len(times))
+        self.initial = float(np.where(np.isfinite(times), times, times[np.isfinite(times)].max()).mean())
+        self.cost_s = float(costs.mean())
+        orders = [np.random.default_rng(seed).permutation(len(times))[:self.budget] for seed in range(BASELINE_RUNS)]
+        self.runs = [Run([None if np.isinf(times[i]) else float(times[i]) for i in order],
+                         list(np.cumsum(costs[order]))) for order in orders]
+        self.expected: dict[int, np.ndarray] = {}
+
+    def horizon(self, budget: int) -> np.ndarray:
+        """The times the score looks at: SCORE_POINTS up to what random search takes on average for
+        the budget. Before its first result, a search has found what one random draw expects."""
+        return budget * self.cost_s * np.arange(1, SCORE_POINTS + 1) / SCORE_POINTS
+
+    def found(self, run: Run, budget: int) -> np.ndarray:
+        """A run's best found at each time of `horizon(budget)`."""
+        curve = best_so_far(run.times[:budget])
+        known = np.searchsorted(run.clock_s[:budget], self.horizon(budget), side="right")
+        return np.array([curve[k - 1] if k and curve[k - 1] is not None else self.initial for k in known])
+
+    def score(self, found: np.ndarray, budget: int) -> float:
+        """The methodology's score of a best-found curve over `horizon(budget)`: the mean of
+        (random search's expectation - found) / (that expectation - optimum); 0 is random search."""
+        if budget not in self.expected:
+            self.expected[budget] = np.mean([self.found(run, budget) for run in self.runs], axis=0)
+        expected = self.expected[budget]
+        return float(np.mean((expected - found) / np.maximum(expected - self.optimum, 1e-12 * self.optimum)))
+
+
+def score_runs(runs: Sequence[Run], baseline: Baseline, budget: int) -> dict[str, dict[str, float | int | None]]:
+    """The runs' figures at a budget, each a mean and standard deviation over the runs that have it
+    (`runs`: how many) out of all (`of`): the fraction of the optimum reached, the evaluations and
+    simulated seconds to within 1%, and the methodology's score. The score is the mean, over the time
+    random search takes for the budget, of (baseline - best found) / (baseline - optimum), the best
+    found being the mean over the runs (as the methodology averages runs before it scores); its
+    spread is that of the runs scored one by one."""
+    figures = [_figures(run, baseline, budget) for run in runs]
+    summary = {}
+    for figure in ("fraction", "evaluations_to_1pc", "seconds_to_1pc", "score"):
+        values = [f[figure] for f in figures if f[figure] is not None]
+        summary[figure] = {"mean": float(np.mean(values)) if values else None,
+                           "std": float(np.std(values)) if values else None, "runs": len(values), "of": len(runs)}
+    summary["score"]["mean"] = baseline.score(np.mean([f["found"] for f in figures], axis=0), budget)
+    return summary
+
+
+def _figures(run: Run, baseline: Baseline, budget: int) -> dict[str, Any]:
+    curve = best_so_far(run.times[:budget])
+    best = curve[-1] if curve else None
+    reached = next((i for i, b in enumerate(curve) if b is not None and b <= baseline.optimum * (1 + WITHIN)), None)
+    found = baseline.found(run, budget)
+    return {"fraction": baseline.optimum / best if best else 0.0,
+            "evaluations_to_1pc": None if reached is None else reached + 1,
+            "seconds_to_1pc": None if reached is None else run.clock_s[reached],
+            "score": baseline.score(found, budget), "found": found}
+
+STUDY_HEADERS = ["strategy", "budget", "fraction of optimum", "evaluations to 1%", "seconds to 1%", "score"]
+
+
+def study_rows(result: Mapping[str, Any]) -> list[list[str]]:
+    """A study's figures as table rows: each mean ± standard deviation, and for the figures a run
+    may not reach, in how many runs it did."""
+    rows = []
+    for name, by_budget in result["strategies"].items():
+        for budget, figures in by_budget.items():
+            rows.append([name, budget, _spread(figures["fraction"], "{:.1%}"),
+                         _spread(figures["evaluations_to_1pc"], "{:.0f}", True),
+                         _spread(figures["seconds_to_1pc"], "{:.0f}", True),
+                         _spread(figures["score"], "{:.3f}")])
+    return rows
+
+
+def _spread(figure: Mapping[str, Any], form: str, counted: bool = False) -> str:
+    if figure["mean"] is None:
+        return f"never (0/{figure['of']})"
+    text = f"{form.format(figure['mean'])} ± {form.format(figure['std'])}"
+    return f"{text} ({figure['runs']}/{figure['of']})" if counted else text

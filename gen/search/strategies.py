@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..families.variant import Variant
+from .gaussian_process import Posterior, log_likelihood, normal_cdf, normal_pdf
 
 class SearchSpace:
     """Valid variants, each parameter's ordered values, and distances between points."""
@@ -31,6 +32,11 @@ class SearchSpace:
         self.varying = [n for n in self.names if len(self.values[n]) > 1]
         self.index = {self.key(v): v for v in self.variants}
         self.features = np.array([self.encode(v) for v in self.variants])
+        self.row = {v: i for i, v in enumerate(self.variants)}
+
+    def encoded(self, variants: Sequence[Variant]) -> np.ndarray:
+        """The variants' rows of `features` (what `encode` gives, computed once per space)."""
+        return self.features[[self.row[v] for v in variants]]
 
     def key(self, variant: Variant) -> tuple:
         return tuple(getattr(variant, n) for n in self.names)
@@ -51,6 +57,11 @@ class SearchSpace:
                     if candidate is not None:
                         found.append(candidate)
         return found
+
+    def other_values(self, variant: Variant) -> list[Variant]:
+        """Valid points that differ from `variant` in one parameter, by any value (Hamming distance 1)."""
+        return [candidate for name in self.varying for value in self.values[name] if value != getattr(variant, name)
+                if (candidate := self.index.get(self._moved(variant, name, value))) is not None]
 
     def nearest(self, params: dict[str, Any], exclude: set[Variant]) -> Variant | None:
         """The valid point closest to a possibly invalid combination (for repairing offspring)."""
@@ -184,6 +195,57 @@ class SimulatedAnnealing(Strategy):
             self.current, self.current_time = variant, time_ms
 
 
+class LocalSearch(Strategy):
+    """Iterated local search: from the best of a few random points, first improvement over the points
+    one parameter away (the next values up and down first, then any value), moving as soon as one is
+    faster; where none is, it jumps a few random steps from the best point found and climbs again."""
+
+    name = "local"
+    INITIAL, JUMP = 3, 3
+
+    def __init__(self, space: SearchSpace, seed: int = 0):
+        super().__init__(space, seed)
+        self.current: Variant | None = None
+
+    def _propose(self) -> Variant | None:
+        if len(self.results) < self.INITIAL or self.current is None:
+            return self.random_unseen()
+        fresh = self._fresh(self.current)
+        if not fresh:
+            self.current = self._jump()
+            fresh = self._fresh(self.current) if self.current is not None else []
+        return fresh[0] if fresh else self.random_unseen()
+
+    def likely_next(self, count: int) -> list[Variant]:
+        """The current point's unseen neighbours, next values first: the climb's next step is one of them."""
+        if self.current is None:
+            return self.random_draws(count) if len(self.results) < self.INITIAL else []
+        near = self.space.neighbours(self.current) + self.space.other_values(self.current)
+        return [v for v in dict.fromkeys(near) if v not in self.results and v not in self.pending][:count]
+
+    def _fresh(self, variant: Variant) -> list[Variant]:
+        near = self.space.neighbours(variant)
+        self.rng.shuffle(near)
+        far = self.space.other_values(variant)
+        self.rng.shuffle(far)
+        return [v for v in dict.fromkeys(near + far) if v not in self.results and v not in self.pending]
+
+    def _jump(self) -> Variant | None:
+        measured = [(time_ms, i, v) for i, (v, time_ms) in enumerate(self.results.items()) if time_ms is not None]
+        walker = min(measured)[2] if measured else None  # the fastest so far (the first of equals)
+        for _ in range(self.JUMP):
+            steps = self.space.other_values(walker) if walker is not None else []
+            walker = self.rng.choice(steps) if steps else walker
+        return walker
+
+    def _learn(self, variant: Variant, time_ms: float | None) -> None:
+        if time_ms is None:
+            return
+        current = self.results.get(self.current) if self.current is not None else None
+        if current is None or time_ms < current:
+            self.current = variant
+
+
 class GeneticAlgorithm(Strategy):
     """A population of the fittest points; children by uniform crossover of two tournament winners
     and mutation of one parameter to a random value, repaired onto the nearest valid unseen point."""
@@ -248,7 +310,7 @@ class BayesianOptimisation(Strategy):
         mu, sigma = predict(unseen)
         best = predict.best
         z = (best - mu) / sigma
-        improvement = (best - mu) * _normal_cdf(z) + sigma * _normal_pdf(z)
+        improvement = (best - mu) * normal_cdf(z) + sigma * normal_pdf(z)
         self._ranked = [unseen[i] for i in np.argsort(-improvement, kind="stable")]
         return self._ranked[0]
 
@@ -259,33 +321,61 @@ class BayesianOptimisation(Strategy):
             return self.random_draws(count)
         return [v for v in self._ranked if v not in self.results and v not in self.pending][:count]
 
-    def _model(self) -> "_Posterior":
+    def _model(self) -> Posterior:
         told, pending = list(self.results), list(self.pending)
-        x = np.array([self.space.encode(v) for v in told + pending])
+        x = self.space.encoded(told + pending)
         measured = [t for t in self.results.values() if t is not None]
         worst, lie = max(measured), min(measured)
         times = [self.results[v] if self.results[v] is not None else worst for v in told] + [lie] * len(pending)
         y = np.log(np.array(times))
         y = (y - y.mean()) / (y.std() or 1.0)
-        scale = max(self.LENGTH_SCALES, key=lambda s: _log_likelihood(x, y, s, self.NOISE))
-        return _Posterior(self.space, x, y, scale, self.NOISE)
+        scale = max(self.LENGTH_SCALES, key=lambda s: log_likelihood(x, y, s, self.NOISE))
+        return Posterior(self.space, x, y, scale, self.NOISE)
 
 
-class _Posterior:
-    """Predictions (mean, standard deviation of standardised log time) of a fitted Gaussian process."""
+class Portfolio(Strategy):
+    """Several strategies sharing one budget by their progress: each proposal comes from the member
+    whose proposals have most often improved the best time (Thompson sampling of a Beta(1 + improved,
+    1 + not) per member, from the strategy's seed). Every member is told every result, failures
+    included, so a local search refines what the genetic algorithm found, and neither proposes a
+    point the other has measured or is measuring."""
 
-    def __init__(self, space: SearchSpace, x: np.ndarray, y: np.ndarray, scale: float, noise: float):
-        self.space, self.x, self.y, self.scale, self.noise = space, x, y, scale, noise
-        self.best = float(y.min())
+    name = "portfolio"
+    MEMBERS = ("local", "genetic")
 
-    def __call__(self, variants: Sequence[Variant]) -> tuple[np.ndarray, np.ndarray]:
-        candidates = np.array([self.space.encode(v) for v in variants])
-        return _gp_posterior(self.x, self.y, candidates, self.scale, self.noise)
+    def __init__(self, space: SearchSpace, seed: int = 0):
+        super().__init__(space, seed)
+        self.members = [STRATEGY_TYPES[name](space, seed + number) for number, name in enumerate(self.MEMBERS)]
+        self.record = [[0, 0] for _ in self.members]  # per member: proposals that improved the best, and not
+        self.proposer: dict[Variant, int] = {}
+
+    def _propose(self) -> Variant | None:
+        draws = [self.rng.betavariate(1 + improved, 1 + not_improved) for improved, not_improved in self.record]
+        for number in sorted(range(len(self.members)), key=lambda m: -draws[m]):
+            proposed = self.members[number].ask(1)
+            if proposed:
+                for other in self.members:
+                    other.pending.add(proposed[0])
+                self.proposer[proposed[0]] = number
+                return proposed[0]
+        return None
+
+    def likely_next(self, count: int) -> list[Variant]:
+        """What its members expect to propose next, the local search's first."""
+        return list(dict.fromkeys(v for member in self.members for v in member.likely_next(count)))[:count]
+
+    def _learn(self, variant: Variant, time_ms: float | None) -> None:
+        before = min((t for v, t in self.results.items() if t is not None and v != variant), default=math.inf)
+        if variant in self.proposer:
+            self.record[self.proposer.pop(variant)][0 if time_ms is not None and time_ms < before else 1] += 1
+        for member in self.members:
+            member.tell(variant, time_ms)
 
 
 STRATEGY_TYPES: dict[str, type[Strategy]] = {c.name: c for c in (  # --strategy's choices, in this order
-    BruteForce, RandomSampling, SimulatedAnnealing, GeneticAlgorithm, BayesianOptimisation)}
+    BruteForce, RandomSampling, SimulatedAnnealing, LocalSearch, GeneticAlgorithm, BayesianOptimisation, Portfolio)}
 STRATEGIES = tuple(STRATEGY_TYPES)
+DEFAULT_STRATEGY = "portfolio"  # chosen on public spaces replayed: docs/results/search-replay.md
 
 
 def make_strategy(name: str, space: SearchSpace, seed: int = 0) -> Strategy:
@@ -296,38 +386,3 @@ def make_strategy(name: str, space: SearchSpace, seed: int = 0) -> Strategy:
 
 def _order(value: Any) -> tuple:
     return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
-
-
-def _rbf(a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
-    squared = ((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=2)
-    return np.exp(-0.5 * squared / scale**2)
-
-
-def _gp_posterior(x: np.ndarray, y: np.ndarray, candidates: np.ndarray, scale: float, noise: float
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    kernel = _rbf(x, x, scale) + noise * np.eye(len(x))
-    factor = np.linalg.cholesky(kernel)
-    alpha = np.linalg.solve(factor.T, np.linalg.solve(factor, y))
-    cross = _rbf(candidates, x, scale)
-    mu = cross @ alpha
-    v = np.linalg.solve(factor, cross.T)
-    variance = np.clip(1.0 - (v**2).sum(axis=0), 1e-12, None)
-    return mu, np.sqrt(variance)
-
-
-def _log_likelihood(x: np.ndarray, y: np.ndarray, scale: float, noise: float) -> float:
-    kernel = _rbf(x, x, scale) + noise * np.eye(len(x))
-    try:
-        factor = np.linalg.cholesky(kernel)
-    except np.linalg.LinAlgError:
-        return -math.inf
-    alpha = np.linalg.solve(factor.T, np.linalg.solve(factor, y))
-    return float(-0.5 * y @ alpha - np.log(np.diag(factor)).sum())
-
-
-def _normal_pdf(z: np.ndarray) -> np.ndarray:
-    return np.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)
-
-
-def _normal_cdf(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Search strategies judged where the auto-tuning field judges them: tilegen's strategies replayed
+(gen.search.replay, the tuner's own code) beside Kernel Tuner's in its own simulation mode, on the same
+fully measured spaces, scored the same way: the fraction of the optimum at each budget, the
+evaluations and simulated seconds to within 1%, and the methodology's score (tilegen's computation,
+gen.search.replay.score_runs). Kernel Tuner's runs are put on tilegen's clock (the file's compile,
+framework and run times of each configuration it evaluated, in its order), so both are timed alike.
+
+The spaces are Kernel Tuner cache files (decompressed, as Kernel Tuner reads them), e.g. those of the
+FAIR benchmark hub (github.com/AutoTuningAssociation/benchmark_hub, cachefiles/*_milo/GPU.json.gz),
+named KERNEL_GPU.json in --data. Kernel Tuner is optional: without it only tilegen's strategies run.
+
+Usage (Kernel Tuner 1.5 in a venv of its own, tilegen on the path):
+  PYTHONPATH=. /work/venv-kt/bin/python scripts/bench_search.py --data /work/data-bench \\
+      [--spaces convolution_A100 ...] [--budgets 20 50 100] [--repeats 50] [--tilegen bayes ...] \\
+      [--kernel-tuner genetic_algorithm ...] [--json OUT.json] [--plot DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gen.core.table import markdown_table
+from gen.search.measured import MeasuredSpace, read_measured
+from gen.search.replay import STUDY_HEADERS, Baseline, Run, replay_measured, score_runs, study_rows
+from gen.search.strategies import STRATEGIES
+
+SPACES = [f"{kernel}_{gpu}" for kernel in ("convolution", "dedispersion") for gpu in ("A100", "A4000", "MI250X", "W6600")]
+KERNEL_TUNER = ("random_sample", "genetic_algorithm", "simulated_annealing", "dual_annealing", "diff_evo", "pso",
+                "firefly_algorithm", "mls", "greedy_mls", "greedy_ils", "ordered_greedy_mls", "basinhopping",
+                "minimize", "bayes_opt", "hybrid_vndx", "adaptive_tabu_greywolf")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True, help="folder of KERNEL_GPU.json cache files")
+    parser.add_argument("--spaces", nargs="+", default=SPACES)
+    parser.add_argument("--budgets", nargs="+", type=int, default=[20, 50, 100])
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--kt-repeats", type=int, help="Kernel Tuner's runs per strategy and budget (default: --repeats)")
+    parser.add_argument("--tilegen", nargs="+", default=["bayes"], choices=STRATEGIES)
+    parser.add_argument("--kernel-tuner", nargs="*", default=list(KERNEL_TUNER))
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--plot", type=Path, help="folder for a plot of performance over time per space")
+    args = parser.parse_args()
+    everything = {}
+    for name in args.spaces:
+        path = args.data / f"{name}.json"
+        measured = read_measured(path)
+        baseline = Baseline(measured, max(args.budgets))
+        print(f"\n## {name}: {len(measured):,} configurations, "
+              f"{sum(t is None for t in measured.time_ms.values()):,} failed, optimum {measured.optimum_ms:.4g} ms")
+        runs = {f"tilegen {s}": [{b: run for b in args.budgets} for run in tilegen_runs(s, measured, args)]
+                for s in args.tilegen}
+        runs.update({f"KT {s}": kernel_tuner_runs(s, path, measured, args) for s in args.kernel_tuner})
+        result = {"source": str(path), "repeats": args.repeats, "strategies": {
+            label: {str(b): score_runs([r[b] for r in by_repeat], baseline, b) for b in args.budgets}
+            for label, by_repeat in runs.items() if by_repeat}}
+        print(markdown_table(STUDY_HEADERS, study_rows(result)))
+        everything[name] = result
+        if args.plot:
+            plot_space(name, runs, measured, max(args.budgets), args.plot)
+    print_summary(everything, args.tilegen[0], args.budgets)
+    if args.json:
+        args.json.write_text(json.dumps(everything, indent=1))
+
+
+def tilegen_runs(strategy: str, measured: MeasuredSpace, args: argparse.Namespace) -> list[Run]:
+    """One run per seed up to the largest budget: tilegen's strategies do not plan by the budget, so
+    each budget's figures are the run's prefix."""
+    started = time.perf_counter()
+    runs = [replay_measured(strategy, measured, max(args.budgets), seed) for seed in range(args.repeats)]
+    print(f"tilegen {strategy}: {args.repeats} runs in {time.perf_counter() - started:.0f} s")
+    return runs
+
+
+def kernel_tuner_runs(strategy: str, path: Path, measured: MeasuredSpace, args: argparse.Namespace
+                      ) -> list[dict[int, Run]]:
+    """Kernel Tuner's own simulation mode at its strategy's defaults, one run per budget and seed
+    (its strategies may plan by max_fevals), its evaluations put on tilegen's clock."""
+    try:
+        from kernel_tuner.interface import tune_cache
+    except ImportError:
+        return []
+    variant_type = type(measured.space.variants[0])
+    names = [p.name for p in variant_type.parameters()]
+    started, runs = time.perf_counter(), []
+    for seed in range(args.kt_repeats or args.repeats):
+        by_budget = {}
+        for budget in args.budgets:
+            random.seed(seed)
+            np.random.seed(seed)
+            with contextlib.redirect_stdout(io.StringIO()):
+                results, _ = tune_cache(str(path), strategy=strategy, strategy_options={"max_fevals": budget},
+                                        quiet=True)
+            seen = list(dict.fromkeys(variant_type(**{n: r[n] for n in names}).name for r in results))[:budget]
+            by_budget[budget] = Run([measured.time_ms[n] for n in seen],
+                                    list(np.cumsum([measured.cost_s[n] for n in seen])))
+        runs.append(by_budget)
+    print(f"KT {strategy}: {len(runs)} runs per budget in {time.perf_counter() - started:.0f} s")
+    return runs
+
+
+def print_summary(everything: dict, default: str, budgets: list[int]) -> None:
+    """Per space, the default's score (mean over the budgets' means) against Kernel Tuner's best
+    strategy's; per kernel, the median simulated seconds to within 1% at the largest budget."""
+    body, wins = [], 0
+    for name, result in everything.items():
+        scores = {label: statistics.mean(figures[str(b)]["score"]["mean"] for b in budgets)
+                  for label, figures in result["strategies"].items()}
+        ours = scores.pop(f"tilegen {default}")
+        theirs = {k: v for k, v in scores.items() if k.startswith("KT ")}
+        best = max(theirs, key=theirs.get) if theirs else None
+        wins += best is None or ours > theirs[best]
+        body.append([name, f"{ours:.3f}", best or "-", f"{theirs[best]:.3f}" if best else "-"])
+    print(f"\n## tilegen {default} against Kernel Tuner's best strategy per space (mean score over budgets "
+          f"{', '.join(map(str, budgets))})")
+    print(markdown_table(["space", f"tilegen {default}", "KT's best", "its score"], body))
+    print(f"tilegen {default} scores higher on {wins} of {len(everything)} spaces")
+
+
+def plot_space(name: str, runs: dict, measured: MeasuredSpace, budget: int, folder: Path) -> None:
+    """The mean best-so-far (as a fraction of the optimum) over simulated seconds, per strategy."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    horizon = budget * float(np.mean(list(measured.cost_s.values())))
+    grid = np.linspace(0, horizon, 200)
+    for label, by_repeat in runs.items():
+        if not by_repeat:
+            continue
+        curves = []
+        for repeat in by_repeat:
+            run = repeat[budget]
+            best, curve, known = 0.0, [], 0
+            for seconds in grid:
+                while known < len(run.clock_s) and run.clock_s[known] <= seconds:
+                    if run.times[known] is not None:
+                        best = max(best, measured.optimum_ms / run.times[known])
+                    known += 1
+                curve.append(best)
+            curves.append(curve)
+        axes.plot(grid, np.mean(curves, axis=0), label=label, lw=2.2 if label.startswith("tilegen") else 1.0)
+    axes.set(xlabel="simulated seconds (compile + framework + runs)", ylabel="mean fraction of the optimum",
+             title=f"{name}: {budget} evaluations", ylim=(0, 1.02))
+    axes.legend(fontsize=6, ncol=2)
+    figure.tight_layout()
+    figure.savefig(folder / f"{name}.png", dpi=110)
+    plt.close(figure)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Replaying strategies over measured spaces, without a GPU (`tilegen replay`, `gen.replay`): the
+files read, the simulated clock, the random-search baseline and the figures, their seeds."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+import gen
+from gen.cli.main import main
+from gen.search.measured import read_measured
+from gen.search.replay import Baseline, Run, replay_measured, score_runs
+from gen.search.strategies import make_strategy
+
+from .conftest import REPO
+from .test_bad_inputs import assert_one_line_error, run_main
+
+T4 = REPO / "tests" / "data" / "convolution-a100-slice_T4.json.gz"
+CACHE = REPO / "tests" / "data" / "convolution-a100-slice.json.gz"
+
+
+def _t4(path: Path, entries: list[tuple[dict, float | str, float]]) -> Path:
+    """A T4 file of (configuration, time or failure, compile ms) entries, each run once for 1 ms."""
+    results = [{"configuration": params, "invalidity": "correct" if isinstance(time, float) else "runtime",
+                "times": {"compilation": compile_ms, "framework": 0, "runtimes": [1.0]},
+                "measurements": [{"name": "time", "value": time, "unit": "ms"}]} for params, time, compile_ms in entries]
+    path.write_text(json.dumps({"schema_version": "1.0.0", "results": results}))
+    return path
+
+
+def test_the_t4_file_and_the_kernel_tuner_cache_hold_the_same_space() -> None:
+    t4, cache = read_measured(T4), read_measured(CACHE)
+    assert len(t4) == len(cache) == 304
+    assert t4.time_ms == cache.time_ms
+    assert sum(t is None for t in t4.time_ms.values()) == 6
+    assert t4.optimum_ms == pytest.approx(min(t for t in cache.time_ms.values() if t is not None))
+
+
+def test_failed_configurations_are_answered_as_failures_and_cost_their_time(tmp_path: Path) -> None:
+    measured = read_measured(_t4(tmp_path / "space.json", [
+        ({"a": 1, "b": 1}, 3.0, 1000.0), ({"a": 1, "b": 2}, "RuntimeFailedConfig", 2000.0),
+        ({"a": 2, "b": 1}, 2.0, 3000.0), ({"a": 2, "b": 2}, 1.0, 4000.0)]))
+    run = replay_measured("brute", measured, 4, seed=0)
+    assert run.times == [3.0, None, 2.0, 1.0]
+    assert run.clock_s == pytest.approx([1.001, 3.002, 6.003, 10.004])
+    scored = score_runs([run], Baseline(measured, 4), 4)
+    assert scored["fraction"]["mean"] == 1.0 and scored["evaluations_to_1pc"]["mean"] == 4
+    assert scored["seconds_to_1pc"]["mean"] == pytest.approx(10.004)
+
+
+def test_the_baseline_scores_random_search_0_and_the_optimum_found_at_once_1() -> None:
+    """Random search, replayed from many seeds, scores about 0 against the baseline (its expectation
+    on the same clock); a run that has the optimum from the start scores 1."""
+    measured = read_measured(T4)
+    baseline = Baseline(measured, 20)
+    random_runs = [replay_measured("random", measured, 20, seed) for seed in range(200)]
+    assert abs(score_runs(random_runs, baseline, 20)["score"]["mean"]) < 0.1
+    at_once = Run([measured.optimum_ms] * 20, [0.0] * 20)
+    assert score_runs([at_once], baseline, 20)["score"]["mean"] == pytest.approx(1.0)
+
+
+def test_a_replay_is_the_same_for_the_same_seeds_and_differs_for_others() -> None:
+    first = gen.replay(T4, strategies=["anneal", "genetic"], budgets=[10, 30], repeats=3, seed=5)
+    assert gen.replay(T4, strategies=["anneal", "genetic"], budgets=[10, 30], repeats=3, seed=5) == first
+    assert gen.replay(T4, strategies=["anneal", "genetic"], budgets=[10, 30], repeats=3, seed=6) != first
+    assert set(first["strategies"]) == {"anneal", "genetic"} and set(first["strategies"]["anneal"]) == {"10", "30"}
+
+
+def test_the_whole_space_searched_reaches_the_optimum() -> None:
+    study = gen.replay(CACHE, strategies=["brute", "random"], budgets=[304], repeats=2)["strategies"]
+    assert study["brute"]["304"]["fraction"]["mean"] == 1.0
+    assert study["random"]["304"]["evaluations_to_1pc"]["runs"] == 2
+
+
+def test_tilegen_replay_prints_the_figures_and_json(capsys) -> None:
+    assert main(["replay", str(T4), "--strategy", "random", "genetic", "--budget", "20", "--repeats", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "304 configurations, 6 failed" in printed and "genetic" in printed and "fraction of optimum" in printed
+    assert main(["replay", str(T4), "--strategy", "random", "--budget", "20", "--repeats", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == gen.replay(T4, strategies="random", budgets=20, repeats=2)
+
+
+@pytest.mark.parametrize("arguments, said", [
+    (["missing.json"], "cannot be read"),
+    ([str(T4), "--strategy", "hill"], "invalid choice"),
+    ([str(T4), "--budget", "0"], "at least 1"),
+    ([str(REPO / "pyproject.toml")], "cannot be read"),
+])
+def test_tilegen_replay_refuses_bad_input_in_one_line(arguments: list[str], said: str, capsys) -> None:
+    code, out, err = run_main(capsys, ["replay", *arguments])
+    assert_one_line_error(code, out, err, said)
+    assert said in err
+
+
+def test_gen_replay_refuses_bad_arguments_before_reading_the_file(tmp_path: Path) -> None:
+    for arguments, said in [(dict(strategies=["hill"]), "'hill' is not one of"), (dict(budgets=[0]), "at least 1"),
+                            (dict(repeats="3"), "repeats must be a whole number")]:
+        with pytest.raises(gen.UsageError, match=said):
+            gen.replay(tmp_path / "never-read.json", **arguments)
+    (tmp_path / "other.json.gz").write_bytes(gzip.compress(b'{"rows": []}'))
+    with pytest.raises(gen.UsageError, match="neither a T4 results file"):
+        gen.replay(tmp_path / "other.json.gz")
+
+
+
+def _slice_params() -> dict:
+    return json.loads(gzip.decompress(CACHE.read_bytes()))["tune_params"]
+
+
+def test_tune_kernel_replays_a_cache_file_in_simulation_mode() -> None:
+    """Kernel Tuner's simulation mode: no GPU, the strategy answered from the file, its clock the file's."""
+    results, env = gen.tune_kernel("convolution_kernel", "unused", (4096, 4096), [], _slice_params(),
+                                   strategy="genetic_algorithm", strategy_options={"max_fevals": 40},
+                                   simulation_mode=True, cache=str(CACHE), seed=3)
+    measured = read_measured(CACHE)
+    run = replay_measured("genetic", measured, 40, seed=3)
+    assert [r["time"] if not isinstance(r["time"], str) else None for r in results] == run.times
+    assert [r["simulated_seconds"] for r in results] == pytest.approx(run.clock_s)
+    assert env["simulated_time"] == pytest.approx(1000 * run.clock_s[-1])
+    assert env["best_time"] == min(t for t in run.times if t is not None)
+    brute, _ = gen.tune_kernel("convolution_kernel", "unused", (4096, 4096), [], _slice_params(),
+                               simulation_mode=True, cache=str(CACHE))
+    assert len(brute) == len(measured) and min(r["time"] for r in brute if not isinstance(r["time"], str)) \
+        == measured.optimum_ms
+
+
+@pytest.mark.parametrize("change, said", [
+    (dict(cache=None), "give cache=FILE"),
+    (dict(strategy="pso"), "strategy='pso': tilegen has"),
+    (dict(tune_params={"block_size_x": [16]}), "tune_params must name the cache file's parameters"),
+])
+def test_tune_kernel_s_simulation_mode_refuses_what_it_cannot_replay(change: dict, said: str) -> None:
+    call = dict(tune_params=_slice_params(), strategy="random_sample", cache=str(CACHE)) | change
+    with pytest.raises(gen.UsageError, match=said):
+        gen.tune_kernel("convolution_kernel", "unused", (4096, 4096), [], simulation_mode=True, **call)
+
+
+def test_the_portfolio_tells_every_member_every_result_and_proposes_each_point_once() -> None:
+    measured = read_measured(T4)
+    portfolio = make_strategy("portfolio", measured.space, seed=4)
+    seen = []
+    while len(seen) < 60:
+        for variant in portfolio.ask(3):
+            portfolio.tell(variant, measured.time_ms[variant.name])
+            seen.append(variant)
+    assert len(set(seen)) == 60
+    assert all(member.results == portfolio.results for member in portfolio.members)
+    assert sum(improved + not_improved for improved, not_improved in portfolio.record) == 60
