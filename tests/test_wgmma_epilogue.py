@@ -61,6 +61,8 @@ def test_the_kernel_takes_bias_and_residual_after_c_and_alpha_and_beta_last() ->
     alpha_only = WGMMA.problem_of(WGMMA.variant({"scale": "alpha", "act": "relu"}))
     assert [a.name for a in alpha_only.arguments if a.name not in ("lda", "ldb")] == \
         ["A", "B", "C", "M", "N", "K", "ldc", "alpha"]
+    with pytest.raises(UsageError, match="epilogue also takes bias and R"):  # gen.kernel's three arrays, say
+        problem.kernel_arguments(shape, {"A": 0x1000, "B": 0x2000, "C": 0x3000})
     with pytest.raises(UsageError, match="C must start at a 16-byte boundary"):  # the plain GEMM's demands hold
         problem.kernel_arguments(shape, {"A": 0x1000, "B": 0x2000, "C": 0x3004, "bias": 0x4000, "R": 0x5000})
 

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..core.errors import InvalidVariant
+from ..core.errors import InvalidVariant, UsageError
 from .gemm import MatmulShape
 from .hgemm import TMA_GEMM, TmaGemmProblem
 from .problem import UNIT_ROUNDOFF, Input, Output, Scalar, numpy_dtype
@@ -111,11 +111,14 @@ class EpilogueGemmProblem(TmaGemmProblem):
                 for a in self.arguments if isinstance(a, Scalar)}
 
     def kernel_arguments(self, shape: MatmulShape, pointers: Mapping[str, Any]) -> list[Any]:
+        extras = [a.name for a in self.arguments[3:] if isinstance(a, Input)]
+        if missing := [name for name in extras if name not in pointers]:
+            raise UsageError(f"this kernel's epilogue also takes {' and '.join(missing)} (bias: a vector of N; R: a "
+                             f"matrix like C): pass them")
         a_map, b_map, c, *sizes = super().kernel_arguments(shape, pointers)
-        extras = [np.uintp(int(pointers[a.name])) for a in self.arguments[3:] if isinstance(a, Input)]
         scalars = self.scalars(shape)
         factors = [np.float32(scalars[name]) for name in ("alpha", "beta") if name in scalars]
-        return [a_map, b_map, c, *extras, *sizes, *factors]
+        return [a_map, b_map, c, *(np.uintp(int(pointers[name])) for name in extras), *sizes, *factors]
 
     def random_inputs(self, dtype: str, shape: MatmulShape, seed: int) -> dict[str, np.ndarray]:
         inputs = super().random_inputs(dtype, shape, seed)
