@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gen.families import MatmulVariant, SgemmVariant
+from gen.families import MatmulVariant, SgemmVariant, get_family
 from gen.families.hgemm import HgemmVariant
 from gen.core.results import DeviceInfo
 from gen.call.lookup import tuned, tuned_with_reason
@@ -99,3 +99,11 @@ def test_with_no_tuning_database_yet_the_fallback_still_answers(tmp_path: Path,
     assert variant.family == "hgemm" and reason.startswith("the family's safe default")
     assert "wgmma's fallback on cc 8.0" in reason
     assert tuned_with_reason("wgmma", 4096, 4096, 4096, dtype="f16", device=H100)[0].family == "wgmma"
+
+
+def test_a_fused_epilogue_never_answers_for_the_plain_gemm(tmp_path: Path) -> None:
+    wgmma = get_family("wgmma")
+    path = tmp_path / "e.sqlite"
+    fused, plain = wgmma.variant({"bias": "col", "act": "relu"}), wgmma.variant({"store": "direct"})
+    TuningDB(path).record([_row(fused, "4096x4096x4096", 1.0, H100), _row(plain, "4096x4096x4096", 1.1, H100)])
+    assert tuned("wgmma", 4096, 4096, 4096, db=path, device=H100) == plain  # the faster row computes more

@@ -120,9 +120,13 @@ def shape_text(dims: tuple[int | str, ...]) -> str:
 
 def _runnable_winner(database: TuningDB, family: Family, problem: TuningKey, shape: Any,
                      objective: str) -> tuple[Variant, str] | None:
-    """The best stored variant that runs the shape, as it is or adapted, and the stored name."""
+    """The best stored variant that runs the shape, as it is or adapted, and the stored name; never
+    one that computes more than the family's problem (a fused epilogue's, whose kernel takes more arrays)."""
     for row in database.top(problem, RANKS_TRIED, objective):
-        variant = family.runnable(family.variant_type.from_name(row.name), shape)
+        stored = family.variant_type.from_name(row.name)
+        if family.problem_of(stored).checked_as is not family.problem.checked_as:
+            continue
+        variant = family.runnable(stored, shape)
         if variant is not None:
             return variant, row.name
     return None

@@ -8,6 +8,7 @@ blocks on tiles one above the other, each copying half of their shared tiles of 
 multicast); `schedule` gives each block one tile of C, or keeps a persistent block per SM walking through the tiles (the
 next tile's copies overlap this one's stores), or has its two consumers take whole tiles in turn
 (ping-pong: one's stores overlap the other's products); `group` orders the tiles for L2 reuse.
+`scale`, `bias`, `act` and `residual` fuse an epilogue into the stores (gen.families.epilogue).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from ..core.errors import InvalidVariant
 from ..core.tensor_maps import BOX
 from .family import Family, Launch, blocks, check_shared_bytes
 from .gemm import MatmulShape
-from .hgemm import ALIGNMENT_SLACK, TMA_GEMM
+from .epilogue import ACTIVATIONS, RESIDUALS, SCALES, Epilogue
+from .hgemm import ALIGNMENT_SLACK, TMA_GEMM, TmaGemmProblem
 from .problem import element_bytes
 from .variant import Variant, choice
 
@@ -63,10 +65,23 @@ class WgmmaVariant(Variant):
     store: str = choice("bulk", ("direct", "bulk"), space=("direct", "bulk"), emitted=("direct", "bulk"),
                         help="direct: from registers, each element checked; bulk: whole tiles through shared memory "
                              "and the bulk copy engine, behind the next tile's products")
+    # The epilogue (gen.families.epilogue): D = act(alpha * A·B + bias) + beta * R, asked for, never searched.
+    scale: str = choice("none", SCALES, omit="none", help="alpha: the product times the float argument alpha; "
+                        "alpha-beta: the residual times beta too (residual=add)")
+    bias: str = choice("none", ("none", "col"), tag="bias", omit="none",
+                       help="col: a vector of N added to every row (the inputs' type)")
+    act: str = choice("none", ACTIVATIONS, omit="none",
+                      help="the activation after the bias, in float32: ReLU, GELU (tanh or erf), SiLU")
+    residual: str = choice("none", RESIDUALS, tag="res", omit="none",
+                           help="add: a matrix like C (C's type, row stride ldc) added after the activation")
 
     @property
     def output_dtype(self) -> str:
         return "f32" if self.out == "f32" else self.dtype
+
+    @property
+    def epilogue(self) -> Epilogue:
+        return Epilogue(self.scale, self.bias, self.act, self.residual, self.out)
 
     @property
     def rows_per_consumer(self) -> int:
@@ -102,6 +117,7 @@ class WgmmaVariant(Variant):
         return 0
 
     def check_combination(self) -> None:
+        self.epilogue.check()
         rows = self.rows_per_consumer
         if self.specialize == "none" and (self.schedule == "pingpong" or self.cluster > 1):
             raise InvalidVariant("specialize=none has the multiplying warps copy too, so they cannot take turns or "
@@ -135,6 +151,9 @@ class WgmmaFamily(Family):
     target_arch = "sm_90a"
     fallback = "hgemm"  # round 1, on mma.sync: what runs elsewhere
     matmul_dtypes = ("f16", "bf16")  # gen.matmul's family for these types on sm_90, else hgemm's
+
+    def problem_of(self, variant: WgmmaVariant) -> TmaGemmProblem:
+        return variant.epilogue.problem
 
     def launch(self, variant: WgmmaVariant, shape: MatmulShape) -> Launch:
         units = blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn)  # a tile per block

@@ -75,10 +75,10 @@ class Runner:
 
     def _check_and_time(self, job: Job, family: Family, variant: Variant, shape: Any, launch: Launch, function: Any,
                         report: Callable[[str], None]) -> Measurement:
-        problem = family.problem  # its inputs and reference, kept across the family's variants (_problem)
+        launched = family.problem_of(variant)  # the kernel's arguments
+        problem = launched.checked_as  # its inputs and reference, kept across the variants that share them (_problem)
         started = time.perf_counter()
-        measurement, call = self._check(job, problem, variant, shape, launch, function, report,
-                                        family.problem_of(variant))
+        measurement, call = self._check(job, problem, variant, shape, launch, function, report, launched)
         measurement.check_seconds = time.perf_counter() - started
         if measurement.status is not Status.OK or job.timing is None:
             return measurement

@@ -1,0 +1,142 @@
+"""Epilogues of Hopper's GEMM (wgmma): what a model does to the product before it stores it, fused
+into the kernel's last step, in registers, before the conversion to C's type:
+
+    D = act(alpha * A·B + bias) + beta * R
+
+`bias` is a vector of N (one value per column, in the inputs' type), `act` an activation evaluated in
+float32, `R` a residual matrix like C (M x N with C's row stride ldc, in C's type), alpha and beta
+float32 arguments of the kernel. The residual is added after the activation, as a transformer block's
+residual connection needs (cuBLASLt's epilogue adds its C term before the activation instead).
+Each part is asked for by a variant parameter (wgmma's `scale`, `bias`, `act`, `residual`); at their
+defaults the kernel is the plain GEMM and takes the plain GEMM's problem (TMA_GEMM)."""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..core.errors import InvalidVariant, UsageError
+from .gemm import MatmulShape
+from .hgemm import TMA_GEMM, TmaGemmProblem
+from .problem import UNIT_ROUNDOFF, Input, Output, Scalar, numpy_dtype
+
+SCALES = ("none", "alpha", "alpha-beta")
+ACTIVATIONS = ("none", "relu", "gelu-tanh", "gelu-erf", "silu")
+RESIDUALS = ("none", "add")
+ALPHA, BETA = 0.25, -0.75  # the factors a check passes: exact in every type, neither 0 nor 1
+ACTIVATION_ROUNDINGS = 8  # float32 roundings an activation may add to an output (tanhf, erff, expf: 2 ulp each)
+
+
+def _gelu_erf(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.frompyfunc(math.erf, 1, 1)(x / math.sqrt(2.0)).astype(np.float64))
+
+
+ACTIVATE = {  # the float64 reference of each activation
+    "none": lambda x: x,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "gelu-tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
+    "gelu-erf": _gelu_erf,
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+}
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """One epilogue: a wgmma variant's `scale`, `bias`, `act` and `residual`, and its `out` (the
+    residual is in C's type)."""
+
+    scale: str = "none"
+    bias: str = "none"
+    act: str = "none"
+    residual: str = "none"
+    out: str = "same"
+
+    @property
+    def fused(self) -> bool:
+        """Whether the kernel does anything after the product (else it is the plain GEMM)."""
+        return (self.scale, self.bias, self.act, self.residual) != ("none",) * 4
+
+    @property
+    def alpha(self) -> bool:
+        return self.scale != "none"
+
+    @property
+    def beta(self) -> bool:
+        return self.scale == "alpha-beta"
+
+    def check(self) -> None:
+        if self.beta and self.residual == "none":
+            raise InvalidVariant("scale=alpha-beta scales the residual by beta, and there is none: use residual=add, "
+                                 "or scale=alpha")
+
+    @property
+    def problem(self) -> TmaGemmProblem:
+        return epilogue_problem(self) if self.fused else TMA_GEMM
+
+
+@functools.cache
+def epilogue_problem(epilogue: Epilogue) -> "EpilogueGemmProblem":
+    """One problem object per epilogue: the GPU worker keeps inputs and references per problem."""
+    return EpilogueGemmProblem(epilogue)
+
+
+class EpilogueGemmProblem(TmaGemmProblem):
+    """The TMA GEMM with an epilogue: its kernel takes (a_map, b_map, C, [bias,] [R,] M, N, K, ldc,
+    [alpha,] [beta]); its inputs add the bias and the residual, and its reference applies the same
+    epilogue in float64."""
+
+    def __init__(self, epilogue: Epilogue):
+        self.epilogue = epilogue
+        extras = [Input("bias")] * (epilogue.bias == "col") + [Input("R")] * (epilogue.residual == "add")
+        factors = [Scalar(n, ctype="float") for n, on in (("alpha", epilogue.alpha), ("beta", epilogue.beta)) if on]
+        self.arguments = (Input("A"), Input("B"), Output("C"), *extras, Scalar("M", "m"), Scalar("N", "n"),
+                          Scalar("K", "k"), Scalar("lda"), Scalar("ldb"), Scalar("ldc"), *factors)
+
+    @property
+    def checked_as(self) -> "EpilogueGemmProblem":
+        return self
+
+    def arrays(self, shape: MatmulShape) -> dict[str, tuple[int, ...]]:
+        extras = {"bias": (shape.n,), "R": (shape.m, shape.ldc)}
+        names = {a.name for a in self.arguments}
+        return {**super().arrays(shape), **{name: dims for name, dims in extras.items() if name in names}}
+
+    def scalars(self, shape: MatmulShape) -> dict[str, int | float]:
+        factors = {"alpha": ALPHA, "beta": BETA}
+        return {a.name: factors[a.name] if a.name in factors else getattr(shape, a.attribute)
+                for a in self.arguments if isinstance(a, Scalar)}
+
+    def kernel_arguments(self, shape: MatmulShape, pointers: Mapping[str, Any]) -> list[Any]:
+        extras = [a.name for a in self.arguments[3:] if isinstance(a, Input)]
+        if missing := [name for name in extras if name not in pointers]:
+            raise UsageError(f"this kernel's epilogue also takes {' and '.join(missing)} (bias: a vector of N; R: a "
+                             f"matrix like C): pass them")
+        a_map, b_map, c, *sizes = super().kernel_arguments(shape, pointers)
+        scalars = self.scalars(shape)
+        factors = [np.float32(scalars[name]) for name in ("alpha", "beta") if name in scalars]
+        return [a_map, b_map, c, *(np.uintp(int(pointers[name])) for name in extras), *sizes, *factors]
+
+    def random_inputs(self, dtype: str, shape: MatmulShape, seed: int) -> dict[str, np.ndarray]:
+        inputs = super().random_inputs(dtype, shape, seed)
+        if "R" in inputs and self.epilogue.out == "f32":  # like C: in float32
+            inputs["R"] = inputs["R"].astype(numpy_dtype("f32"))
+        return inputs
+
+    def reference(self, inputs: Mapping[str, np.ndarray], shape: MatmulShape) -> np.ndarray:
+        epilogue, scalars = self.epilogue, self.scalars(shape)
+        d = super().reference(inputs, shape) * scalars.get("alpha", 1.0)
+        if epilogue.bias == "col":
+            d = d + inputs["bias"][: shape.n]
+        d = ACTIVATE[epilogue.act](d)
+        if epilogue.residual == "add":
+            d = d + scalars.get("beta", 1.0) * inputs["R"][: shape.m, : shape.n]
+        return d
+
+    def tolerance(self, dtype: str, shape: MatmulShape) -> float:
+        """The GEMM's, twice over (an activation may halve the reference's norm: ReLU drops the
+        negative half), plus the activation's float32 evaluation."""
+        return 2 * super().tolerance(dtype, shape) + ACTIVATION_ROUNDINGS * UNIT_ROUNDOFF["f32"]

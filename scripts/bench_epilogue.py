@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""What a fused epilogue costs and saves on this GPU (issue 48): a wgmma variant with bias + GELU (tanh)
+fused, the same variant without the epilogue, and torch.matmul followed by PyTorch's bias add and GELU,
+in bfloat16, in one process on the same inputs. Each sample launches one case between CUDA events, the
+L2 flushed before it; the cases take turns, sample by sample. Each output is first compared with the
+float32 result of the same formula (PyTorch's): the relative error is printed beside the times.
+Prints a table of medians (and writes it as Markdown with --markdown FILE); asserts nothing.
+
+Usage: scripts/bench_epilogue.py [--size MxNxK ...] [--samples 30] [--variant PARAM=VALUE ...] [--markdown FILE]
+Needs an sm_90 GPU (H100, H200) and PyTorch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gen.compiling.compiler import CompileOptions, compile_variant  # noqa: E402
+from gen.core.table import markdown_table, text_table  # noqa: E402
+from gen.families import get_family  # noqa: E402
+
+SIZES = ["4096x4096x4096", "8192x4096x14336"]
+FUSED = {"dtype": "bf16", "bias": "col", "act": "gelu-tanh"}
+FLUSH_BYTES = 256 * 2**20  # over five times an H100's or H200's L2
+
+
+def tilegen_case(params: dict[str, str], size: str, arrays: dict[str, Any]) -> tuple[str, Callable[[], None]]:
+    """A wgmma variant's launch on these PyTorch tensors, through the driver API on PyTorch's stream."""
+    import torch
+
+    from gen.gpu import native
+
+    family = get_family("wgmma")
+    variant, shape = family.variant(params), family.parse_shape(size)
+    compiled = compile_variant(variant, CompileOptions.local())
+    if not compiled.ok:
+        raise SystemExit(f"{variant.name} did not compile: {compiled.log}")
+    launch = family.launch(variant, shape)
+    native.current_context(torch.cuda.current_device())
+    function = native.load(compiled.cubin.read_bytes(), variant.name, launch.dynamic_shared_bytes)
+    pointers = {name: tensor.data_ptr() for name, tensor in arrays.items()}
+    run = native.Launch(function, launch.grid, launch.block, launch.dynamic_shared_bytes,
+                        family.problem_of(variant).kernel_arguments(shape, pointers))
+    return variant.name, lambda: run(torch.cuda.current_stream().cuda_stream)
+
+
+def medians_ms(cases: list[Callable[[], None]], samples: int) -> list[float]:
+    """Each case's median over `samples` event-timed launches, the cases taking turns, the L2 flushed
+    before every launch."""
+    import torch
+
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
+    for case in cases:  # warm-up: module loads, PyTorch's workspace
+        case()
+    times: list[list[float]] = [[] for _ in cases]
+    for sample in range(samples):
+        events = []
+        for i in [(sample + j) % len(cases) for j in range(len(cases))]:  # a different case first each round
+            flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            cases[i]()
+            end.record()
+            events.append((i, start, end))
+        torch.cuda.synchronize()
+        for i, start, end in events:
+            times[i].append(start.elapsed_time(end))
+    return [statistics.median(t) for t in times]
+
+
+def measure(size: str, samples: int, fused: dict[str, str]) -> list[list[Any]]:
+    import torch
+
+    m, n, k = (int(d) for d in size.split("x"))
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    a = (torch.rand(m, k, device="cuda", generator=generator) - 0.5).bfloat16()
+    b = (torch.rand(k, n, device="cuda", generator=generator) - 0.5).bfloat16()
+    bias = (torch.rand(n, device="cuda", generator=generator) - 0.5).bfloat16()
+    fused_out, plain_out = (torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    fused_name, fused_call = tilegen_case(fused, size, {"A": a, "B": b, "C": fused_out, "bias": bias})
+    plain = {key: value for key, value in fused.items() if key not in ("bias", "act")}
+    plain_name, plain_call = tilegen_case(plain, size, {"A": a, "B": b, "C": plain_out})
+    torch_out: dict[str, Any] = {}
+
+    def torch_call() -> None:
+        c = torch.matmul(a, b)
+        c.add_(bias)
+        torch_out["C"] = torch.nn.functional.gelu(c, approximate="tanh")
+
+    cases = [fused_call, plain_call, torch_call]
+    times = medians_ms(cases, samples)
+    product = a.float() @ b.float()
+    expected = {"fused": torch.nn.functional.gelu(product + bias.float(), approximate="tanh"), "plain": product}
+    got = {"fused": fused_out, "plain": plain_out, "torch": torch_out["C"]}
+    expected["torch"] = expected["fused"]
+    error = {key: float((got[key].float() - expected[key]).norm() / expected[key].norm()) for key in got}
+    flops = 2 * m * n * k
+    names = [("fused", f"tilegen {fused_name}"), ("plain", f"tilegen {plain_name} (no epilogue)"),
+             ("torch", "torch.matmul, then + bias and GELU (tanh)")]
+    return [[size, label, f"{t:.4f}", f"{flops / t / 1e9:.1f}", f"{t / times[1]:.3f}", f"{error[key]:.2e}"]
+            for (key, label), t in zip(names, times)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", action="append", help=f"MxNxK (default: {', '.join(SIZES)})")
+    parser.add_argument("--samples", type=int, default=30)
+    parser.add_argument("--variant", action="append", default=[],
+                        help="a wgmma parameter of the fused variant, PARAM=VALUE (default: the family's default, "
+                             "bf16, bias=col, act=gelu-tanh)")
+    parser.add_argument("--markdown", type=Path)
+    args = parser.parse_args()
+    import torch
+
+    fused = {**FUSED, **dict(item.split("=", 1) for item in args.variant)}
+    rows = [row for size in args.size or SIZES for row in measure(size, args.samples, fused)]
+    header = ["size", "case", "median ms", "TFLOP/s", "vs no epilogue", "error vs float32"]
+    title = (f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__} (CUDA {torch.version.cuda}): medians of "
+             f"{args.samples} samples per case, cases alternating, L2 flushed before each")
+    print(title)
+    print(text_table(header, rows))
+    if args.markdown:
+        args.markdown.write_text(f"{title}\n\n{markdown_table(header, rows)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,38 @@
+"""wgmma's fused epilogues on a real GPU (marker `gpu`; sm_90 only): every epilogue parameter's every
+value, in both element types (and every activation in both output types), on both store paths (and on ping-pong's and a
+block per tile's), right at odd and padded shapes: each output NaN-poisoned before its launch and
+compared with the float64 reference of the same epilogue (the sweep's check)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gen.core.results import Status
+
+from .test_gpu import _only_skipped_and_ok, run, runnable, skip_unless_gpu
+
+pytestmark = pytest.mark.gpu
+
+# Odd M, N and K with padded rows (16-byte rows of A and B, TMA's one demand; C's and R's rows 1001
+# apart: the bulk path falls back to checked stores), a problem smaller than every tile, and one of
+# whole tiles only, which the bulk path stores through shared memory.
+SIZES = ["999x1001x1003:1008,1008,1001", "77x45x33:40,48,45", "1024x768x200"]
+FIXED = {"bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["3"], "schedule": ["persistent"]}
+BOTH = {**FIXED, "dtype": ["f16", "bf16"], "out": ["same", "f32"], "store": ["direct", "bulk"]}
+ACTIVATIONS = {**BOTH, "act": ["none", "relu", "gelu-tanh", "gelu-erf", "silu"], "bias": ["col"],
+               "residual": ["add"], "scale": ["alpha-beta"]}
+PARTS = {**BOTH, "out": ["same"], "scale": ["none", "alpha", "alpha-beta"], "bias": ["none", "col"], "residual": ["none", "add"]}
+SCHEDULES = {**FIXED, "dtype": ["bf16"], "schedule": ["grid", "pingpong"], "store": ["direct", "bulk"],
+             "act": ["silu"], "bias": ["col"], "residual": ["add"], "scale": ["alpha-beta"]}
+
+
+def test_every_epilogue_is_right_at_odd_padded_and_whole_tile_shapes(tmp_path: Path) -> None:
+    skip_unless_gpu(lambda cc: cc == (9, 0), "the wgmma family runs on sm_90 GPUs (H100, H200) only")
+    for name, params, least in (("act", ACTIVATIONS, 100), ("parts", PARTS, 100), ("schedules", SCHEDULES, 10)):
+        rows = run(tmp_path / name, "wgmma", params, SIZES)
+        assert _only_skipped_and_ok(rows) == runnable("wgmma", params, SIZES) > least
+        for row in rows.values():
+            if row.status == Status.OK:
+                assert row.error <= row.tolerance and row.checks >= 1
