@@ -19,7 +19,11 @@
 #              screening (issue 35), into $out/cold; $COLD_FLAGS adds flags (--spaces sgemm180, say)
 #   tests-k    the GPU tests whose names match $TESTS_K (pytest -k)
 #   launch     scripts/bench_launch.py: a kernel launch's host cost against CuPy's RawKernel and
-#              PyTorch's op (issue 31)
+#              PyTorch's op, gen.matmul's against torch.matmul, a captured graph, single calls (issues 31, 47)
+#   epilogue   scripts/bench_epilogue.py: a fused bias + GELU against the same wgmma variant and
+#              torch.matmul + PyTorch's bias and GELU (issue 48)
+#   portfolio  scripts/bench_vs_kernel_tuner.py, tilegen's runs only: brute force, bayes and the
+#              portfolio (the default strategy) on the 180-point sgemm space, cold (issue 50)
 #   energy     scripts/bench_energy.py: NVML's energy counter (update interval, resolution) and the
 #              sgemm finalists' joules per launch at 4096^3 over three tunes (issue 36; needs nvidia-ml-py);
 #              $ENERGY_FLAGS adds flags (--budget 40, say)
@@ -106,7 +110,10 @@ for name in "$@"; do
     hgemm)
       # shellcheck disable=SC2086  # HGEMM_FLAGS is several flags
       part hgemm python3 scripts/bench_vs_vendor.py --only hgemm --markdown "$out/hgemm.md" ${HGEMM_FLAGS:-} ;;
-    launch) part launch python3 scripts/bench_launch.py --markdown "$out/launch.md" ;;
+    launch) part launch python3 scripts/bench_launch.py --rounds 30 --markdown "$out/launch.md" ;;
+    epilogue) part epilogue python3 scripts/bench_epilogue.py --samples 50 --markdown "$out/epilogues.md" ;;
+    portfolio) part portfolio python3 scripts/bench_vs_kernel_tuner.py --only "tilegen brute nvrtc,tilegen bayes nvrtc,tilegen portfolio nvrtc" \
+                 --out "$out/kt" --markdown "$out/portfolio.md" ;;
     energy) part energy python3 scripts/bench_energy.py --markdown "$out/energy.md" ${ENERGY_FLAGS:-} ;;
     tests-k) part tests-k python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k "$TESTS_K" tests/ ;;
     throughput|throughput-ab)
