@@ -113,7 +113,7 @@ for name in "$@"; do
     launch) part launch python3 scripts/bench_launch.py --rounds 30 --markdown "$out/launch.md" ;;
     epilogue) part epilogue python3 scripts/bench_epilogue.py --samples 50 --markdown "$out/epilogues.md" ;;
     portfolio) part portfolio python3 scripts/bench_vs_kernel_tuner.py --only "tilegen brute nvrtc,tilegen bayes nvrtc,tilegen portfolio nvrtc" \
-                 --out "$out/kt" --markdown "$out/portfolio.md" ;;
+                 --out runs/kt --markdown "$out/portfolio.md" ;;
     energy) part energy python3 scripts/bench_energy.py --markdown "$out/energy.md" ${ENERGY_FLAGS:-} ;;
     tests-k) part tests-k python3 -m pytest -m gpu -v -rs -p no:cacheprovider --timeout 300 -k "$TESTS_K" tests/ ;;
     throughput|throughput-ab)
