@@ -33,7 +33,7 @@ def tilegen_case(params: dict[str, str], size: str, arrays: dict[str, Any]) -> t
     """A wgmma variant's launch on these PyTorch tensors, through the driver API on PyTorch's stream."""
     import torch
 
-    from gen.gpu import native
+    from gen.gpu.runtime import native
 
     family = get_family("wgmma")
     variant, shape = family.variant(params), family.parse_shape(size)
@@ -44,8 +44,8 @@ def tilegen_case(params: dict[str, str], size: str, arrays: dict[str, Any]) -> t
     native.current_context(torch.cuda.current_device())
     function = native.load(compiled.cubin.read_bytes(), variant.name, launch.dynamic_shared_bytes)
     pointers = {name: tensor.data_ptr() for name, tensor in arrays.items()}
-    run = native.Launch(function, launch.grid, launch.block, launch.dynamic_shared_bytes,
-                        family.problem_of(variant).kernel_arguments(shape, pointers))
+    run = native.DriverLaunch(function, launch.grid, launch.block, launch.dynamic_shared_bytes,
+                              family.problem_of(variant).kernel_arguments(shape, pointers))
     return variant.name, lambda: run(torch.cuda.current_stream().cuda_stream)
 
 
