@@ -574,7 +574,7 @@ if __name__ == "__main__":
     sweep(SweepOptions("matmul", Path("out"), params={"tile": ["8"], "padding": ["0"], "bounds": ["guard"]},
                        sizes=["64x64x64"], progress=False, run=RunOptions(seed=1)), executor=executor)
 """
-STOP_WITHIN_S = 2.0
+STOP_WITHIN_S = 5.0  # the stop includes closing the local cluster (its nanny and worker processes): 2.2-4.4 s seen
 
 
 def test_ctrl_c_stops_a_cluster_sweep_at_once_while_a_gather_stalls(tmp_path: Path) -> None:
