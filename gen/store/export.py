@@ -67,7 +67,7 @@ def t4_result(row: Row, several: bool = False) -> dict[str, Any]:
         if row.throughput is not None:
             result["measurements"].append({"name": row.unit, "value": row.throughput, "unit": row.unit})
     result["measurements"] += [_measurement(column, value) for column in OPTIONAL_COLUMNS
-                               if (value := getattr(row, column.field)) is not None]
+                               if column.observer and (value := getattr(row, column.field)) is not None]
     return result
 
 
