@@ -297,12 +297,14 @@ class FakeExecutor:
 class EnergyExecutor(FakeExecutor):
     """A fake energy source: jobs that ask for energy get it, the GPU drawing 10 mW x tile^3, so
     that larger tiles are faster but cost more joules per launch and energy x time (tile 32 is
-    the time-optimal matmul, tile 8 the energy- and edp-optimal one). With `missing`, the worker
-    says why it has none."""
+    the time-optimal matmul, tile 8 the energy- and edp-optimal one), and their SM clock, slowed by
+    `throttle` ('': not slowed). With `missing`, the worker says why it has none, and reads no clock."""
 
-    def __init__(self, missing: str | None = None):
+    CLOCK_MHZ = 1980.0
+
+    def __init__(self, missing: str | None = None, throttle: str = ""):
         super().__init__()
-        self.missing = missing
+        self.missing, self.throttle = missing, throttle
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
         for job, measured in super().run(jobs):
@@ -312,6 +314,7 @@ class EnergyExecutor(FakeExecutor):
                 else:
                     measured.power_w = 0.01 * measured.throughput ** 3  # the fake's throughput is its tile
                     measured.energy_j = measured.power_w * measured.timing.median_ms / 1e3
+                    measured.sm_clock_mhz, measured.throttle = self.CLOCK_MHZ, self.throttle
             yield job, measured
 
 

@@ -207,8 +207,9 @@ def test_a_meter_falls_back_to_power_readings_and_says_why_it_has_neither(monkey
     meter, reason = open_meter("0000:19:00.0")
     assert reason == "" and not meter.counter and meter.read() == 250.0
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(power=False))
-    assert open_meter("0000:19:00.0") == (None, "the GPU at 0000:19:00.0 reports neither an energy counter nor its "
-                                                "power to NVML")
+    meter, reason = open_meter("0000:19:00.0")
+    assert meter.counter is None and not meter.clocks  # this fake reads no clock either
+    assert reason == "the GPU at 0000:19:00.0 reports neither an energy counter nor its power to NVML"
 
 
 @pytest.mark.parametrize("missing", [None, NO_NVML])

@@ -1,6 +1,6 @@
 """Energy on a real GPU (marker `gpu`): a tune measures its finalists' joules per launch from NVML,
-positive, repeatable over the interleaved rounds within a loose bound, at a power a GPU can draw;
-and a sweep asked for energy records it in its rows."""
+positive, repeatable over the interleaved rounds within a loose bound, at a power a GPU can draw,
+and their SM clock and throttling; and a sweep asked for energy records it in its rows."""
 
 from __future__ import annotations
 
@@ -40,6 +40,20 @@ def test_a_tune_measures_its_finalists_energy_positive_and_repeatable(tmp_path: 
     assert 0.5 < result.winner.energy_j / (result.winner.power_w * finalist.median_ms / 1e3) < 2
     front = "time-energy front of the finalists (fastest first, least energy last)"
     assert f"{front}: {finalist.name} (" in describe(result)
+
+
+def test_a_tunes_report_names_each_finalists_clock_and_whether_it_throttled(tmp_path: Path) -> None:
+    (result,) = tune(TuneOptions("sgemm", SIZE, strategy="random", budget=4, db=tmp_path / "t.sqlite",
+                                 progress=False, top=2))
+    assert len(result.standings) >= 1
+    report = describe(result)
+    for standing in result.standings:
+        assert 100 < standing.sm_clock_mhz < 5000, result.energy_note  # read in the last round, with energy
+        assert isinstance(standing.throttle, str)  # '' or the reasons, named
+        said = f"throttled ({standing.throttle})" if standing.throttle else "not throttled"
+        (line,) = [line for line in report.splitlines() if line.lstrip().startswith(standing.name + " ")]
+        assert line.endswith(f"; SM clock {standing.sm_clock_mhz:.0f} MHz, {said}"), line
+    assert result.winner.sm_clock_mhz > 0 and result.winner.throttle is not None
 
 
 def test_a_sweep_asked_for_energy_records_it_and_one_not_asked_does_not(tmp_path: Path) -> None:

@@ -141,8 +141,8 @@ def _sweep_command(commands: Any) -> None:
                                "three more processes per variant, a few seconds each")
     parser.add_argument("--warm", action="store_true", help="do not flush the L2 between timed launches")
     parser.add_argument("--energy", action="store_true",
-                        help="also measure each variant's joules per launch and average power (NVML; about "
-                             "0.6 s more per variant)")
+                        help="also measure each variant's joules per launch, average power and SM clock, "
+                             "timed once the clock is steady (NVML; about 0.6 s more per variant)")
     parser.add_argument("--cache-config", dest="cache_configs", default="none", metavar="LIST",
                         help=f"L1/shared-memory preferences to run, from {','.join(CACHE_CONFIGS)} (default: none)")
     parser.add_argument("--cache", dest="cache_configs", action=_Renamed, new="--cache-config")

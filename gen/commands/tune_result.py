@@ -1,5 +1,6 @@
 """What a tune found on one GPU model, and the report it prints: the finalists ranked by the
-objective, with their energy where measured, and their time-energy front."""
+objective, with their energy and SM clock (and whether the GPU throttled) where measured, and their
+time-energy front."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ def describe(result: TuneResult) -> str:
              f"  {_coverage(result)}", f"  compiled by {compiled_by(winner)}"]
     for standing in result.standings:
         lines.append(f"  {standing.name:<70} median {standing.median_ms:.4g} ms over {len(standing.medians_ms)} "
-                     f"interleaved rounds, spread {standing.spread:.1%}{_energy(standing)}")
+                     f"interleaved rounds, spread {standing.spread:.1%}{_energy(standing)}{_clock(standing)}")
     if result.lead is not None:
         verdict = "larger than the noise" if result.lead > result.noise else "within the noise: a tie"
         lines.append(f"lead over the runner-up{_by(result)}: {result.lead:.1%}; noise {result.noise:.1%}: {verdict}")
@@ -106,6 +107,14 @@ def _energy(standing: Standing) -> str:
         return ""
     spread = f", spread {standing.energy_spread:.1%}" if len(standing.energies_j) > 1 else " (one round)"
     return f"; {standing.energy_j * 1e3:.4g} mJ per launch{spread}"
+
+
+def _clock(standing: Standing) -> str:
+    """'; SM clock 1980 MHz, not throttled', or '... throttled (power cap)'; '' where not read."""
+    if standing.sm_clock_mhz is None:
+        return ""
+    throttled = f"throttled ({standing.throttle})" if standing.throttle else "not throttled"
+    return f"; SM clock {standing.sm_clock_mhz:.0f} MHz, {throttled}"
 
 
 def _by(result: TuneResult) -> str:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 class Column:
     field: str  # of Row and Measurement
     unit: str
-    observer: str  # Kernel Tuner's name for it
+    observer: str  # Kernel Tuner's name for it; '': Kernel Tuner has none (a T4 file leaves it out)
+    sql: str = "REAL"  # its type in the tuning database
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,10 @@ QUANTITIES = (
     Quantity("energy", "joules per launch and the GPU's average power, from NVML (gen/gpu/process/energy.py): "
                        "with --energy, and a tune's finalists",
              (Column("energy_j", "J", "nvml_energy"), Column("power_w", "W", "nvml_power"))),
+    Quantity("clock", "the SM clock (the median of NVML's readings over the timed rounds, after the clock "
+                      "stopped rising) and the reasons NVML saw it slowed ('' when none: power cap, thermal or "
+                      "hardware slowdown; gen/gpu/process/energy.py): where energy is measured",
+             (Column("sm_clock_mhz", "MHz", "core_freq"), Column("throttle", "", "", sql="TEXT"))),
 )
 OPTIONAL_COLUMNS = tuple(column for quantity in QUANTITIES if quantity.optional for column in quantity.columns)
 TIME = QUANTITIES[0].columns[0]

@@ -142,6 +142,8 @@ class Row:
     ceiling_share: float | None = None
     energy_j: float | None = None  # joules per launch (None: not measured, or no energy counter)
     power_w: float | None = None  # the GPU's average power while it ran the variant
+    sm_clock_mhz: float | None = None  # the median SM clock while it was timed (None: not read, or no NVML)
+    throttle: str | None = None  # what slowed the SM meanwhile, named ('': nothing; None: not read)
     skipped_count: int | None = None  # a summary row of skipped points: how many it stands for
     # provenance
     provenance: dict[str, Any] = field(default_factory=dict)
@@ -329,6 +331,8 @@ class Measurement:
     hazard_note: str = ""  # what went wrong running the sanitizer
     energy_j: float | None = None  # joules per launch, when asked for and the GPU reports energy
     power_w: float | None = None
+    sm_clock_mhz: float | None = None  # read with energy, where NVML reports the clock
+    throttle: str | None = None
 
     def apply_to(self, row: Row) -> None:
         """Copy the verdict, timing, hazards and device into a result row; a variant with hazards

@@ -21,7 +21,7 @@ class TimingOptions:
     target_rsd: float = 0.005  # stop once the median's relative standard error is under this
     warmup: int = 3  # launches before timing; one is enough for a kernel that runs 1 ms or more (gen.gpu.process.timing)
     stop_above_ms: float | None = None  # stop once EARLY_STOP_SAMPLES samples are all slower than this
-    energy: bool = False  # also measure joules per launch from the GPU's energy counter (gen.gpu.process.energy)
+    energy: bool = False  # also joules per launch and the SM clock, from NVML (gen.gpu.process.energy)
 
 
 TUNE_TIMING = TimingOptions(budget_s=0.5)  # a tune's: many variants, each timed for less

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..core.objectives import DEFAULT_OBJECTIVE, needs_energy, score
+from ..core.quantities import OPTIONAL_COLUMNS
 from ..core.results import Row, is_ok
 from ..core.timing import EARLY_STOP_MARGIN
 from ..evaluate.loop import Proposal
@@ -141,6 +142,8 @@ class Standing:
     medians_ms: list[float]
     energies_j: list[float] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
+    clocks_mhz: list[float] = field(default_factory=list)  # each round's SM clock, where NVML read it
+    throttles: list[str] = field(default_factory=list)  # and what slowed the SM in it ('': nothing)
 
     @property
     def median_ms(self) -> float:
@@ -160,6 +163,18 @@ class Standing:
     @property
     def energy_spread(self) -> float | None:
         return _spread(self.energies_j) if self.energies_j else None
+
+    @property
+    def sm_clock_mhz(self) -> float | None:
+        """The median round's SM clock; None where no round read it."""
+        return statistics.median_low(self.clocks_mhz) if self.clocks_mhz else None
+
+    @property
+    def throttle(self) -> str | None:
+        """What slowed the SM in any round, named ('': nothing); None where no round read it."""
+        if not self.clocks_mhz:
+            return None
+        return ", ".join(dict.fromkeys(r for found in self.throttles for r in found.split(", ") if r))
 
     @property
     def score(self) -> float | None:
@@ -211,17 +226,22 @@ class Rounds:
         score, measured without energy, after the others), then by the median round's time."""
         standings = [Standing(name, [row.median_ms for row in rows],
                               [row.energy_j for row in rows if row.energy_j is not None],
-                              [found for row in rows if (found := score(row, self.objective)) is not None])
+                              [found for row in rows if (found := score(row, self.objective)) is not None],
+                              [row.sm_clock_mhz for row in rows if row.sm_clock_mhz is not None],
+                              [row.throttle or "" for row in rows if row.sm_clock_mhz is not None])
                      for name, rows in self.rows.items() if rows]
         return sorted(standings, key=lambda s: (s.score is None, s.score or 0.0, s.median_ms))
 
     def median_round(self, standing: Standing) -> Row:
         """The row of the round whose value of the objective is the standing's (by time where it has
-        none), with the energy of a round that measured it where that round did not."""
+        none), with the energy and clock of a round that measured them where that round did not, and
+        what slowed the SM in any round."""
         rows = self.rows[standing.name]
         if standing.score is not None:
             row = next(row for row in rows if score(row, self.objective) == standing.score)
         else:
             row = next(row for row in rows if row.median_ms == standing.median_ms)
-        measured = next((other for other in rows if other.energy_j is not None), row)
-        return replace(row, energy_j=measured.energy_j, power_w=measured.power_w) if row.energy_j is None else row
+        if row.energy_j is None and row.sm_clock_mhz is None:
+            measured = next((other for other in rows if other.energy_j is not None or other.sm_clock_mhz is not None), row)
+            row = replace(row, **{column.field: getattr(measured, column.field) for column in OPTIONAL_COLUMNS})
+        return replace(row, throttle=standing.throttle) if standing.throttle is not None else row

@@ -1,7 +1,8 @@
 """Results in the auto-tuning community's T4 format (the Open Autotuning Results Schema used by
 Kernel Tuner: https://github.com/odgaard/TuningSchema, results-schema.json, version 1.0.0).
 The schema names no energy fields; a row's measured quantities (gen.core.quantities: its energy in
-joules per launch, its average power) are measurements named as Kernel Tuner's observers name them.
+joules per launch, its average power, its SM clock) are measurements named as Kernel Tuner's observers
+name them; one Kernel Tuner has no name for (the throttle reasons) is left out.
 
 An export writes over a T4 file tilegen wrote; another existing file only with `force`, and
 never an SQLite database or a run's results, even then. The file is written whole or not at all.
@@ -67,7 +68,7 @@ def t4_result(row: Row, several: bool = False) -> dict[str, Any]:
         if row.throughput is not None:
             result["measurements"].append({"name": row.unit, "value": row.throughput, "unit": row.unit})
     result["measurements"] += [_measurement(column, value) for column in OPTIONAL_COLUMNS
-                               if (value := getattr(row, column.field)) is not None]
+                               if column.observer and (value := getattr(row, column.field)) is not None]
     return result
 
 

@@ -6,7 +6,7 @@ display string, which may be reworded. Tilegen 0.1 and 0.2 keyed rows by that st
 ("NVIDIA H100 80GB HBM3 (cc 9.0, 132 SMs, 79 GiB)") and stored the rows of a family without a
 `dtype` parameter with dtype ''. A Layout says how a connection's database names the model; the
 SQL expression ELEMENT_TYPE reads '' as the family's one element type. Columns added since
-(ADDED_COLUMNS: energy and power) are added by a writer to a file that lacks them. Readers never
+(ADDED_COLUMNS: energy, power, the SM clock and throttling) are added by a writer to a file that lacks them. Readers never
 change a database (no migration, no journal switch); a writer migrates an old one in one
 transaction, keeping every row and its id.
 """
@@ -56,7 +56,7 @@ _MEASUREMENTS = "CREATE TABLE IF NOT EXISTS {table} (" + _PROBLEM_COLUMNS + """\
 )"""
 # Columns added after tilegen 0.3's tables, each with its SQL type: a writer's migrate adds them to
 # an older file (ALTER TABLE); readers take a file without them as it is, and read them from the row.
-ADDED_COLUMNS = {"measurements": {column.field: "REAL" for column in OPTIONAL_COLUMNS}}  # gen.core.quantities
+ADDED_COLUMNS = {"measurements": {column.field: column.sql for column in OPTIONAL_COLUMNS}}  # gen.core.quantities
 _SESSIONS = "CREATE TABLE IF NOT EXISTS {table} (" + _PROBLEM_COLUMNS + """\
     strategy TEXT NOT NULL,
     started_at REAL NOT NULL

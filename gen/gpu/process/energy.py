@@ -1,5 +1,5 @@
-"""Joules per launch from NVML (the nvidia-ml-py package, imported as pynvml), read only: tilegen
-never sets clocks, power limits or any other setting of the GPU.
+"""Joules per launch and the SM clock from NVML (the nvidia-ml-py package, imported as pynvml), read
+only: tilegen never sets clocks, power limits or any other setting of the GPU.
 
 NVML's total-energy counter (millijoules since the driver loaded; Volta and later) advances only
 every few milliseconds (scripts/bench_energy.py measures by how much and how often), so a
@@ -8,6 +8,10 @@ counter's rise between two of its updates divided by the time between them. Wher
 missing, the average of NVML's power readings over the window stands in. Energy per launch is
 that power times the time per launch of the same back-to-back loop (for a kernel shorter than
 the host takes to launch it, the loop's time includes the GPU's waits for the host).
+
+The SM clock and NVML's clock event (throttle) reasons are read with a variant's timed rounds
+(`clock_summary`: the median MHz and the reasons that slowed the SM, SLOWDOWNS), after
+`settle_clock` has run it back to back until the clock stopped rising.
 """
 
 from __future__ import annotations
@@ -23,6 +27,15 @@ MIN_UPDATES = 5  # counter updates within the window, at least
 MAX_WINDOW_S = 5.0  # a counter that does not advance this long is no counter
 BATCH_MS = 5.0  # launches are queued in batches of about this much GPU work
 NO_NVML = "NVML is not installed (pip install nvidia-ml-py, or tilegen[cuda])"
+CLOCK_STEADY = 0.01  # two SM clock readings this close, relatively, are a steady clock
+CLOCK_READ_MS = 20.0  # GPU work queued between two readings while the clock settles
+CLOCK_SETTLE_S = 0.5  # the settling stops here, steady or not
+MAX_BATCH = 10_000  # launches queued between two clock readings, at most
+NVML_CLOCK_SM = 1  # nvmlClockType_t's SM clock
+# NVML's clock event reasons that slow the SM (nvmlClocksEventReason*, the same bits as the older
+# nvmlClocksThrottleReason*); idle, applications clocks, sync boost and display settings are not throttling.
+SLOWDOWNS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "thermal slowdown",
+             0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
 
 
 @dataclass(frozen=True)
@@ -34,10 +47,11 @@ class Reading:
 
 
 class Meter:
-    """One GPU's energy counter, or its power readings where the counter is missing (`counter`)."""
+    """One GPU as NVML reads it: its energy counter, or its power readings where the counter is missing
+    (`counter`; None: neither), and its SM clock with the reasons it is slowed (`clocks`)."""
 
-    def __init__(self, nvml: Any, handle: Any, counter: bool):
-        self._nvml, self._handle, self.counter = nvml, handle, counter
+    def __init__(self, nvml: Any, handle: Any, counter: bool | None, clocks: bool = False):
+        self._nvml, self._handle, self.counter, self.clocks = nvml, handle, counter, clocks
 
     def read(self) -> float:
         """Joules since the driver loaded (counter), else watts now."""
@@ -45,9 +59,16 @@ class Meter:
             return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) / 1e3
         return self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1e3
 
+    def clock(self) -> tuple[float, int]:
+        """The SM clock now (MHz) and NVML's clock event reasons (a bit mask)."""
+        reasons = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons  # its name before nvidia-ml-py 12.535
+        return float(self._nvml.nvmlDeviceGetClockInfo(self._handle, NVML_CLOCK_SM)), int(reasons(self._handle))
+
 
 def open_meter(pci_bus_id: str) -> tuple[Meter | None, str]:
-    """The meter of the GPU at `pci_bus_id`, or None and why not (one line)."""
+    """The meter of the GPU at `pci_bus_id` (None where NVML cannot reach it), and why it reads no
+    energy (one line; '' where it does)."""
     try:
         import pynvml
     except ImportError:
@@ -57,13 +78,53 @@ def open_meter(pci_bus_id: str) -> tuple[Meter | None, str]:
         handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode())  # bytes: every nvidia-ml-py takes them
     except pynvml.NVMLError as error:
         return None, f"NVML cannot reach the GPU at {pci_bus_id} ({error})"
+    meter = Meter(pynvml, handle, None)
+    meter.clocks = _answers(pynvml, meter.clock)
     for counter, read in ((True, pynvml.nvmlDeviceGetTotalEnergyConsumption), (False, pynvml.nvmlDeviceGetPowerUsage)):
-        try:
-            read(handle)
-            return Meter(pynvml, handle, counter), ""
-        except pynvml.NVMLError:
-            continue
-    return None, f"the GPU at {pci_bus_id} reports neither an energy counter nor its power to NVML"
+        if _answers(pynvml, lambda: read(handle)):
+            meter.counter = counter
+            return meter, ""
+    return meter, f"the GPU at {pci_bus_id} reports neither an energy counter nor its power to NVML"
+
+
+def _answers(nvml: Any, read: Callable[[], Any]) -> bool:
+    """Whether NVML answers `read` on this GPU."""
+    try:
+        read()
+        return True
+    except (nvml.NVMLError, AttributeError):  # AttributeError: an nvidia-ml-py without the call
+        return False
+
+
+def clock_summary(readings: list[tuple[float, int]]) -> tuple[float, str]:
+    """The median SM clock of the readings (MHz, the lower middle one) and the reasons seen that slowed
+    the SM, named ('' when none)."""
+    seen = 0
+    for _, reasons in readings:
+        seen |= reasons
+    return sorted(mhz for mhz, _ in readings)[(len(readings) - 1) // 2], \
+        ", ".join(name for bit, name in SLOWDOWNS.items() if seen & bit)
+
+
+def settle_clock(call: Callable[[], Any], meter: Meter, limit_s: float = CLOCK_SETTLE_S) -> list[float]:
+    """Run `call` back to back until two SM clock readings about CLOCK_READ_MS of GPU work apart are
+    within CLOCK_STEADY of each other (the clock stopped rising), or for `limit_s`; the readings
+    (MHz). Each is taken while the work queued before it runs; the first batch, one call, only sizes
+    the rest: its reading is not compared."""
+    import pycuda.driver as cuda
+
+    batch, readings, started = 1, [], time.monotonic()
+    while time.monotonic() - started < limit_s:
+        begun = _recorded(cuda.Event())
+        for _ in range(batch):
+            call()
+        queued = _recorded(cuda.Event())
+        readings.append(meter.clock()[0])
+        queued.synchronize()
+        if len(readings) > 2 and abs(readings[-1] - readings[-2]) <= CLOCK_STEADY * readings[-2]:
+            break
+        batch = min(MAX_BATCH, max(1, round(CLOCK_READ_MS * batch / max(queued.time_since(begun), 1e-3))))
+    return readings
 
 
 def average_watts(readings: list[Reading], counter: bool) -> float | None:

@@ -29,7 +29,7 @@ from ...families.variant import Variant
 from .ceilings import Ceilings
 from .checker import DeviceProblem, OutputChecker
 from ..runtime.device import read_device_info
-from .energy import Meter, energy_per_launch, open_meter
+from .energy import Meter, clock_summary, energy_per_launch, open_meter, settle_clock
 from .jobs import Job
 from ..runtime.launch import configure, fill_constants, function_named, launcher
 from .timing import event_samples
@@ -85,8 +85,7 @@ class Runner:
         measurement.ceiling = self._ceilings.rate(problem.ceiling(variant.dtype), report)
         report("time")
         started = time.perf_counter()
-        flush = None if job.timing.warm else self._flush_l2
-        samples = event_samples(call, job.timing, before_each=flush)
+        samples = self._samples(job, call, measurement)
         measurement.timing = Timing.of(samples)
         if slower_than_cutoff(samples, job.timing):
             measurement.message = (f"timing stopped after {len(samples)} samples, every one slower than the best so "
@@ -99,12 +98,30 @@ class Runner:
         measurement.time_seconds = time.perf_counter() - started
         return measurement
 
-    def _measure_energy(self, measurement: Measurement, call: Callable[[], None], seconds_per_launch: float) -> None:
-        """Joules per launch and average watts into the measurement, or in its message why not."""
+    def _samples(self, job: Job, call: Callable[[], None], measurement: Measurement) -> list[float]:
+        """The job's timing samples; with energy, timed once the SM clock is steady, and the clock
+        and what slowed it, read during the rounds, into the measurement."""
+        meter = self._opened_meter()[0] if job.timing.energy else None
+        clocks: list[tuple[float, int]] = []
+        read_clock = (lambda: clocks.append(meter.clock())) if meter is not None and meter.clocks else None
+        if read_clock:
+            settle_clock(call, meter)
+        samples = event_samples(call, job.timing, before_each=None if job.timing.warm else self._flush_l2,
+                                during_round=read_clock)
+        if clocks:
+            measurement.sm_clock_mhz, measurement.throttle = clock_summary(clocks)
+        return samples
+
+    def _opened_meter(self) -> tuple[Meter | None, str]:
+        """The GPU's NVML meter, opened when a job first asks for energy; or None and why not."""
         if self._meter is None:
             self._meter = open_meter(self._pci_bus_id)
-        meter, reason = self._meter
-        found = energy_per_launch(call, meter, seconds_per_launch) if meter is not None else reason
+        return self._meter
+
+    def _measure_energy(self, measurement: Measurement, call: Callable[[], None], seconds_per_launch: float) -> None:
+        """Joules per launch and average watts into the measurement, or in its message why not."""
+        meter, reason = self._opened_meter()
+        found = energy_per_launch(call, meter, seconds_per_launch) if meter and meter.counter is not None else reason
         if isinstance(found, str):
             measurement.message = "; ".join(m for m in (measurement.message, f"{NO_ENERGY}: {found}") if m)
         else:

@@ -16,8 +16,8 @@ WARM_SAMPLE_MS = 1.0  # a warm sample times back-to-back launches for about this
 ROUND_SAMPLES = EARLY_STOP_SAMPLES  # samples queued before the host waits and reads them
 
 
-def event_samples(call: Callable[[], Any], options: TimingOptions,
-                  before_each: Callable[[int], None] | None = None) -> list[float]:
+def event_samples(call: Callable[[], Any], options: TimingOptions, before_each: Callable[[int], None] | None = None,
+                  during_round: Callable[[], None] | None = None) -> list[float]:
     """The one CUDA-event timing loop: warm up (`options.warmup` launches, or one that runs for
     WARMUP_MS or more), then time `call` between two events per sample until the median is steady
     (or the budget or sample cap is reached, or the samples are clearly slower than
@@ -30,6 +30,7 @@ def event_samples(call: Callable[[], Any], options: TimingOptions,
     With `before_each` (an asynchronous L2 flush), the GPU is still busy with it while the host
     records the start event and enqueues the call, so launch latency stays out of the interval.
     Without it (warm), each sample times a batch of back-to-back calls long enough to hide that.
+    `during_round` is called while each round runs (the SM clock is read then).
     """
     first_ms = _warm_up(call, options.warmup)
     batch = 1 if before_each else _warm_batch(call, first_ms)
@@ -45,6 +46,8 @@ def event_samples(call: Callable[[], Any], options: TimingOptions,
             for _ in range(batch):
                 call()
             end.record()
+        if during_round:
+            during_round()
         pairs[-1][1].synchronize()
         samples += [end.time_since(start) / batch for start, end in pairs]
         if slower_than_cutoff(samples, options):
