@@ -8,7 +8,7 @@ whether the killed run lost or duplicated a row. Prints tables and writes them a
 asserts nothing.
 
 Usage: scripts/bench_cluster.py [--family sgemm] [--size 512x512x512] [--filter PATTERN] [--gpus 0,1]
-                                [--timing-budget 0.05] [--parts compile,one,cluster,killed]
+                                [--timing-budget 0.05] [--parts compile,one,local,cluster,killed]
                                 [--out DIR] [--markdown FILE]
 
 Each part keeps its rows in DIR/<part>/ and its wall time in DIR/<part>.json, so the parts can run
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--filter", help="a name pattern, to sweep part of the default space")
     parser.add_argument("--gpus", default="0,1")
     parser.add_argument("--timing-budget", default="0.05", help="seconds of timing per variant (default: 0.05)")
-    parser.add_argument("--parts", default="compile,one,cluster,killed")
+    parser.add_argument("--parts", default="compile,one,local,cluster,killed")
     parser.add_argument("--out", type=Path, default=Path("runs/cluster"))
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
@@ -54,6 +54,8 @@ def main() -> None:
         timed(compile_command, args.out / "warm.log")
     if "one" in parts:
         save(args.out, "one-gpu", sweep(args, "one-gpu", ["--gpus", first_gpu]))
+    if "local" in parts:
+        save(args.out, "local", sweep(args, "local", ["--gpus", args.gpus]))
     if "cluster" in parts:
         save(args.out, "cluster", sweep(args, "cluster", ["--gpus", args.gpus, "--cluster", "local"]))
     if "killed" in parts:
@@ -69,8 +71,8 @@ def report(args: argparse.Namespace) -> str:
     from gen.core.table import markdown_table
 
     found = {name: json.loads((args.out / f"{name}.json").read_text())
-             for name in ("compile", "one-gpu", "cluster", "killed") if (args.out / f"{name}.json").exists()}
-    runs = [dict(found[name], rows=rows_of(args.out / name)) for name in ("one-gpu", "cluster", "killed")
+             for name in ("compile", "one-gpu", "local", "cluster", "killed") if (args.out / f"{name}.json").exists()}
+    runs = [dict(found[name], rows=rows_of(args.out / name)) for name in ("one-gpu", "local", "cluster", "killed")
             if name in found]
     compiled = f", {found['compile']['wall_s']:.1f} s to compile it cold" if "compile" in found else ""
     lines = [f"{args.family} {args.size}{f' --filter {args.filter}' if args.filter else ''}, timing budget "
@@ -78,10 +80,11 @@ def report(args: argparse.Namespace) -> str:
              markdown_table(["run", "wall s", "ok rows", "ok rows/s", "jobs per GPU index", "rows", "distinct"],
                             [[r["run"], f"{r['wall_s']:.1f}", r["ok"], f"{r['ok'] / r['wall_s']:.1f}",
                               r["shares"], len(r["rows"]), len(keys(r["rows"]))] for r in runs]), ""]
-    if "one-gpu" in found and "cluster" in found and found["one-gpu"]["ok"]:
-        one, two = found["one-gpu"], found["cluster"]
-        lines.append(f"- throughput of the cluster over one GPU: "
-                     f"**{(two['ok'] / two['wall_s']) / (one['ok'] / one['wall_s']):.2f}x** (target >= 1.8x)")
+    for name, words in (("local", "the local executor on every GPU"), ("cluster", "the cluster")):
+        if "one-gpu" in found and name in found and found["one-gpu"]["ok"]:
+            one, two = found["one-gpu"], found[name]
+            lines.append(f"- throughput of {words} over one GPU: "
+                         f"**{(two['ok'] / two['wall_s']) / (one['ok'] / one['wall_s']):.2f}x** (target >= 1.8x)")
     if "killed" in found and "one-gpu" in found:
         killed, expected = runs[-1], keys(rows_of(args.out / "one-gpu"))
         lines += [f"- the killed run: worker {killed['victim']} killed after {killed['killed_after']} rows; lost rows: "
