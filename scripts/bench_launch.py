@@ -190,6 +190,21 @@ def single_call_rows(torch: Any, shapes: list[str], dtype: Any, rounds: int) -> 
     return rows
 
 
+def floor_rows(torch: Any, found: list[tuple[str, Callable[[], Any], Callable[[], None]]],
+               rounds: int) -> list[list[str]]:
+    """What a launch adds to a kernel's time as its caller sees it on an idle GPU, whoever launches
+    it: per launch case of the small kernel, one call's time between events on an idle GPU against
+    its own time back to back, in microseconds (the floor under issue 47's single-call target)."""
+    rows = []
+    for name, launch, _ in found:
+        if "own op" in name:
+            continue
+        own = gpu_us(torch, lambda launch=launch: [launch() for _ in range(20)], 20, rounds)
+        single = statistics.median(gpu_us(torch, launch, 1, 1) for _ in range(rounds))
+        rows.append([name, f"{own:.2f}", f"{single:.2f}", f"{single - own:.2f}"])
+    return rows
+
+
 def markdown(header: list[str], rows: list[list[str]]) -> str:
     lines = [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}", *(f"| {' | '.join(r)} |" for r in rows)]
     return "\n".join(lines) + "\n"
@@ -228,6 +243,9 @@ def main() -> int:
                        ["MxNxK", "tilegen kernel's own", "gen.matmul single call", "single / own", "cuBLAS own",
                         "torch.matmul single call", "cuBLAS own / tilegen own"],
                        single_call_rows(torch, args.shapes.split(","), dtype, args.rounds)))
+        tables.append((f"4. the floor: a launch of {name} at {args.size} on an idle GPU, us (median of {args.rounds})",
+                       ["launch", "own (back to back)", "single call", "added by the launch"],
+                       floor_rows(torch, found, args.rounds)))
     text = f"{torch_and_cupy()}; numpy {np.__version__}\n"
     for title, header, rows in tables:
         print(f"\n{title}")
