@@ -4,6 +4,7 @@ line per item."""
 from __future__ import annotations
 
 import os
+import signal
 
 from pathlib import Path
 from typing import Callable, Iterator
@@ -27,6 +28,21 @@ def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     patcher.setenv(EVERY_ENV, "0")  # a progress line per item: several tests wait for a given item's line
     yield cache
     patcher.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def terminal_signals() -> Iterator[None]:
+    """The commands the tests start receive Ctrl-C and a closed terminal's SIGHUP as a terminal's
+    command would, even when the suite runs with them ignored (`nohup pytest`, a script's `pytest &`
+    job): a child inherits an ignored signal, and tilegen rightly keeps it ignored. A signal ignored
+    here gets a handler that does nothing instead: the suite still ignores it, and a child, whose
+    handlers are reset when it starts, gets the default."""
+    ignored = [signum for signum in (signal.SIGINT, signal.SIGHUP) if signal.getsignal(signum) == signal.SIG_IGN]
+    for signum in ignored:
+        signal.signal(signum, lambda *_: None)
+    yield
+    for signum in ignored:
+        signal.signal(signum, signal.SIG_IGN)
 
 
 @pytest.fixture(scope="session")
