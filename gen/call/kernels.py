@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -67,8 +68,9 @@ class Kernel:
             raise UsageError("a Kernel takes a variant and its shape, or neither (then each call's shape chooses)")
         self.family, self.variant, self.shape, self.reason = family, variant, shape, reason
         self.dtype = variant.dtype if variant is not None else dtype
-        self.arrays = [a.name for a in family.problem.arguments if not isinstance(a, Scalar)]
-        self.output = family.problem.output.name
+        problem = family.problem if variant is None else get_family(variant.family).problem_of(variant)
+        self.arrays = [a.name for a in problem.arguments if not isinstance(a, Scalar)]  # a fused epilogue's too
+        self.output = problem.output.name
         self._output_index = self.arrays.index(self.output)
         self._launches: dict[tuple[Any, ...], Prepared] = {}
 
@@ -96,9 +98,11 @@ class Kernel:
     def prepared(self, *positional: Any, **named: Any) -> Prepared:
         """The launch on these device arrays with its arguments packed once: `prepared()` runs it
         on the arrays' stream, `prepared(stream)` on another, at the least host cost per call.
-        `stream=` here settles arrays that name different streams (as in a call)."""
+        `stream=` here settles arrays that name different streams (as in a call); `scalars=` gives
+        scalar arguments the caller chooses (a fused epilogue's alpha and beta) by name."""
         stream = named.pop("stream", None) if "stream" not in self.arrays else None
-        return self._prepare(self._described(self._named(positional, named), stream))
+        scalars = named.pop("scalars", {}) if "scalars" not in self.arrays else {}
+        return self._prepare(self._described(self._named(positional, named), stream), scalars)
 
     def explain(self, *positional: Any, **named: Any) -> str:
         """Which variant runs these arrays (or a shape written like '4096x4096'), and why."""
@@ -112,7 +116,8 @@ class Kernel:
             self.family.name, str(shape), dtype)
         return f"{self.family.name} {dtype} at {shape}: {variant.name}, from {reason}"
 
-    def _prepare(self, described: dict[str, DeviceArray]) -> Prepared:
+    def _prepare(self, described: dict[str, DeviceArray],
+                 scalars: Mapping[str, float] = MappingProxyType({})) -> Prepared:
         native = driver_api()
         variant, shape = self._validated(described)
         context, device = native.current_context(next(iter(described.values())).device)
@@ -124,7 +129,8 @@ class Kernel:
         family = get_family(variant.family)  # the fallback's, where this family does not run here (Family.fallback)
         launch = family.launch(variant, shape)
         problem, output = family.problem_of(variant), described[self.output]
-        arguments = problem.kernel_arguments(shape, {name: array.pointer for name, array in described.items()})
+        arguments = problem.kernel_arguments(shape, {**{name: array.pointer for name, array in described.items()},
+                                                     **scalars})
         clears = spans(output.pointer, output.strides, output.dtype.itemsize,
                        problem.output_region(shape)) if launch.clears_output else ()
         function = loaded(variant, context)
@@ -139,9 +145,10 @@ class Kernel:
         else:
             shape = self._shape_of(described)
             variant = _choice(self.family.name, str(shape), self._dtype_of(described))[0]
-        expected = self.family.problem.arrays(shape)
+        problem = get_family(variant.family).problem_of(variant)
+        expected = problem.arrays(shape)
         for name, array in described.items():
-            dtype = numpy_dtype(variant.output_dtype if name == self.output else variant.dtype)
+            dtype = numpy_dtype(problem.element_type(name, variant.dtype, variant.output_dtype))
             if array.dtype != dtype:
                 raise UsageError(f"{name} is {array.dtype}, but {variant.name} takes {dtype} for {name}")
             if array.shape != expected[name]:

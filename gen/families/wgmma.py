@@ -13,7 +13,7 @@ next tile's copies overlap this one's stores), or has its two consumers take who
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..core.errors import InvalidVariant
@@ -21,6 +21,7 @@ from ..core.tensor_maps import BOX
 from .family import Family, Launch, blocks, check_shared_bytes
 from .gemm import MatmulShape
 from .epilogue import ACTIVATIONS, RESIDUALS, SCALES, Epilogue
+from .epilogue import PARAMETERS as EPILOGUE_PARAMETERS
 from .hgemm import ALIGNMENT_SLACK, TMA_GEMM, TmaGemmProblem
 from .problem import element_bytes
 from .variant import Variant, choice
@@ -154,6 +155,13 @@ class WgmmaFamily(Family):
 
     def problem_of(self, variant: WgmmaVariant) -> TmaGemmProblem:
         return variant.epilogue.problem
+
+    def epilogue_of(self, variant: WgmmaVariant) -> str:
+        return variant.epilogue.text
+
+    def with_epilogue(self, variant: WgmmaVariant, epilogue: str) -> WgmmaVariant:
+        asked = dict(part.split("=", 1) for part in epilogue.split(",") if part)
+        return replace(variant, **{name: asked.get(name, "none") for name in EPILOGUE_PARAMETERS})
 
     def launch(self, variant: WgmmaVariant, shape: MatmulShape) -> Launch:
         units = blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn)  # a tile per block

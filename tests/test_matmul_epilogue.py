@@ -1,0 +1,71 @@
+"""gen.matmul's fused epilogues without a GPU: what a call asks for becomes wgmma's epilogue
+parameters, each bad argument is one line before anything runs, a family with no epilogue says so,
+and tilegen::matmul's schema and shape function take the epilogue too (tests/test_gpu_matmul_epilogue.py
+runs them)."""
+
+from __future__ import annotations
+
+import pytest
+
+import gen
+from gen.families import get_family
+from gen.families.epilogue import called_epilogue
+
+from .test_arrays import FakeDeviceArray
+
+WGMMA = get_family("wgmma")
+
+
+def test_a_calls_epilogue_becomes_the_wgmma_parameters_and_back() -> None:
+    epilogue = called_epilogue(bias=True, activation="gelu-tanh", residual=True, alpha=False, beta=True)
+    assert epilogue.text == "scale=alpha-beta,bias=col,act=gelu-tanh,residual=add"
+    fused = WGMMA.with_epilogue(WGMMA.default_variant(), epilogue.text)
+    assert fused.name.endswith("_alphabeta_biascol_gelutanh_resadd") and WGMMA.epilogue_of(fused) == epilogue.text
+    assert WGMMA.with_epilogue(fused, "") == WGMMA.default_variant() and WGMMA.epilogue_of(WGMMA.default_variant()) == ""
+    assert called_epilogue(False, None, False, True, False).text == "scale=alpha"
+    assert get_family("hgemm").with_epilogue(get_family("hgemm").default_variant(), "bias=col") is None
+
+
+def _f32(*shape, **options):
+    return FakeDeviceArray(shape, **options)
+
+
+@pytest.mark.parametrize("options, error", [
+    ({"activation": "gelu"}, r"^activation must be one of relu, gelu-tanh, gelu-erf, silu \(or None\), got 'gelu'$"),
+    ({"activation": "none"}, r"^activation must be one of relu, .* got 'none'$"),
+    ({"beta": 0.5}, r"^beta scales the residual, and there is none: pass residual=, or leave beta out$"),
+    ({"alpha": "2"}, r"^alpha must be a finite number \(or None\), got '2'$"),
+    ({"alpha": float("inf")}, r"^alpha must be a finite number \(or None\), got inf$"),
+    ({"bias": _f32(7)}, r"^bias must be a contiguous vector of N = 6 float32 on the GPU, got float32 \(7,\)$"),
+    ({"bias": _f32(6, typestr="<f8")}, r"^bias must be a contiguous vector of N = 6 float32 on the GPU, got float64"),
+    ({"residual": _f32(4, 5)}, r"^residual must be a float32 4 x 6 matrix with out's row stride \(6 elements\), "
+                               r"got float32 \(4, 5\)"),
+    ({"residual": _f32(4, 6, strides=(32, 4))}, r"^residual must be a float32 4 x 6 matrix with out's row stride "
+                                                r"\(6 elements\), got float32 \(4, 6\) with strides \(32, 4\) bytes$"),
+    ({"residual": _f32(6)}, r"^residual must be a 2-D array on the GPU, got shape \(6,\)$"),
+    ({"bias": _f32(6)}, r"^sgemm_f32_\w+ fuses no epilogue: bias, activation, residual, alpha and beta need the "
+                        r"wgmma family \(float16 or bfloat16 on an sm_90 GPU\); apply them after the product$"),
+    ({"alpha": 2}, r"^sgemm_f32_\w+ fuses no epilogue"),
+], ids=["activation", "activation none", "beta alone", "alpha text", "alpha inf", "bias length", "bias type",
+        "residual shape", "residual stride", "residual vector", "float32 bias", "float32 alpha"])
+def test_each_bad_epilogue_argument_is_one_line(options, error) -> None:
+    with pytest.raises(gen.UsageError, match=error):
+        gen.matmul(_f32(4, 3), _f32(3, 6), _f32(4, 6), **options)
+
+
+def test_the_torch_operator_takes_the_epilogue_and_checks_its_shapes() -> None:
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (optional)")
+    import gen.torch_ops  # noqa: F401 - registers torch.ops.tilegen
+
+    def meta(*shape):
+        return torch.empty(*shape, dtype=torch.bfloat16, device="meta")
+
+    def block(x, w, bias, r):
+        return torch.ops.tilegen.matmul(x, w, bias, "gelu-tanh", residual=r, alpha=0.5, beta=2.0)
+
+    y = torch.compile(block, fullgraph=True, backend="aot_eager")(meta(8, 32), meta(32, 64), meta(64), meta(8, 64))
+    assert (tuple(y.shape), y.dtype) == ((8, 64), torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"^tilegen::matmul: bias must be a vector of N = 64, got \(63,\)$"):
+        torch.ops.tilegen.matmul(meta(8, 32), meta(32, 64), meta(63))
+    with pytest.raises(RuntimeError, match=r"^tilegen::matmul: residual must be \(8, 64\) like C, got \(8, 63\)$"):
+        torch.ops.tilegen.matmul(meta(8, 32), meta(32, 64), residual=meta(8, 63))
