@@ -1,6 +1,7 @@
 """gen.matmul's fused epilogues without a GPU: what a call asks for becomes wgmma's epilogue
-parameters, each bad argument is one line before anything runs, a family with no epilogue says so,
-and tilegen::matmul's schema and shape function take the epilogue too (tests/test_gpu_matmul_epilogue.py
+parameters (the text a tuning key keeps), each bad argument is one line before anything runs, a
+family with no epilogue says so, a tune is for one epilogue, and tilegen::matmul's schema and shape
+function take the epilogue too (tests/test_gpu_matmul_epilogue.py
 runs them)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from gen.families import get_family
 from gen.families.epilogue import called_epilogue
 
 from .test_arrays import FakeDeviceArray
+from .test_bad_inputs import assert_one_line_error, run_main
 
 WGMMA = get_family("wgmma")
 
@@ -24,6 +26,15 @@ def test_a_calls_epilogue_becomes_the_wgmma_parameters_and_back() -> None:
     assert WGMMA.with_epilogue(fused, "") == WGMMA.default_variant() and WGMMA.epilogue_of(WGMMA.default_variant()) == ""
     assert called_epilogue(False, None, False, True, False).text == "scale=alpha"
     assert get_family("hgemm").with_epilogue(get_family("hgemm").default_variant(), "bias=col") is None
+
+
+def test_a_tune_of_two_epilogues_at_once_is_refused_before_anything_is_written(tmp_path, capsys) -> None:
+    database = tmp_path / "t.sqlite"
+    assert_one_line_error(*run_main(capsys, ["tune", "wgmma", "--size", "256x256x256", "-p", "act=relu,silu", "--db",
+                                             str(database)]),
+                          "a tune is for one epilogue; this space has act=relu; act=silu: give each of its "
+                          "parameters one value with -p")
+    assert not database.exists()
 
 
 def _f32(*shape, **options):
@@ -43,9 +54,10 @@ def _f32(*shape, **options):
     ({"residual": _f32(4, 6, strides=(32, 4))}, r"^residual must be a float32 4 x 6 matrix with out's row stride "
                                                 r"\(6 elements\), got float32 \(4, 6\) with strides \(32, 4\) bytes$"),
     ({"residual": _f32(6)}, r"^residual must be a 2-D array on the GPU, got shape \(6,\)$"),
-    ({"bias": _f32(6)}, r"^sgemm_f32_\w+ fuses no epilogue: bias, activation, residual, alpha and beta need the "
-                        r"wgmma family \(float16 or bfloat16 on an sm_90 GPU\); apply them after the product$"),
-    ({"alpha": 2}, r"^sgemm_f32_\w+ fuses no epilogue"),
+    ({"bias": _f32(6)}, r"^sgemm fuses no epilogue: bias, activation, residual, alpha and beta need the wgmma "
+                        r"family \(float16 or bfloat16 on an sm_90 GPU, rows of A and B on 16-byte boundaries\); "
+                        r"apply them after the product$"),
+    ({"alpha": 2}, r"^sgemm fuses no epilogue"),
 ], ids=["activation", "activation none", "beta alone", "alpha text", "alpha inf", "bias length", "bias type",
         "residual shape", "residual stride", "residual vector", "float32 bias", "float32 alpha"])
 def test_each_bad_epilogue_argument_is_one_line(options, error) -> None:

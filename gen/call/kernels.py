@@ -224,14 +224,18 @@ class Kernel:
         return {name: given[name] for name in self.arrays}
 
 
-def kernel(family: str, *dims: int | str, dtype: str | None = None) -> Kernel:
+def kernel(family: str, *dims: int | str, dtype: str | None = None, epilogue: str = "") -> Kernel:
     """The tuned variant of `family` for this shape on the current GPU, ready to call; with no
-    dimensions, a kernel that chooses the variant for each call's shape."""
+    dimensions, a kernel that chooses the variant for each call's shape. `epilogue`: what the kernel
+    computes after the product, as the family's parameters ('bias=col,act=gelu-tanh'; gen.tuned);
+    its arrays follow the output, in the order of the family's problem."""
     chosen = get_family(family)
     if not dims:
+        if epilogue:
+            raise UsageError("a kernel with an epilogue takes its shape: gen.kernel(family, M, N, K, epilogue=...)")
         return Kernel(chosen, dtype=None if dtype is None else chosen.check_dtype(dtype))
     shape = chosen.parse_shape(shape_text(dims))
-    variant, reason = _choice(chosen.name, str(shape), chosen.check_dtype(dtype))
+    variant, reason = _choice(chosen.name, str(shape), chosen.check_dtype(dtype), epilogue)
     return Kernel(chosen, variant, shape, reason=reason)  # the variant may be of the family's fallback
 
 
@@ -257,9 +261,9 @@ def shape_from_dims(family: Family, dims: dict[str, tuple[int, ...]]) -> Any:
 
 
 @functools.cache
-def _choice(family: str, shape: str, dtype: str) -> tuple[Variant, str]:
+def _choice(family: str, shape: str, dtype: str, epilogue: str = "") -> tuple[Variant, str]:
     """The tuned variant for a shape and why, looked up once per process (not per call)."""
-    variant, reason = tuned_with_reason(family, shape, dtype=dtype)
+    variant, reason = tuned_with_reason(family, shape, dtype=dtype, epilogue=epilogue)
     if variant.dtype != dtype:
         raise UsageError(f"the tuned {family} variant {variant.name} is not {dtype}; check the tuning database")
     return variant, reason

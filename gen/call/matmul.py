@@ -75,13 +75,16 @@ def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any, extras: dict[str, An
         str(arrays["a"].dtype), str(shape), dtype, str(arrays["out"].dtype),
         tuple(arrays[label].pointer for label in ("a", "b", "out")),
         driver_api().current_context(arrays["a"].device)[1]))
-    chosen = _gemm_kernel(family.name, str(shape), dtype)
     views = [_allocated(arrays[label], rows, lead) for label, rows, lead in (("a", m, lda), ("b", k, ldb),
                                                                             ("out", m, ldc))]
     if epilogue is None:
-        return out, chosen.prepared(*views, stream=stream)
+        return out, _gemm_kernel(family.name, str(shape), dtype, "").prepared(*views, stream=stream)
     more = _epilogue_arrays(extras, shape, arrays, dlpack_stream)
-    fused = _fused_kernel(chosen, epilogue)
+    if family.with_epilogue(family.default_variant().with_element_type(dtype), epilogue.text) is None:
+        raise UsageError(f"{family.name} fuses no epilogue: bias, activation, residual, alpha and beta need the "
+                         f"wgmma family (float16 or bfloat16 on an sm_90 GPU, rows of A and B on 16-byte "
+                         f"boundaries); apply them after the product")
+    fused = _gemm_kernel(family.name, str(shape), dtype, epilogue.text)
     scalars = {name: float(extras[name]) for name in ("alpha", "beta") if extras[name] is not None}
     if "beta" in scalars:
         scalars.setdefault("alpha", 1.0)
@@ -120,9 +123,9 @@ def _matmul_family(element: str, size: str, dtype: str, out_dtype: str, pointers
 
 
 @functools.lru_cache(maxsize=64)
-def _gemm_kernel(family: str, size: str, dtype: str) -> Kernel:
-    """gen.matmul's kernel per shape, kept (its variant is looked up once)."""
-    return kernel(family, size, dtype=dtype)
+def _gemm_kernel(family: str, size: str, dtype: str, epilogue: str) -> Kernel:
+    """gen.matmul's kernel per shape and epilogue, kept (its variant is looked up once)."""
+    return kernel(family, size, dtype=dtype, epilogue=epilogue)
 
 
 def _epilogue(extras: dict[str, Any]) -> Epilogue:
@@ -134,16 +137,6 @@ def _epilogue(extras: dict[str, Any]) -> Epilogue:
             raise UsageError(f"{name} must be a finite number (or None), got {value!r}")
     return called_epilogue(extras["bias"] is not None, extras["activation"], extras["residual"] is not None,
                            extras["alpha"] is not None, extras["beta"] is not None)
-
-
-def _fused_kernel(chosen: Kernel, epilogue: Epilogue) -> Kernel:
-    """The chosen kernel's variant with the epilogue fused into its stores."""
-    family = get_family(chosen.variant.family)
-    variant = family.with_epilogue(chosen.variant, epilogue.text)
-    if variant is None:
-        raise UsageError(f"{chosen.variant.name} fuses no epilogue: bias, activation, residual, alpha and beta "
-                         f"need the wgmma family (float16 or bfloat16 on an sm_90 GPU); apply them after the product")
-    return Kernel(family, variant, chosen.shape, reason=f"{chosen.reason}, with the epilogue {epilogue.text}")
 
 
 def _epilogue_arrays(extras: dict[str, Any], shape: MatmulShape, arrays: dict[str, DeviceArray],
