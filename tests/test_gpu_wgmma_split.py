@@ -65,8 +65,9 @@ def test_the_same_split_launch_twice_gives_the_same_bits() -> None:
     assert not np.isnan(outputs[0].float().cpu().numpy()).any()
 
 
-def test_the_sanitizer_finds_nothing_in_a_split_variant(tmp_path: Path) -> None:
+def test_the_sanitizer_finds_nothing_in_a_split_variant_on_either_store_path(tmp_path: Path) -> None:
     _sm90()
-    params = {"dtype": ["bf16"], "bm": ["128"], "bn": ["128"], "schedule": ["grid"], "split": ["2"]}
+    params = {"dtype": ["bf16"], "bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["3"],
+              "schedule": ["grid"], "split": ["2"], "store": ["direct", "bulk"]}
     rows = run(tmp_path, "wgmma", params, ["77x45x200:200,48,45"], sanitize=True)
-    assert [row.status for row in rows.values()] == [Status.OK], {k: (r.status, r.message) for k, r in rows.items()}
+    assert [row.status for row in rows.values()] == [Status.OK] * 2, {k: (r.status, r.message) for k, r in rows.items()}
