@@ -81,3 +81,16 @@ def test_the_torch_operator_takes_the_epilogue_and_checks_its_shapes() -> None:
         torch.ops.tilegen.matmul(meta(8, 32), meta(32, 64), meta(63))
     with pytest.raises(RuntimeError, match=r"^tilegen::matmul: residual must be \(8, 64\) like C, got \(8, 63\)$"):
         torch.ops.tilegen.matmul(meta(8, 32), meta(32, 64), residual=meta(8, 63))
+
+
+def test_a_kernel_with_an_epilogue_takes_its_arrays_and_only_the_scalars_the_shape_does_not_set() -> None:
+    kernel = gen.kernel("wgmma", 64, 32, 16, dtype="f16", epilogue="scale=alpha,bias=col,act=relu")
+    assert kernel.arrays == ["A", "B", "C", "bias"] and kernel.variant.name.endswith("_alpha_biascol_relu")
+    arrays = [FakeDeviceArray(shape, "<f2") for shape in ((64, 16), (16, 32), (64, 32), (32,))]
+    with pytest.raises(gen.UsageError, match=r"^wgmma_f16_\w+_alpha_biascol_relu takes no scalar M, gamma from the "
+                                             r"caller; it takes alpha$"):
+        kernel(*arrays, scalars={"gamma": 1.0, "M": 3})
+    with pytest.raises(gen.UsageError, match=r"^bias of wgmma at 64x32x16 must be \(32,\), got \(31,\)$"):
+        kernel(*arrays[:3], FakeDeviceArray((31,), "<f2"), scalars={"alpha": 2.0})
+    with pytest.raises(gen.UsageError, match="^a kernel with an epilogue takes its shape"):
+        gen.kernel("wgmma", epilogue="bias=col")

@@ -78,18 +78,23 @@ class Kernel:
         """Launch on these arrays (in argument order, or by name) on `stream=` (default: the arrays'
         own, see gen.call.arrays.caller_stream; for a family with an array named `stream`, that array:
         choose the stream through prepared()); returns the output array. NumPy arrays are copied to
-        the device and back (the call then waits for the copy), and a NumPy output is filled in place."""
+        the device and back (the call then waits for the copy), and a NumPy output is filled in place.
+        `scalars=` gives scalar arguments the caller chooses by name (a fused epilogue's alpha and beta;
+        left out, the values the family checks with)."""
         stream = named.pop("stream", None) if "stream" not in self.arrays else None
+        scalars = named.pop("scalars", {}) if named and "scalars" not in self.arrays else {}
         arrays = positional if not named and len(positional) == len(self.arrays) else \
             tuple(self._named(positional, named).values())
         key = tuple(map(layout_key, arrays))  # the layout: what a kept launch is found by
+        if scalars:
+            key += (tuple(scalars.items()),)
         prepared = self._launches.get(key)
         if prepared is None:
             given = self._named(arrays, {})
             described = self._described(given, stream)
             if any(array.on_host for array in described.values()):
-                return self._through_device(given, described, stream)
-            prepared = self._prepare(described)
+                return self._through_device(given, described, stream, scalars)
+            prepared = self._prepare(described, scalars)
             if None not in key:
                 remember(self._launches, key, prepared.by_address(), LAUNCHES_KEPT)
         prepared(stream)
@@ -120,6 +125,7 @@ class Kernel:
                  scalars: Mapping[str, float] = MappingProxyType({})) -> Prepared:
         native = driver_api()
         variant, shape = self._validated(described)
+        _check_scalars(variant, shape, scalars)
         context, device = native.current_context(next(iter(described.values())).device)
         for name, array in described.items():
             where = array.device if array.device is not None else native.pointer_device(array.pointer)
@@ -186,7 +192,8 @@ class Kernel:
             described.update({name: from_dlpack(given[name], name, chosen) for name in rest})
         return {name: described[name] for name in given}
 
-    def _through_device(self, given: dict[str, Any], described: dict[str, DeviceArray], stream: Any) -> Any:
+    def _through_device(self, given: dict[str, Any], described: dict[str, DeviceArray], stream: Any,
+                        scalars: Mapping[str, float]) -> Any:
         """NumPy arrays copied to the device, the kernel run there on the stream the device arrays
         (or `stream`) choose, a NumPy output copied back. The GPU is waited for after the copies
         (a copy from pageable memory may return before its data lands) and after the kernel
@@ -201,7 +208,7 @@ class Kernel:
         device = {name: describe(on_device[name], name) if array.on_host else array
                   for name, array in described.items()}
         gpu.synchronize()
-        self._prepare(device)(caller_stream(device, stream))
+        self._prepare(device, scalars)(caller_stream(device, stream))
         gpu.synchronize()
         if not described[self.output].on_host:
             return on_device[self.output]
@@ -267,6 +274,15 @@ def _choice(family: str, shape: str, dtype: str, epilogue: str = "") -> tuple[Va
     if variant.dtype != dtype:
         raise UsageError(f"the tuned {family} variant {variant.name} is not {dtype}; check the tuning database")
     return variant, reason
+
+
+def _check_scalars(variant: Variant, shape: Any, scalars: Mapping[str, float]) -> None:
+    """The scalars a caller gives: only those the shape does not set (a fused epilogue's alpha and beta)."""
+    problem = get_family(variant.family).problem_of(variant)
+    chosen = [a.name for a in problem.arguments if isinstance(a, Scalar) and not hasattr(shape, a.attribute)]
+    if unknown := sorted(set(scalars) - set(chosen)):
+        raise UsageError(f"{variant.name} takes no scalar {', '.join(unknown)} from the caller; it takes "
+                         f"{', '.join(chosen) or 'none'}")
 
 
 def _aligned(family: Family, variant: Variant, shape: Any) -> Variant:
