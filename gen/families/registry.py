@@ -112,6 +112,7 @@ def variant_from_name(name: str) -> Variant:
     return get_family(name.split("_", 1)[0]).variant_type.from_name(name)
 
 
+@functools.lru_cache(maxsize=4096)  # a database's rows name the same variants over and over
 def epilogue_of_name(name: str) -> str:
     """What the variant a row names computes after its product (Family.epilogue_of); '' when its
     family is not loaded here."""
