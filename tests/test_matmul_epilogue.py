@@ -94,3 +94,14 @@ def test_a_kernel_with_an_epilogue_takes_its_arrays_and_only_the_scalars_the_sha
         kernel(*arrays[:3], FakeDeviceArray((31,), "<f2"), scalars={"alpha": 2.0})
     with pytest.raises(gen.UsageError, match="^a kernel with an epilogue takes its shape"):
         gen.kernel("wgmma", epilogue="bias=col")
+
+
+@pytest.mark.parametrize("epilogue, error", [
+    ("foo=bar", r"^epilogue 'foo=bar': foo is none of wgmma's epilogue parameters \(scale, bias, act, residual\); "
+                r"write them like 'bias=col,act=gelu-tanh'$"),
+    ("bias=cols", r"^epilogue 'bias=cols': bias 'cols' is not one of: none, col$"),
+    ("scale=alpha-beta", r"^wgmma_\w+_alphabeta is not a valid wgmma variant: scale=alpha-beta scales the residual"),
+])
+def test_an_epilogue_written_wrong_is_one_line(epilogue, error) -> None:
+    with pytest.raises(gen.UsageError, match=error):
+        WGMMA.with_epilogue(WGMMA.default_variant(), epilogue)

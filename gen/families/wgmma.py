@@ -13,10 +13,10 @@ next tile's copies overlap this one's stores), or has its two consumers take who
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
-from ..core.errors import InvalidVariant
+from ..core.errors import InvalidVariant, UsageError
 from ..core.tensor_maps import BOX
 from .family import Family, Launch, blocks, check_shared_bytes
 from .gemm import MatmulShape
@@ -177,8 +177,14 @@ class WgmmaFamily(Family):
         return variant.epilogue.text
 
     def with_epilogue(self, variant: WgmmaVariant, epilogue: str) -> WgmmaVariant:
-        asked = dict(part.split("=", 1) for part in epilogue.split(",") if part)
-        return replace(variant, **{name: asked.get(name, "none") for name in EPILOGUE_PARAMETERS})
+        asked = dict(part.partition("=")[::2] for part in epilogue.split(",") if part)
+        if unknown := sorted(set(asked) - set(EPILOGUE_PARAMETERS)):
+            raise UsageError(f"epilogue {epilogue!r}: {', '.join(unknown)} is none of wgmma's epilogue parameters "
+                             f"({', '.join(EPILOGUE_PARAMETERS)}); write them like 'bias=col,act=gelu-tanh'")
+        try:
+            return self.variant({**variant.params(), **{name: asked.get(name, "none") for name in EPILOGUE_PARAMETERS}})
+        except InvalidVariant as reason:
+            raise UsageError(f"epilogue {epilogue!r}: {reason}") from None
 
     def launch(self, variant: WgmmaVariant, shape: MatmulShape) -> Launch:
         units = blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn)  # a tile per block
