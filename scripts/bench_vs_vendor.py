@@ -15,6 +15,13 @@ tunes each of its shapes at its own size on this GPU (Bayesian search, N evaluat
 --only hgemm (issue 30) measures the half-precision suite in each --dtypes, --only wgmma (issue 34)
 the same with the Hopper family; --variants NAME,... times each of those variants instead of the
 tuned one (each checked first, NaN-poisoned).
+
+--models (issue 48) measures every GEMM of a model instead, with --only hgemm or wgmma: Llama-3-8B's
+and Llama-3-70B's projections (qkv, gate-and-up, down; hidden 4096 and 8192, intermediate 14336 and
+28672) at 1, 16, 128, 512, 2048 and 8192 tokens, and four odd shapes; state the budget of each tune
+with --tune N (the issue's: 30). For the 1- and 16-token shapes, which are memory-bound, it also
+prints each side's share of the GPU's HBM bandwidth: the bytes of A, B and C over the time, against
+the peak of the memory clock and bus width.
 """
 
 from __future__ import annotations
@@ -49,6 +56,14 @@ SUITE_SGEMM = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x
 SUITE_TRANSPOSE = ["4096x4096", "8192x8192", "16384x16384", "32768x32768", "8192x16384", "16384x8192"]
 HGEMM_SHAPES = ["4096x4096x4096", "8192x8192x8192", "2000x7000x3000", "8192x1024x8192", "12288x12288x1024",
                 "1000x1000x1000"]
+# (N, K) of each projection: Llama-3-8B (hidden 4096, intermediate 14336, 8 KV heads of 128) and 70B
+# (hidden 8192, intermediate 28672, 8 KV heads of 128)
+PROJECTIONS = {"8B qkv": (6144, 4096), "8B gate-up": (28672, 4096), "8B down": (4096, 14336),
+               "70B qkv": (10240, 8192), "70B gate-up": (57344, 8192), "70B down": (8192, 28672)}
+TOKENS = (1, 16, 128, 512, 2048, 8192)
+MODEL_SHAPES = [f"{m}x{n}x{k}" for n, k in PROJECTIONS.values() for m in TOKENS] + [
+    "3000x5000x1000", "2000x7000x3000", "1000x1000x1000", "999x1001x1003:1008,1008,1001"]
+MEMORY_BOUND_TOKENS = 16  # up to this many rows of A, a GEMM reads B once at HBM speed: its share is said
 HALF_FAMILIES = ("hgemm", "wgmma")
 SAMPLES = 50
 FLUSH_BYTES = 512 * 2**20
@@ -64,9 +79,11 @@ def main() -> None:
     parser.add_argument("--dtypes", default="f16,bf16", help="hgemm: the element types (default f16,bf16)")
     parser.add_argument("--sizes", help="replace the shapes (comma-separated)")
     parser.add_argument("--variants", help="hgemm: time these variants (comma-separated names) instead of the tuned one")
+    parser.add_argument("--models", action="store_true", help="hgemm, wgmma: a model's GEMMs (issue 48)")
     args = parser.parse_args()
     sgemm_shapes, transpose_shapes = (SUITE_SGEMM, SUITE_TRANSPOSE) if args.suite else (SGEMM_SHAPES, TRANSPOSE_SHAPES)
-    parts = {"sgemm": sgemm_shapes, "hgemm": HGEMM_SHAPES, "wgmma": HGEMM_SHAPES, "transpose": transpose_shapes}
+    half_shapes = MODEL_SHAPES if args.models else HGEMM_SHAPES
+    parts = {"sgemm": sgemm_shapes, "hgemm": half_shapes, "wgmma": half_shapes, "transpose": transpose_shapes}
     if args.only:
         parts = {args.only: args.sizes.split(",") if args.sizes else parts[args.only]}
     else:
@@ -99,7 +116,7 @@ def main() -> None:
                "error"]
     print(cuda.Context.get_device().name())
     print(text_table(headers, rows))
-    summary = geometric_means(rows)
+    summary = "\n".join(part for part in (geometric_means(rows), bandwidth_shares(rows)) if part)
     print(summary)
     if args.markdown:
         args.markdown.write_text(markdown_table(headers, rows) + "\n\n" + summary + "\n")
@@ -126,6 +143,25 @@ def geometric_means(rows: list[list[Any]]) -> str:
             lines.append(f"- {family}: geometric mean {mean:.1%} of the vendor over {len(ratios)} shapes; lowest "
                          f"{ratios[lowest]:.1%} ({lowest})")
     return "\n".join(lines)
+
+def bandwidth_shares(rows: list[list[Any]]) -> str:
+    """Each memory-bound half-precision row's share of HBM's peak: the bytes of A, B and C (2 each)
+    over each side's time."""
+    clock_khz = cuda.Context.get_device().get_attribute(cuda.device_attribute.MEMORY_CLOCK_RATE)
+    bus_bits = cuda.Context.get_device().get_attribute(cuda.device_attribute.GLOBAL_MEMORY_BUS_WIDTH)
+    peak = 2 * clock_khz * 1e3 * bus_bits / 8  # bytes per second: two transfers per clock
+    lines = []
+    for row in rows:
+        dtype, _, size = row[0].partition(" ")[2].partition(" ")
+        if dtype not in ("f16", "bf16") or not isinstance(row[2], float):
+            continue
+        m, n, k = get_family("wgmma").parse_shape(size).dims
+        if m <= MEMORY_BOUND_TOKENS:
+            moved = 2 * (m * k + k * n + m * n)
+            lines.append(f"- {row[0]}: tilegen {moved / (row[2] / 1e3) / peak:.0%} of HBM's peak "
+                         f"({peak / 1e9:.0f} GB/s), cuBLAS {moved / (row[4] / 1e3) / peak:.0%}")
+    return "\n".join(lines)
+
 
 def sgemm_row(size: str, db: Path | None, multiply: Callable, flush: Any) -> list[Any]:
     """One GEMM shape; a size with leading dimensions ('MxNxK:lda,ldb,ldc') multiplies sub-matrix

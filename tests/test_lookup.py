@@ -12,6 +12,7 @@ from gen.families import MatmulVariant, SgemmVariant, get_family
 from gen.families.hgemm import HgemmVariant
 from gen.core.results import DeviceInfo
 from gen.call.lookup import tuned, tuned_with_reason
+from gen.core.errors import UsageError
 from gen.core.results import Row, Status
 from gen.store.tuning_db import TuningDB
 
@@ -107,3 +108,23 @@ def test_a_fused_epilogue_never_answers_for_the_plain_gemm(tmp_path: Path) -> No
     fused, plain = wgmma.variant({"bias": "col", "act": "relu"}), wgmma.variant({"store": "direct"})
     TuningDB(path).record([_row(fused, "4096x4096x4096", 1.0, H100), _row(plain, "4096x4096x4096", 1.1, H100)])
     assert tuned("wgmma", 4096, 4096, 4096, db=path, device=H100) == plain  # the faster row computes more
+
+
+def test_a_fused_tune_is_kept_under_its_epilogue_and_answers_for_that_epilogue_only(tmp_path: Path) -> None:
+    wgmma, path = get_family("wgmma"), tmp_path / "e.sqlite"
+    fused, plain = wgmma.variant({"bias": "col", "act": "relu"}), wgmma.variant({"store": "direct"})
+    other = wgmma.variant({"bias": "col", "act": "relu", "bn": 128})
+    TuningDB(path).record([_row(fused, "4096x4096x4096", 1.0, H100), _row(plain, "4096x4096x4096", 1.1, H100),
+                           _row(other, "2048x2048x2048", 0.2, H100)])
+    keys = {(p.shape, p.epilogue) for p in TuningDB(path, create=False).problems("wgmma")}
+    assert keys == {("4096x4096x4096", "bias=col,act=relu"), ("4096x4096x4096", ""),
+                    ("2048x2048x2048", "bias=col,act=relu")}
+    assert tuned("wgmma", 4096, 4096, 4096, db=path, device=H100, epilogue="bias=col,act=relu") == fused
+    variant, reason = tuned_with_reason("wgmma", 4096, 4096, 4096, db=path, device=H100, epilogue="act=silu")
+    assert variant == wgmma.variant({"store": "direct", "act": "silu"})  # the plain winner, the epilogue fused in
+    assert reason == ("the exact shape on this GPU (4096x4096x4096 on NVIDIA H100 80GB HBM3 (cc 9.0, 132 SMs, 80 GiB))"
+                      ", with the epilogue act=silu fused in")
+    # a shape near one tuned both ways: the winner tuned with the epilogue comes first
+    assert tuned("wgmma", 4000, 4096, 4096, db=path, device=H100, epilogue="bias=col,act=relu") == fused
+    with pytest.raises(UsageError, match=r"^hgemm_\w+ fuses no epilogue \(bias=col\): a family with epilogues"):
+        tuned("hgemm", 4096, 4096, 4096, db=path, device=H100, epilogue="bias=col")

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -67,8 +68,9 @@ class Kernel:
             raise UsageError("a Kernel takes a variant and its shape, or neither (then each call's shape chooses)")
         self.family, self.variant, self.shape, self.reason = family, variant, shape, reason
         self.dtype = variant.dtype if variant is not None else dtype
-        self.arrays = [a.name for a in family.problem.arguments if not isinstance(a, Scalar)]
-        self.output = family.problem.output.name
+        problem = family.problem if variant is None else get_family(variant.family).problem_of(variant)
+        self.arrays = [a.name for a in problem.arguments if not isinstance(a, Scalar)]  # a fused epilogue's too
+        self.output = problem.output.name
         self._output_index = self.arrays.index(self.output)
         self._launches: dict[tuple[Any, ...], Prepared] = {}
 
@@ -76,18 +78,23 @@ class Kernel:
         """Launch on these arrays (in argument order, or by name) on `stream=` (default: the arrays'
         own, see gen.call.arrays.caller_stream; for a family with an array named `stream`, that array:
         choose the stream through prepared()); returns the output array. NumPy arrays are copied to
-        the device and back (the call then waits for the copy), and a NumPy output is filled in place."""
+        the device and back (the call then waits for the copy), and a NumPy output is filled in place.
+        `scalars=` gives scalar arguments the caller chooses by name (a fused epilogue's alpha and beta;
+        left out, the values the family checks with)."""
         stream = named.pop("stream", None) if "stream" not in self.arrays else None
+        scalars = named.pop("scalars", {}) if named and "scalars" not in self.arrays else {}
         arrays = positional if not named and len(positional) == len(self.arrays) else \
             tuple(self._named(positional, named).values())
         key = tuple(map(layout_key, arrays))  # the layout: what a kept launch is found by
+        if scalars:
+            key += (tuple(scalars.items()),)
         prepared = self._launches.get(key)
         if prepared is None:
             given = self._named(arrays, {})
             described = self._described(given, stream)
             if any(array.on_host for array in described.values()):
-                return self._through_device(given, described, stream)
-            prepared = self._prepare(described)
+                return self._through_device(given, described, stream, scalars)
+            prepared = self._prepare(described, scalars)
             if None not in key:
                 remember(self._launches, key, prepared.by_address(), LAUNCHES_KEPT)
         prepared(stream)
@@ -96,9 +103,11 @@ class Kernel:
     def prepared(self, *positional: Any, **named: Any) -> Prepared:
         """The launch on these device arrays with its arguments packed once: `prepared()` runs it
         on the arrays' stream, `prepared(stream)` on another, at the least host cost per call.
-        `stream=` here settles arrays that name different streams (as in a call)."""
+        `stream=` here settles arrays that name different streams (as in a call); `scalars=` gives
+        scalar arguments the caller chooses (a fused epilogue's alpha and beta) by name."""
         stream = named.pop("stream", None) if "stream" not in self.arrays else None
-        return self._prepare(self._described(self._named(positional, named), stream))
+        scalars = named.pop("scalars", {}) if "scalars" not in self.arrays else {}
+        return self._prepare(self._described(self._named(positional, named), stream), scalars)
 
     def explain(self, *positional: Any, **named: Any) -> str:
         """Which variant runs these arrays (or a shape written like '4096x4096'), and why."""
@@ -112,9 +121,11 @@ class Kernel:
             self.family.name, str(shape), dtype)
         return f"{self.family.name} {dtype} at {shape}: {variant.name}, from {reason}"
 
-    def _prepare(self, described: dict[str, DeviceArray]) -> Prepared:
+    def _prepare(self, described: dict[str, DeviceArray],
+                 scalars: Mapping[str, float] = MappingProxyType({})) -> Prepared:
         native = driver_api()
         variant, shape = self._validated(described)
+        _check_scalars(variant, shape, scalars)
         context, device = native.current_context(next(iter(described.values())).device)
         for name, array in described.items():
             where = array.device if array.device is not None else native.pointer_device(array.pointer)
@@ -124,7 +135,8 @@ class Kernel:
         family = get_family(variant.family)  # the fallback's, where this family does not run here (Family.fallback)
         launch = family.launch(variant, shape)
         problem, output = family.problem_of(variant), described[self.output]
-        arguments = problem.kernel_arguments(shape, {name: array.pointer for name, array in described.items()})
+        arguments = problem.kernel_arguments(shape, {**{name: array.pointer for name, array in described.items()},
+                                                     **scalars})
         clears = spans(output.pointer, output.strides, output.dtype.itemsize,
                        problem.output_region(shape)) if launch.clears_output else ()
         function = loaded(variant, context)
@@ -139,9 +151,10 @@ class Kernel:
         else:
             shape = self._shape_of(described)
             variant = _choice(self.family.name, str(shape), self._dtype_of(described))[0]
-        expected = self.family.problem.arrays(shape)
+        problem = get_family(variant.family).problem_of(variant)
+        expected = problem.arrays(shape)
         for name, array in described.items():
-            dtype = numpy_dtype(variant.output_dtype if name == self.output else variant.dtype)
+            dtype = numpy_dtype(problem.element_type(name, variant.dtype, variant.output_dtype))
             if array.dtype != dtype:
                 raise UsageError(f"{name} is {array.dtype}, but {variant.name} takes {dtype} for {name}")
             if array.shape != expected[name]:
@@ -179,7 +192,8 @@ class Kernel:
             described.update({name: from_dlpack(given[name], name, chosen) for name in rest})
         return {name: described[name] for name in given}
 
-    def _through_device(self, given: dict[str, Any], described: dict[str, DeviceArray], stream: Any) -> Any:
+    def _through_device(self, given: dict[str, Any], described: dict[str, DeviceArray], stream: Any,
+                        scalars: Mapping[str, float]) -> Any:
         """NumPy arrays copied to the device, the kernel run there on the stream the device arrays
         (or `stream`) choose, a NumPy output copied back. The GPU is waited for after the copies
         (a copy from pageable memory may return before its data lands) and after the kernel
@@ -194,7 +208,7 @@ class Kernel:
         device = {name: describe(on_device[name], name) if array.on_host else array
                   for name, array in described.items()}
         gpu.synchronize()
-        self._prepare(device)(caller_stream(device, stream))
+        self._prepare(device, scalars)(caller_stream(device, stream))
         gpu.synchronize()
         if not described[self.output].on_host:
             return on_device[self.output]
@@ -217,14 +231,18 @@ class Kernel:
         return {name: given[name] for name in self.arrays}
 
 
-def kernel(family: str, *dims: int | str, dtype: str | None = None) -> Kernel:
+def kernel(family: str, *dims: int | str, dtype: str | None = None, epilogue: str = "") -> Kernel:
     """The tuned variant of `family` for this shape on the current GPU, ready to call; with no
-    dimensions, a kernel that chooses the variant for each call's shape."""
+    dimensions, a kernel that chooses the variant for each call's shape. `epilogue`: what the kernel
+    computes after the product, as the family's parameters ('bias=col,act=gelu-tanh'; gen.tuned);
+    its arrays follow the output, in the order of the family's problem."""
     chosen = get_family(family)
     if not dims:
+        if epilogue:
+            raise UsageError("a kernel with an epilogue takes its shape: gen.kernel(family, M, N, K, epilogue=...)")
         return Kernel(chosen, dtype=None if dtype is None else chosen.check_dtype(dtype))
     shape = chosen.parse_shape(shape_text(dims))
-    variant, reason = _choice(chosen.name, str(shape), chosen.check_dtype(dtype))
+    variant, reason = _choice(chosen.name, str(shape), chosen.check_dtype(dtype), epilogue)
     return Kernel(chosen, variant, shape, reason=reason)  # the variant may be of the family's fallback
 
 
@@ -250,12 +268,21 @@ def shape_from_dims(family: Family, dims: dict[str, tuple[int, ...]]) -> Any:
 
 
 @functools.cache
-def _choice(family: str, shape: str, dtype: str) -> tuple[Variant, str]:
+def _choice(family: str, shape: str, dtype: str, epilogue: str = "") -> tuple[Variant, str]:
     """The tuned variant for a shape and why, looked up once per process (not per call)."""
-    variant, reason = tuned_with_reason(family, shape, dtype=dtype)
+    variant, reason = tuned_with_reason(family, shape, dtype=dtype, epilogue=epilogue)
     if variant.dtype != dtype:
         raise UsageError(f"the tuned {family} variant {variant.name} is not {dtype}; check the tuning database")
     return variant, reason
+
+
+def _check_scalars(variant: Variant, shape: Any, scalars: Mapping[str, float]) -> None:
+    """The scalars a caller gives: only those the shape does not set (a fused epilogue's alpha and beta)."""
+    problem = get_family(variant.family).problem_of(variant)
+    chosen = [a.name for a in problem.arguments if isinstance(a, Scalar) and not hasattr(shape, a.attribute)]
+    if unknown := sorted(set(scalars) - set(chosen)):
+        raise UsageError(f"{variant.name} takes no scalar {', '.join(unknown)} from the caller; it takes "
+                         f"{', '.join(chosen) or 'none'}")
 
 
 def _aligned(family: Family, variant: Variant, shape: Any) -> Variant:

@@ -28,15 +28,18 @@ RANKS_TRIED = 20  # how far down a stored ranking to look for a variant that can
 
 
 def tuned(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
-          device: DeviceInfo | None = None, gpu: str | None = None, objective: str = DEFAULT_OBJECTIVE) -> Variant:
+          device: DeviceInfo | None = None, gpu: str | None = None, objective: str = DEFAULT_OBJECTIVE,
+          epilogue: str = "") -> Variant:
     """The best known variant of `family` for this shape on the current GPU (see the module doc).
     The shape is its dimensions (`tuned("sgemm", 4096, 4096, 4096)`) or its written form; `dtype`
     is an element type of the family (default: its default variant's). `gpu` names a GPU model of
     the database by part of its name ("H100"): then no GPU is asked. `objective` is what "best"
-    means: time, energy or edp (gen.core.objectives; energy counts only variants measured with it)."""
+    means: time, energy or edp (gen.core.objectives; energy counts only variants measured with it).
+    `epilogue` asks for a variant that computes it after the product ('bias=col,act=gelu-tanh': the
+    family's parameters, as a tune fixed them with -p): one tuned with it, else the plain winner with it."""
     model = gpu_model_named(TuningDB(db, create=False), gpu, "gpu") if gpu is not None else None
     return tuned_with_reason(family, *dims, dtype=dtype, db=db, device=device, gpu_model=model,
-                             objective=objective)[0]
+                             objective=objective, epilogue=epilogue)[0]
 
 
 def gpu_model_named(db: TuningDB, name: str, argument: str) -> GpuModel:
@@ -53,7 +56,22 @@ def gpu_model_named(db: TuningDB, name: str, argument: str) -> GpuModel:
 
 def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, db: Path | None = None,
                       device: DeviceInfo | None = None, gpu_model: GpuModel | None = None,
-                      objective: str = DEFAULT_OBJECTIVE) -> tuple[Variant, str]:
+                      objective: str = DEFAULT_OBJECTIVE, epilogue: str = "") -> tuple[Variant, str]:
+    variant, reason = _tuned_with_reason(family, dims, dtype, db, device, gpu_model, objective, epilogue)
+    if not epilogue:
+        return variant, reason
+    fused = get_family(variant.family).with_epilogue(variant, epilogue)
+    if fused is None:
+        raise UsageError(f"{variant.name} fuses no epilogue ({epilogue}): a family with epilogues does (wgmma, "
+                         f"on sm_90)")
+    return fused, reason if fused == variant else f"{reason}, with the epilogue {epilogue} fused in"
+
+
+def _tuned_with_reason(family: str, dims: tuple[int | str, ...], dtype: str | None, db: Path | None,
+                       device: DeviceInfo | None, gpu_model: GpuModel | None, objective: str,
+                       epilogue: str) -> tuple[Variant, str]:
+    """tuned_with_reason's answer, before the epilogue is fused into a variant tuned without it: among
+    the stored winners of each place, one tuned with the epilogue comes first, then a plain one."""
     check_objective(objective)
     chosen_family = get_family(family)
     shape = chosen_family.parse_shape(shape_text(dims))
@@ -78,12 +96,12 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
     model = gpu_model or device.model  # type: ignore[union-attr]
     if not chosen_family.runs_on(model.cc) and chosen_family.fallback:
         variant, reason = tuned_with_reason(chosen_family.fallback, *dims, dtype=dtype, db=db, device=device,
-                                            gpu_model=gpu_model, objective=objective)
+                                            gpu_model=gpu_model, objective=objective, epilogue=epilogue)
         return variant, f"{reason}; {family}'s fallback on cc {model.cc} ({family} runs on {chosen_family.target_arch})"
     if no_database:
         return untuned
     database = TuningDB(db, create=False)
-    tuned_here = [p for p in database.problems(family) if p.dtype == dtype]
+    tuned_here = [p for p in database.problems(family) if p.dtype == dtype and p.epilogue in (epilogue, "")]
     models = set(database.models())
     same_model = [p for p in tuned_here if p.gpu_model == model]
     same_cc = [p for p in tuned_here if p.gpu_model != model and p.gpu_model in models and p.gpu_model.cc == model.cc]
@@ -96,7 +114,8 @@ def tuned_with_reason(family: str, *dims: int | str, dtype: str | None = None, d
         ("the nearest tuned shape on a GPU of the same compute capability", same_cc),
     ]
     for reason, problems in searches:
-        for problem in sorted(problems, key=lambda p: shape_distance(_dims(chosen_family, p), shape.dims)):
+        for problem in sorted(problems, key=lambda p: (p.epilogue != epilogue,
+                                                       shape_distance(_dims(chosen_family, p), shape.dims))):
             found = _runnable_winner(database, chosen_family, problem, shape, objective)
             if found is not None:
                 variant, stored = found
@@ -120,12 +139,10 @@ def shape_text(dims: tuple[int | str, ...]) -> str:
 
 def _runnable_winner(database: TuningDB, family: Family, problem: TuningKey, shape: Any,
                      objective: str) -> tuple[Variant, str] | None:
-    """The best stored variant that runs the shape, as it is or adapted, and the stored name; never
-    one that computes more than the family's problem (a fused epilogue's, whose kernel takes more arrays)."""
+    """The best stored variant that runs the shape, as it is or adapted, and the stored name (of the
+    problem's epilogue: the database keeps each epilogue's winners apart)."""
     for row in database.top(problem, RANKS_TRIED, objective):
         stored = family.variant_type.from_name(row.name)
-        if family.problem_of(stored).checked_as is not family.problem.checked_as:
-            continue
         variant = family.runnable(stored, shape)
         if variant is not None:
             return variant, row.name

@@ -6,6 +6,8 @@ works out is kept per layout of the arrays, and a call on a layout seen before o
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -13,34 +15,44 @@ import numpy as np
 from .arrays import LEGACY_STREAM, DeviceArray, describe, layout_key, output_maker, stream_handle
 from ..core.errors import TilegenError, UsageError
 from ..families import MatmulShape, gemm_families, get_family
+from ..families.epilogue import Epilogue, called_epilogue
 from ..families.problem import element_type_of, numpy_dtype
 from .kernels import Kernel, Prepared, driver_api, kernel, remember
 
 LAUNCHES_KEPT = 64  # gen.matmul's prepared launches, for all its shapes together
 
 
-def matmul(a: Any, b: Any, out: Any = None, stream: Any = None) -> Any:
+def matmul(a: Any, b: Any, out: Any = None, stream: Any = None, *, bias: Any = None, activation: str | None = None,
+           residual: Any = None, alpha: float | None = None, beta: float | None = None) -> Any:
     """C = A·B for row-major matrices on the GPU, sub-matrix views included (a family that
     declares the element type in `matmul_dtypes`: float32 sgemm, float64 matmul, and half precision
     where a family declares it). `out` defaults to a new array of the caller's kind. What a call
     works out (the arrays' layout, the family and variant, the launch's arguments) is kept per
-    layout of PyTorch, CuPy and pycuda arrays, so a call on a layout seen before only launches."""
+    layout of PyTorch, CuPy and pycuda arrays, so a call on a layout seen before only launches.
+
+    A fused epilogue (wgmma, float16 and bfloat16 on sm_90): C = act(alpha·A·B + bias) + beta·R, with
+    `bias` a vector of N in A's type, `activation` one of relu, gelu-tanh, gelu-erf, silu, and
+    `residual` R a matrix like `out` (its type and row stride)."""
     inputs = layout_key(a), layout_key(b)
+    fused = () if bias is None and activation is None and residual is None and alpha is None and beta is None else \
+        ((activation, alpha, beta), _extra_key(bias), _extra_key(residual))
     if out is None:
         new_output = _matmul_outputs.get(inputs)
         out = new_output() if new_output is not None else None
-    prepared = _matmul_launches.get((*inputs, layout_key(out))) if out is not None else None
+    prepared = _matmul_launches.get((*inputs, layout_key(out), *fused)) if out is not None else None
     if prepared is None:
-        out, prepared = _matmul_prepared(a, b, out, stream)
-        key = (*inputs, layout_key(out))
+        extras = dict(bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta) if fused else None
+        out, prepared = _matmul_prepared(a, b, out, stream, extras)
+        key = (*inputs, layout_key(out), *fused)
         if None not in key:
             remember(_matmul_launches, key, prepared.by_address(), LAUNCHES_KEPT)
     prepared(stream)
     return out
 
 
-def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any) -> tuple[Any, Prepared]:
+def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any, extras: dict[str, Any] | None) -> tuple[Any, Prepared]:
     """gen.matmul's output and launch for these arrays, each array read and checked (once per layout)."""
+    epilogue = _epilogue(extras) if extras is not None else None
     dlpack_stream = LEGACY_STREAM if stream is None else stream_handle(stream)
     arrays = {"a": describe(a, "a", dlpack_stream), "b": describe(b, "b", dlpack_stream)}
     (m, k), (k2, n) = (_matrix(x, label) for label, x in arrays.items())
@@ -63,10 +75,20 @@ def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any) -> tuple[Any, Prepar
         str(arrays["a"].dtype), str(shape), dtype, str(arrays["out"].dtype),
         tuple(arrays[label].pointer for label in ("a", "b", "out")),
         driver_api().current_context(arrays["a"].device)[1]))
-    chosen = _gemm_kernel(family.name, str(shape), dtype)
     views = [_allocated(arrays[label], rows, lead) for label, rows, lead in (("a", m, lda), ("b", k, ldb),
                                                                             ("out", m, ldc))]
-    return out, chosen.prepared(*views, stream=stream)
+    if epilogue is None:
+        return out, _gemm_kernel(family.name, str(shape), dtype, "").prepared(*views, stream=stream)
+    more = _epilogue_arrays(extras, shape, arrays, dlpack_stream)
+    if family.with_epilogue(family.default_variant().with_element_type(dtype), epilogue.text) is None:
+        raise UsageError(f"{family.name} fuses no epilogue: bias, activation, residual, alpha and beta need the "
+                         f"wgmma family (float16 or bfloat16 on an sm_90 GPU, rows of A and B on 16-byte "
+                         f"boundaries); apply them after the product")
+    fused = _gemm_kernel(family.name, str(shape), dtype, epilogue.text)
+    scalars = {name: float(extras[name]) for name in ("alpha", "beta") if extras[name] is not None}
+    if "beta" in scalars:
+        scalars.setdefault("alpha", 1.0)
+    return out, fused.prepared(*views, *more, stream=stream, scalars=scalars)
 
 
 @functools.cache
@@ -101,9 +123,46 @@ def _matmul_family(element: str, size: str, dtype: str, out_dtype: str, pointers
 
 
 @functools.lru_cache(maxsize=64)
-def _gemm_kernel(family: str, size: str, dtype: str) -> Kernel:
-    """gen.matmul's kernel per shape, kept (its variant is looked up once)."""
-    return kernel(family, size, dtype=dtype)
+def _gemm_kernel(family: str, size: str, dtype: str, epilogue: str) -> Kernel:
+    """gen.matmul's kernel per shape and epilogue, kept (its variant is looked up once)."""
+    return kernel(family, size, dtype=dtype, epilogue=epilogue)
+
+
+def _epilogue(extras: dict[str, Any]) -> Epilogue:
+    """The epilogue a call asks for, its factors checked."""
+    for name in ("alpha", "beta"):
+        value = extras[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                  or not math.isfinite(value)):
+            raise UsageError(f"{name} must be a finite number (or None), got {value!r}")
+    return called_epilogue(extras["bias"] is not None, extras["activation"], extras["residual"] is not None,
+                           extras["alpha"] is not None, extras["beta"] is not None)
+
+
+def _epilogue_arrays(extras: dict[str, Any], shape: MatmulShape, arrays: dict[str, DeviceArray],
+                     dlpack_stream: Any) -> list[DeviceArray]:
+    """The bias (a vector of N in A's type) and the residual (a matrix like out) given, each checked."""
+    found = []
+    if extras["bias"] is not None:
+        bias, dtype = describe(extras["bias"], "bias", dlpack_stream), arrays["a"].dtype
+        if bias.on_host or bias.shape != (shape.n,) or bias.dtype != dtype or not bias.row_major():
+            raise UsageError(f"bias must be a contiguous vector of N = {shape.n} {dtype} on the GPU, got "
+                             f"{'a NumPy array' if bias.on_host else bias.dtype} {bias.shape}")
+        found.append(bias)
+    if extras["residual"] is not None:
+        residual, dtype = describe(extras["residual"], "residual", dlpack_stream), arrays["out"].dtype
+        if (_matrix(residual, "residual") != (shape.m, shape.n) or residual.dtype != dtype
+                or _leading(residual, "residual") != shape.ldc):
+            raise UsageError(f"residual must be a {dtype} {shape.m} x {shape.n} matrix with out's row stride "
+                             f"({shape.ldc} elements), got {residual.dtype} {residual.shape} with strides "
+                             f"{residual.strides} bytes")
+        found.append(_allocated(residual, shape.m, shape.ldc))
+    return found
+
+
+def _extra_key(array: Any) -> Any:
+    """An epilogue array's part of a kept launch's key: its layout, or '-' where it is not given."""
+    return "-" if array is None else layout_key(array)
 
 
 _matmul_launches: dict[tuple[Any, ...], Prepared] = {}  # by the layouts of a, b and out

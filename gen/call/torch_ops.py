@@ -5,12 +5,14 @@ imports torch; `import gen` never does.
 
     import gen.torch_ops
     c = torch.ops.tilegen.matmul(a, b)                        # gen.matmul: C = A·B, a new tensor
+    h = torch.ops.tilegen.matmul(x, w, bias, "gelu-tanh")     # with a fused bias and GELU (wgmma)
     torch.ops.tilegen.kernel("softmax", "", [x], y)           # any family's kernel: y written in place
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Optional
 
 import torch
 
@@ -21,19 +23,29 @@ from .matmul import matmul as tuned_matmul, output_dtype
 
 
 @torch.library.custom_op("tilegen::matmul", mutates_args=())
-def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """C = A·B by the tuned GEMM (gen.matmul), on the current stream, as a new tensor."""
-    return tuned_matmul(a, b)
+def matmul(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
+           residual: Optional[torch.Tensor] = None, alpha: Optional[float] = None,
+           beta: Optional[float] = None) -> torch.Tensor:
+    """C = act(alpha·A·B + bias) + beta·residual by the tuned GEMM (gen.matmul: each epilogue part
+    optional), on the current stream, as a new tensor."""
+    return tuned_matmul(a, b, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
 
 
 @matmul.register_fake
-def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _matmul_shape(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                  activation: Optional[str] = None, residual: Optional[torch.Tensor] = None,
+                  alpha: Optional[float] = None, beta: Optional[float] = None) -> torch.Tensor:
     torch._check(a.dim() == 2 and b.dim() == 2 and a.dtype == b.dtype,
                  lambda: f"tilegen::matmul multiplies two matrices of one type; got {a.dtype} {tuple(a.shape)} and "
                          f"{b.dtype} {tuple(b.shape)}")
     torch._check(a.shape[1] == b.shape[0], lambda: f"tilegen::matmul: {tuple(a.shape)} by {tuple(b.shape)}: the "
                                                    f"inner dimensions differ")
-    return a.new_empty((a.shape[0], b.shape[1]), dtype=_torch_dtype(_output_element(a.dtype)))
+    out = a.new_empty((a.shape[0], b.shape[1]), dtype=_torch_dtype(_output_element(a.dtype)))
+    torch._check(bias is None or tuple(bias.shape) == (b.shape[1],),
+                 lambda: f"tilegen::matmul: bias must be a vector of N = {b.shape[1]}, got {tuple(bias.shape)}")
+    torch._check(residual is None or residual.shape == out.shape,
+                 lambda: f"tilegen::matmul: residual must be {tuple(out.shape)} like C, got {tuple(residual.shape)}")
+    return out
 
 
 @torch.library.custom_op("tilegen::kernel", mutates_args=("out",))

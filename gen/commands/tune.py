@@ -133,6 +133,10 @@ def candidates(family: Family, shape: Any, options: TuneOptions) -> Candidates:
     if len(element_types) > 1:
         raise UsageError(f"a tune is for one element type; this space has {', '.join(element_types)}: choose one "
                          f"with -p dtype=...")
+    epilogues = sorted({family.epilogue_of(v) or "none" for v in variants})
+    if len(epilogues) > 1:
+        raise UsageError(f"a tune is for one epilogue; this space has {'; '.join(epilogues)}: give each of its "
+                         f"parameters one value with -p")
     return Candidates(plan, variants, _budget(options, len(variants)))
 
 
@@ -169,7 +173,8 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
             results, db = [], None
             for model, engine in session.per_model("tune"):
                 db = db if db is not None else TuningDB(db_path)  # made only once a GPU answers
-                problem = TuningKey(model, family.name, chosen.variants[0].dtype, str(shape))
+                problem = TuningKey(model, family.name, chosen.variants[0].dtype, str(shape),
+                                    family.epilogue_of(chosen.variants[0]))
                 results.append(_tune_model(options, family, shape, chosen, problem, engine, db, started))
                 started = time.monotonic()
             return results
@@ -280,8 +285,9 @@ def _marked(row: Row, rounds: int) -> Row:
 
 
 def _default_point(family: Family, shape: Any, problem: TuningKey) -> Point | None:
-    """The family's default variant at this shape, to say the speed-up; None where it cannot run it."""
-    default = family.safe_variant(shape, problem.dtype)
+    """The family's default variant at this shape (with the tune's epilogue), to say the speed-up; None
+    where it cannot run it."""
+    default = family.with_epilogue(family.safe_variant(shape, problem.dtype), problem.epilogue)
     return None if refused(family, default, shape) is not None else Point(default, shape, "none")
 
 
@@ -304,8 +310,8 @@ def tuned_rows(result: TuneResult, db: Path | None) -> dict[str, Row]:
 def warm_start(db: TuningDB, problem: TuningKey, family: Family, shape: Any, valid: list[Variant],
                count: int = WARM_START) -> list[Variant]:
     """The top `count` variants of the nearest shape tuned on this GPU model, adapted to run this shape."""
-    tuned_here = [p for p in db.problems(problem.family)
-                  if (p.gpu_model, p.dtype) == (problem.gpu_model, problem.dtype) and p.shape != problem.shape]
+    tuned_here = [p for p in db.problems(problem.family) if (p.gpu_model, p.dtype, p.epilogue) == (
+        problem.gpu_model, problem.dtype, problem.epilogue) and p.shape != problem.shape]
     if not tuned_here:
         return []
     nearest = min(tuned_here, key=lambda p: shape_distance(family.parse_shape(p.shape).dims, shape.dims))

@@ -27,6 +27,7 @@ from .problem import UNIT_ROUNDOFF, Input, Output, Scalar, numpy_dtype
 SCALES = ("none", "alpha", "alpha-beta")
 ACTIVATIONS = ("none", "relu", "gelu-tanh", "gelu-erf", "silu")
 RESIDUALS = ("none", "add")
+PARAMETERS = ("scale", "bias", "act", "residual")  # the variant parameters of an epilogue, in Epilogue's order
 ALPHA, BETA = 0.25, -0.75  # the factors a check passes: exact in every type, neither 0 nor 1
 ACTIVATION_ROUNDINGS = 8  # float32 roundings an activation may add to an output (tanhf, erff, expf: 2 ulp each)
 
@@ -58,7 +59,7 @@ class Epilogue:
     @property
     def fused(self) -> bool:
         """Whether the kernel does anything after the product (else it is the plain GEMM)."""
-        return (self.scale, self.bias, self.act, self.residual) != ("none",) * 4
+        return self.parts != ("none",) * 4
 
     @property
     def alpha(self) -> bool:
@@ -68,6 +69,15 @@ class Epilogue:
     def beta(self) -> bool:
         return self.scale == "alpha-beta"
 
+    @property
+    def text(self) -> str:
+        """The parameters away from the plain GEMM's, as a tuning key names them: 'bias=col,act=gelu-tanh'."""
+        return ",".join(f"{name}={value}" for name, value in zip(PARAMETERS, self.parts) if value != "none")
+
+    @property
+    def parts(self) -> tuple[str, str, str, str]:
+        return self.scale, self.bias, self.act, self.residual
+
     def check(self) -> None:
         if self.beta and self.residual == "none":
             raise InvalidVariant("scale=alpha-beta scales the residual by beta, and there is none: use residual=add, "
@@ -76,6 +86,17 @@ class Epilogue:
     @property
     def problem(self) -> TmaGemmProblem:
         return epilogue_problem(self) if self.fused else TMA_GEMM
+
+
+def called_epilogue(bias: bool, activation: str | None, residual: bool, alpha: bool, beta: bool) -> Epilogue:
+    """The epilogue of a gen.matmul call from what it was given (its arrays, its activation's name,
+    its factors); UsageError for a call no epilogue computes."""
+    if activation is not None and (not isinstance(activation, str) or activation not in ACTIVATIONS[1:]):
+        raise UsageError(f"activation must be one of {', '.join(ACTIVATIONS[1:])} (or None), got {activation!r}")
+    if beta and not residual:
+        raise UsageError("beta scales the residual, and there is none: pass residual=, or leave beta out")
+    scale = "alpha-beta" if beta else "alpha" if alpha else "none"
+    return Epilogue(scale, "col" if bias else "none", activation or "none", "add" if residual else "none")
 
 
 @functools.cache
@@ -116,9 +137,12 @@ class EpilogueGemmProblem(TmaGemmProblem):
             raise UsageError(f"this kernel's epilogue also takes {' and '.join(missing)} (bias: a vector of N; R: a "
                              f"matrix like C): pass them")
         a_map, b_map, c, *sizes = super().kernel_arguments(shape, pointers)
-        scalars = self.scalars(shape)
-        factors = [np.float32(scalars[name]) for name in ("alpha", "beta") if name in scalars]
+        scalars = self.scalars(shape)  # alpha and beta: the caller's where `pointers` holds them (gen.matmul)
+        factors = [np.float32(pointers.get(name, scalars[name])) for name in ("alpha", "beta") if name in scalars]
         return [a_map, b_map, c, *(np.uintp(int(pointers[name])) for name in extras), *sizes, *factors]
+
+    def element_type(self, name: str, dtype: str, output_dtype: str) -> str:
+        return output_dtype if name == "R" else super().element_type(name, dtype, output_dtype)
 
     def random_inputs(self, dtype: str, shape: MatmulShape, seed: int) -> dict[str, np.ndarray]:
         inputs = super().random_inputs(dtype, shape, seed)

@@ -143,6 +143,17 @@ class Family(ABC):
         in their parameters (hgemm's copy=tma takes tensor maps for A and B)."""
         return self.problem
 
+    def epilogue_of(self, variant: Any) -> str:
+        """What the variant computes after the product, as the parameters that ask for it
+        ('bias=col,act=gelu-tanh'), or '' for the family's plain problem: tuning results are kept per
+        epilogue (a fused variant is no rival of a plain one)."""
+        return ""
+
+    def with_epilogue(self, variant: Any, epilogue: str) -> Any | None:
+        """The variant computing `epilogue` (epilogue_of's text) after its product; None where the
+        family has no such epilogue."""
+        return None if epilogue else variant
+
     def runs_on(self, cc: str) -> bool:
         """Whether the kernels run on a GPU of compute capability `cc` ('9.0'): any does, unless
         the family names its own architecture (target_arch 'sm_90a' runs on 9.0 only)."""

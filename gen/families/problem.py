@@ -165,6 +165,10 @@ class Problem(ABC):
         (output,) = [a for a in self.arguments if isinstance(a, Output)]
         return output
 
+    def element_type(self, name: str, dtype: str, output_dtype: str) -> str:
+        """Array `name`'s element type in a variant of inputs `dtype` and output `output_dtype`."""
+        return output_dtype if name == self.output.name else dtype
+
     def parse_shape(self, text: str, family: str = "") -> Any:
         """A shape from its written form; UsageError says the expected form."""
         of = f" for {family}" if family else ""

@@ -112,6 +112,17 @@ def variant_from_name(name: str) -> Variant:
     return get_family(name.split("_", 1)[0]).variant_type.from_name(name)
 
 
+@functools.lru_cache(maxsize=4096)  # a database's rows name the same variants over and over
+def epilogue_of_name(name: str) -> str:
+    """What the variant a row names computes after its product (Family.epilogue_of); '' when its
+    family is not loaded here."""
+    try:
+        variant = variant_from_name(name)
+    except UsageError:
+        return ""
+    return get_family(variant.family).epilogue_of(variant)
+
+
 def element_type(name: str) -> str:
     """The element type of the variant a row or database entry names; '' when its family is not
     loaded here (a plugin's row read without its --family-path)."""

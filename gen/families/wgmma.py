@@ -16,16 +16,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..core.errors import InvalidVariant
+from ..core.errors import InvalidVariant, UsageError
 from ..core.tensor_maps import BOX
 from .family import Family, Launch, blocks, check_shared_bytes
 from .gemm import MatmulShape
 from .epilogue import ACTIVATIONS, RESIDUALS, SCALES, Epilogue
+from .epilogue import PARAMETERS as EPILOGUE_PARAMETERS
 from .hgemm import ALIGNMENT_SLACK, TMA_GEMM, TmaGemmProblem
 from .problem import element_bytes
 from .variant import Variant, choice
 
 SCHEDULES = ("grid", "persistent", "pingpong")
+SPLITS = (1, 2, 4, 8)  # split-K: blocks of a cluster per tile, 8 the most a cluster portably holds
 BK = 64  # K per stage: 128 bytes of a row, the width of the 128-byte swizzle
 MAX_SUMS = 128  # float32 sums per consumer thread: beyond them, the consumers' 232 registers spill
 PERSISTENT_BLOCKS = 132  # SMs of an H100 SXM and of an H200: one persistent block each
@@ -44,8 +46,9 @@ class WgmmaVariant(Variant):
                         help="element type of A and B: float16 or bfloat16")
     out: str = choice("same", ("same", "f32"), tag="c", space=("same",), emitted=("same",),
                       help="C's type: the inputs' (same) or float32")
-    bm: int = choice(128, (64, 128, 256), tag="bm", space=(128, 256), emitted=(128,), help="block tile rows (of C)")
-    bn: int = choice(256, (64, 128, 192, 256), tag="bn", space=(128, 192, 256), emitted=(256,),
+    bm: int = choice(128, (64, 128, 256), tag="bm", space=(64, 128, 256), emitted=(128,),
+                     help="block tile rows (of C); 64: one consumer, or ping-pong's two, for a thin M")
+    bn: int = choice(256, (64, 128, 192, 256), tag="bn", space=(64, 128, 192, 256), emitted=(256,),
                      help="block tile columns: the wgmma's N")
     consumers: int = choice(2, (1, 2), tag="wg", space=(1, 2), emitted=(2,),
                             help="consumer warp groups, each multiplying bm / consumers rows (64 or 128)")
@@ -65,6 +68,9 @@ class WgmmaVariant(Variant):
     store: str = choice("bulk", ("direct", "bulk"), space=("direct", "bulk"), emitted=("direct", "bulk"),
                         help="direct: from registers, each element checked; bulk: whole tiles through shared memory "
                              "and the bulk copy engine, behind the next tile's products")
+    split: int = choice(1, SPLITS, tag="split", omit=1, space=SPLITS[:3],
+                        help="blocks per tile of C, a cluster, each multiplying its share of K; the first adds the "
+                             "others' float32 sums in their order (deterministic) and stores")
     # The epilogue (gen.families.epilogue): D = act(alpha * A·B + bias) + beta * R, asked for, never searched.
     scale: str = choice("none", SCALES, omit="none", help="alpha: the product times the float argument alpha; "
                         "alpha-beta: the residual times beta too (residual=add)")
@@ -136,6 +142,18 @@ class WgmmaVariant(Variant):
             raise InvalidVariant(f"{rows} rows x bn {self.bn} leave {sums} float32 sums per consumer thread; more than "
                                  f"{MAX_SUMS} spill out of registers (use more consumers or a smaller bn)")
         check_shared_bytes("dynamic", self.shared_bytes, f"bm {self.bm}, bn {self.bn} x {self.stages} stages")
+        self._check_split()
+
+    def _check_split(self) -> None:
+        if self.split == 1:
+            return
+        if self.schedule != "grid" or self.cluster != 1:
+            raise InvalidVariant(f"split {self.split} makes each tile's blocks a cluster that ends with the tile: use "
+                                 f"schedule=grid and cluster=1 (schedule is {self.schedule}, cluster {self.cluster})")
+        sums, stages = self.bm * self.bn * 4, self.stages * (self.bm + self.bn) * BK * 2
+        if sums > stages:
+            raise InvalidVariant(f"split {self.split} gathers each block's {self.bm} x {self.bn} float32 sums ({sums} "
+                                 f"bytes) in its stages' shared memory, {stages} bytes: use more stages")
 
 
 class WgmmaFamily(Family):
@@ -155,10 +173,23 @@ class WgmmaFamily(Family):
     def problem_of(self, variant: WgmmaVariant) -> TmaGemmProblem:
         return variant.epilogue.problem
 
+    def epilogue_of(self, variant: WgmmaVariant) -> str:
+        return variant.epilogue.text
+
+    def with_epilogue(self, variant: WgmmaVariant, epilogue: str) -> WgmmaVariant:
+        asked = dict(part.partition("=")[::2] for part in epilogue.split(",") if part)
+        if unknown := sorted(set(asked) - set(EPILOGUE_PARAMETERS)):
+            raise UsageError(f"epilogue {epilogue!r}: {', '.join(unknown)} is none of wgmma's epilogue parameters "
+                             f"({', '.join(EPILOGUE_PARAMETERS)}); write them like 'bias=col,act=gelu-tanh'")
+        try:
+            return self.variant({**variant.params(), **{name: asked.get(name, "none") for name in EPILOGUE_PARAMETERS}})
+        except InvalidVariant as reason:
+            raise UsageError(f"epilogue {epilogue!r}: {reason}") from None
+
     def launch(self, variant: WgmmaVariant, shape: MatmulShape) -> Launch:
         units = blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn)  # a tile per block
         clusters = units if variant.schedule == "grid" else min(units, PERSISTENT_BLOCKS // variant.cluster)
-        grid = clusters * variant.cluster
+        grid = clusters * variant.cluster * variant.split
         return Launch(grid=(grid,), block=(variant.threads_per_block,), dynamic_shared_bytes=variant.dynamic_shared_bytes)
 
     def refusal(self, variant: WgmmaVariant, shape: MatmulShape) -> str | None:

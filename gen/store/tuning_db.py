@@ -31,6 +31,7 @@ from ..core.objectives import DEFAULT_OBJECTIVE, check_objective
 from ..core.objectives import ranked as ranked_by
 from ..core.results import FULL_LEVEL, GpuModel, Row, row_from_json
 from ..families import element_type
+from ..families.registry import epilogue_of_name
 from .tuning_schema import (ADDED_COLUMNS, ELEMENT_TYPE, MODEL_COLUMNS, WRITE_WAIT_S, Layout, check_schema, connect,
                             database_errors, layout, migrate, model_values)
 
@@ -46,18 +47,23 @@ _MEASURED = tuple(ADDED_COLUMNS["measurements"])  # the optional measured quanti
 
 @dataclass(frozen=True, order=True)
 class TuningKey:
-    """What a tuning result is for: a GPU model, a family, an element type and a shape."""
+    """What a tuning result is for: a GPU model, a family, an element type, a shape, and what the
+    kernel computes after its product (Family.epilogue_of: '' for the plain problem). The epilogue
+    is no column: it is read from each row's variant, so databases written before it was part of the
+    key keep every row, each under its own epilogue."""
 
     gpu_model: GpuModel
     family: str
     dtype: str
     shape: str
+    epilogue: str = ""
 
     def __post_init__(self) -> None:
         _check_model(self.gpu_model, "a TuningKey's gpu_model")
 
     def __str__(self) -> str:
-        return f"{self.family} {self.dtype} {self.shape} on {self.gpu_model}"
+        epilogue = f" {self.epilogue}" if self.epilogue else ""
+        return f"{self.family} {self.dtype} {self.shape}{epilogue} on {self.gpu_model}"
 
 
 def default_db_path() -> Path:
@@ -153,7 +159,8 @@ class TuningDB:
             where, parameters = _of_problem(found, problem)
             query = f"SELECT id, row FROM measurements WHERE id IN ({_latest(found, f'{where} AND {ROW_LEVEL} = ?')}) " \
                     "ORDER BY id"
-            return {row.name: row for row in self._rows(connection, query, (*parameters, level))}
+            return {row.name: row for row in self._rows(connection, query, (*parameters, level))
+                    if epilogue_of_name(row.name) == problem.epilogue}
 
     def top(self, problem: TuningKey, count: int = 5, objective: str = DEFAULT_OBJECTIVE) -> list[Row]:
         """The best correct variants by `objective` (gen.core.objectives; by energy, only those
@@ -165,7 +172,8 @@ class TuningDB:
             where, parameters = _of_problem(found, problem)
             query = (f"SELECT id, row FROM measurements WHERE id IN ({_latest(found, f'{where} AND {FULL_ROWS}')}) "
                      "AND status = 'ok' AND median_ms IS NOT NULL ORDER BY median_ms, id")
-            ranked = self._rows(connection, query, parameters)
+            ranked = [row for row in self._rows(connection, query, parameters)
+                      if epilogue_of_name(row.name) == problem.epilogue]
             confirmed = {name for (name,) in connection.execute(
                 f"SELECT DISTINCT variant FROM measurements WHERE {where} AND row LIKE '%\"{FINALIST_KEY}\"%'",
                 parameters)}
@@ -180,10 +188,11 @@ class TuningDB:
         """Every problem with at least one correct measurement."""
         with self._reading() as (connection, found):
             latest = _latest(found, f"(? IS NULL OR family = ?) AND {FULL_ROWS}")
-            query = (f"SELECT DISTINCT {found.columns}, family, {ELEMENT_TYPE}, shape FROM measurements "
+            query = (f"SELECT DISTINCT {found.columns}, family, {ELEMENT_TYPE}, shape, variant FROM measurements "
                      f"WHERE id IN ({latest}) AND status = 'ok' AND median_ms IS NOT NULL")
             values = connection.execute(query, (family, family)).fetchall()
-        return sorted({TuningKey(found.model(v[:found.width]), *v[found.width:]) for v in values})
+        return sorted({TuningKey(found.model(v[:found.width]), *v[found.width:-1], epilogue_of_name(v[-1]))
+                       for v in values})
 
     def models(self) -> list[GpuModel]:
         """Every GPU model that ran a kernel (a compile error names only the model it was compiled
@@ -193,14 +202,16 @@ class TuningDB:
             return sorted({found.model(values) for values in connection.execute(query)})
 
     def traces(self, problem: TuningKey) -> dict[int, tuple[str, list[float | None]]]:
-        """session -> (strategy, median per evaluation in order) for every session on this problem."""
+        """session -> (strategy, median per evaluation in order) for every session on this problem (its
+        epilogue: that of the variants it evaluated)."""
         sessions: dict[int, tuple[str, list[float | None]]] = {}
         with self._reading() as (connection, found):
             where, parameters = _of_problem(found, problem)
-            query = ("SELECT s.id, s.strategy, t.median_ms FROM sessions s JOIN trace t ON t.session = s.id "
+            query = ("SELECT s.id, s.strategy, t.variant, t.median_ms FROM sessions s JOIN trace t ON t.session = s.id "
                      f"WHERE {where} ORDER BY s.id, t.step")
-            for session, strategy, median in connection.execute(query, parameters):
-                sessions.setdefault(session, (strategy, []))[1].append(median)
+            for session, strategy, variant, median in connection.execute(query, parameters):
+                if epilogue_of_name(variant) == problem.epilogue:
+                    sessions.setdefault(session, (strategy, []))[1].append(median)
         return sessions
 
     def rows(self, family: str | None = None, gpu_model: GpuModel | None = None) -> list[Row]:

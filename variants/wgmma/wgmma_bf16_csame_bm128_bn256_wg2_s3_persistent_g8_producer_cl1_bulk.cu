@@ -12,17 +12,18 @@
 //   specialize producer
 //   cluster   1
 //   store     bulk
+//   split     1
 //   scale     none
 //   bias      none
 //   act       none
 //   residual  none
-//   template  wgmma.cu.j2 (sha256 974cd2ff399e)
+//   template  wgmma.cu.j2 (sha256 618c0c629528)
 //
 // Reproduce with:
-//   tilegen render wgmma -p dtype=bf16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=bulk -p scale=none -p bias=none -p act=none -p residual=none
+//   tilegen render wgmma -p dtype=bf16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=bulk -p split=1 -p scale=none -p bias=none -p act=none -p residual=none
 // Compile it with NVRTC where installed, else nvcc (`--compiler nvcc` chooses nvcc); the row of the
 // compile names the compiler that made the cubin:
-//   tilegen compile wgmma -p dtype=bf16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=bulk -p scale=none -p bias=none -p act=none -p residual=none
+//   tilegen compile wgmma -p dtype=bf16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=bulk -p split=1 -p scale=none -p bias=none -p act=none -p residual=none
 //
 // C = A * B on Hopper's tensor cores: A (M x K) and B (K x N) in bfloat16, row-major with row
 // strides lda and ldb (multiples of 8 elements: 16-byte rows); products summed in float32; C (M x N,

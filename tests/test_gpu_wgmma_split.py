@@ -1,0 +1,73 @@
+"""wgmma's split-K and its thin and narrow tiles on a real GPU (marker `gpu`; sm_90 only): splits of
+2 to 8 blocks per tile, tiles of 64 and 128 rows and columns, both store paths, an epilogue after the
+split's sum, right at odd shapes with padded rows, a shape whose K is one step (most blocks of a
+cluster multiply only zeros) and a thin model shape (16 tokens), each output NaN-poisoned before its
+launch and compared with float64 (the sweep's check); the same split launch twice gives the same
+bits; and the sanitizer finds nothing in one split variant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gen.call.kernels import Kernel
+from gen.core.results import Status
+from gen.families import get_family
+
+from .test_gpu import _only_skipped_and_ok, run, runnable, skip_unless_gpu
+from .test_gpu_call_path import _torch
+
+pytestmark = pytest.mark.gpu
+
+SIZES = ["999x1001x1003:1008,1008,1001", "77x45x33:40,48,45", "16x6144x4096"]
+TILES = {"bm": ["64", "128"], "bn": ["64", "128"], "consumers": ["1", "2"], "schedule": ["grid"], "stages": ["3"]}
+SPLITS = {**TILES, "dtype": ["bf16"], "split": ["1", "2", "4", "8"], "store": ["direct", "bulk"]}
+HALF = {**TILES, "dtype": ["f16"], "out": ["same", "f32"], "split": ["4"], "store": ["bulk"]}
+FUSED = {"dtype": ["bf16"], "bm": ["128", "256"], "bn": ["128"], "schedule": ["grid"], "split": ["2", "8"],
+         "specialize": ["producer", "none"], "store": ["direct", "bulk"], "bias": ["col"], "act": ["gelu-tanh"],
+         "residual": ["add"], "scale": ["alpha-beta"]}
+
+
+def _sm90() -> None:
+    skip_unless_gpu(lambda cc: cc == (9, 0), "the wgmma family runs on sm_90 GPUs (H100, H200) only")
+
+
+def test_every_split_and_tile_is_right_at_odd_short_k_and_thin_shapes(tmp_path: Path) -> None:
+    _sm90()
+    for name, params, least in (("splits", SPLITS, 100), ("half", HALF, 20), ("fused", FUSED, 20)):
+        rows = run(tmp_path / name, "wgmma", params, SIZES)
+        assert _only_skipped_and_ok(rows) == runnable("wgmma", params, SIZES) > least, name
+        for row in rows.values():
+            if row.status == Status.OK:
+                assert row.error <= row.tolerance and row.checks >= 1
+
+
+def test_the_same_split_launch_twice_gives_the_same_bits() -> None:
+    _sm90()
+    torch = _torch()
+    wgmma = get_family("wgmma")
+    variant = wgmma.variant({"dtype": "bf16", "bm": 64, "bn": 128, "consumers": 1, "schedule": "grid", "split": 8})
+    shape = wgmma.parse_shape("16x6144x4096")
+    kernel = Kernel(wgmma, variant, shape)
+    a = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 6144, device="cuda", dtype=torch.bfloat16)
+    outputs = []
+    for _ in range(2):
+        c = torch.full((16, 6144), float("nan"), device="cuda", dtype=torch.bfloat16)
+        kernel(a, b, c)
+        outputs.append(c)
+    torch.cuda.synchronize()
+    assert torch.equal(outputs[0].view(torch.int16), outputs[1].view(torch.int16))
+    reference = a.double() @ b.double()
+    assert float((outputs[0].double() - reference).norm() / reference.norm()) < 1e-2
+    assert not np.isnan(outputs[0].float().cpu().numpy()).any()
+
+
+def test_the_sanitizer_finds_nothing_in_a_split_variant_on_either_store_path(tmp_path: Path) -> None:
+    _sm90()
+    params = {"dtype": ["bf16"], "bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["3"],
+              "schedule": ["grid"], "split": ["2"], "store": ["direct", "bulk"]}
+    rows = run(tmp_path, "wgmma", params, ["77x45x200:200,48,45"], sanitize=True)
+    assert [row.status for row in rows.values()] == [Status.OK] * 2, {k: (r.status, r.message) for k, r in rows.items()}

@@ -1,0 +1,66 @@
+"""wgmma's thin and narrow tiles and its split-K without a GPU: the default space searches bm=64
+and bn=64 and splits of 2 and 4 where the rules keep them valid, split's rules say what to use, the
+name and the launch of a split variant, and split variants rendered and compiled for sm_90a with
+every store path and an epilogue (tests/test_gpu_wgmma_split.py runs them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gen.compiling.compiler import CompileOptions
+from gen.compiling.pool import compile_variants
+from gen.core.errors import InvalidVariant
+from gen.families import get_family
+from gen.families.space import Space
+
+WGMMA = get_family("wgmma")
+
+
+def test_the_default_space_has_thin_and_narrow_tiles_and_splits_of_a_tile_per_block_only() -> None:
+    variants = Space.default(WGMMA).expand().valid
+    tiles = {(v.bm, v.bn) for v in variants}
+    assert {(64, 64), (64, 128), (64, 256), (128, 64)} <= tiles
+    assert {v.consumers for v in variants if v.bm == 64 and v.schedule != "pingpong"} == {1}
+    split = [v for v in variants if v.split > 1]
+    assert {v.split for v in split} == {2, 4} and {(v.schedule, v.cluster) for v in split} == {("grid", 1)}
+    assert len(variants) < 300  # what a tune's compile-ahead takes on
+
+
+def test_split_takes_a_cluster_per_tile_of_a_block_per_tile_schedule_and_room_for_its_sums() -> None:
+    for other in ({"schedule": "persistent"}, {"schedule": "pingpong", "bn": 128}, {"schedule": "grid", "cluster": 2}):
+        with pytest.raises(InvalidVariant, match="split 2 makes each tile's blocks a cluster that ends with the tile: "
+                                                 "use schedule=grid and cluster=1"):
+            WGMMA.variant_type(**{"split": 2, **other}).check()
+    with pytest.raises(InvalidVariant, match=r"split 4 gathers each block's 128 x 256 float32 sums \(131072 bytes\) in "
+                                             r"its stages' shared memory, 98304 bytes: use more stages"):
+        WGMMA.variant_type(split=4, schedule="grid", stages=2).check()
+    WGMMA.variant({"split": 8, "schedule": "grid", "stages": 3})
+
+
+def test_a_split_variants_name_and_launch() -> None:
+    variant = WGMMA.variant({"split": 4, "schedule": "grid", "bm": 64, "bn": 128, "consumers": 1})
+    assert variant.name == "wgmma_f16_csame_bm64_bn128_wg1_s3_grid_g8_producer_cl1_bulk_split4"
+    assert WGMMA.variant_type.from_name(variant.name) == variant
+    assert WGMMA.default_variant().split == 1 and "split" not in WGMMA.default_variant().name
+    launch = WGMMA.launch(variant, WGMMA.parse_shape("77x300x4096"))
+    assert launch.grid == (2 * 3 * 4, 1, 1) and launch.block == (256, 1, 1)  # tiles of 64 x 128, four blocks each
+
+
+FUSED_SPILL_LIMIT = 64  # bytes
+SPLIT_VARIANTS = [
+    {"split": 2, "bm": 64, "bn": 64, "consumers": 1, "store": "direct"},
+    {"split": 4, "bm": 128, "bn": 128, "consumers": 2, "dtype": "bf16"},
+    {"split": 8, "bm": 128, "bn": 256, "specialize": "none", "store": "direct"},
+    {"split": 8, "bm": 128, "bn": 128, "out": "f32", "bias": "col", "act": "gelu-erf", "residual": "add",
+     "scale": "alpha-beta"},
+]
+
+
+def test_split_variants_render_and_compile_for_sm_90a_without_spills(compile_options: CompileOptions) -> None:
+    variants = [WGMMA.variant({**params, "schedule": "grid"}) for params in SPLIT_VARIANTS]
+    results = compile_variants(variants, compile_options)
+    assert not [(r.variant.name, r.log) for r in results if not r.ok]
+    assert {r.arch for r in results} == {"sm_90a"} and len(results) == len(variants)
+    assert all(r.resources.spill_bytes == 0 for r in results[:-1])
+    # the fused epilogue beside the sums of 128 x 128 over two consumers may spill a few bytes (nvcc 13.0: 44)
+    assert results[-1].resources.spill_bytes <= FUSED_SPILL_LIMIT
