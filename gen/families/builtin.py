@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from .copy import CopyFamily
 from .family import Family
+from .fp8gemm import Fp8GemmFamily
 from .hgemm import HgemmFamily
 from .matmul import MatmulFamily
 from .sgemm import SgemmFamily
 from .transpose import TransposeFamily
 from .wgmma import WgmmaFamily
 
-BUILTIN_FAMILIES: tuple[type[Family], ...] = (MatmulFamily, SgemmFamily, HgemmFamily, WgmmaFamily, TransposeFamily,
-                                                   CopyFamily)
+BUILTIN_FAMILIES: tuple[type[Family], ...] = (MatmulFamily, SgemmFamily, HgemmFamily, WgmmaFamily, Fp8GemmFamily,
+                                                   TransposeFamily, CopyFamily)
