@@ -74,9 +74,11 @@ CEILINGS = (COPY_BANDWIDTH, GEMM_F32, GEMM_F64, GEMM_F16, GEMM_BF16, GEMM_FP8)
 
 @dataclass(frozen=True)
 class Input:
-    """An array the kernel reads: fresh random values in [-1, 1) for every check."""
+    """An array the kernel reads: fresh random values in [-1, 1) for every check, of the variant's
+    element type unless `dtype` names another (FP8's float32 scales)."""
 
     name: str
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,7 @@ class Problem(ABC):
         """Fresh random inputs in [-1, 1): never zeros, never constant, padding included."""
         rng = np.random.default_rng(seed)
         arrays = self.arrays(shape)
-        return {a.name: rng.uniform(-1.0, 1.0, size=arrays[a.name]).astype(numpy_dtype(dtype))
+        return {a.name: rng.uniform(-1.0, 1.0, size=arrays[a.name]).astype(numpy_dtype(a.dtype or dtype))
                 for a in self.arguments if isinstance(a, Input)}
 
     def initial_output(self, shape: Any) -> np.ndarray | None:
