@@ -126,3 +126,55 @@ def test_each_fp8_type_output_and_scaling_renders_and_compiles_for_sm_90a(compil
     assert not [(r.variant.name, r.log) for r in results if not r.ok] and len(results) == len(variants)
     assert {r.arch for r in results} == {"sm_90a"}
     assert all(r.resources.spill_store_bytes <= SPILL_LIMIT and r.resources.stack_bytes <= SPILL_LIMIT for r in results)
+
+
+class FakeTensor:
+    """What gen.call.arrays reads of a PyTorch CUDA tensor, without PyTorch: no GPU is touched
+    before these calls are refused."""
+
+    is_cuda = True
+
+    def __init__(self, shape: tuple[int, ...], dtype: str = "float8_e4m3fn", stride: tuple[int, ...] | None = None,
+                 pointer: int = 1 << 20):
+        self.shape, self.dtype, self.pointer = shape, f"torch.{dtype}", pointer
+        self._stride = stride or tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+        self.device = type("Device", (), {"index": 0})()
+
+    def data_ptr(self) -> int:
+        return self.pointer
+
+    def stride(self) -> tuple[int, ...]:
+        return self._stride
+
+
+FakeTensor.__module__ = "torch"  # how gen.call.arrays tells a PyTorch tensor
+
+
+def _fp8_call(**changes) -> None:
+    """gen.matmul on a 64 x 32 FP8 a and a 32 x 48 b by columns, per-tensor scales, a bfloat16 out."""
+    import gen
+
+    arrays = {"a": FakeTensor((64, 32)), "b": FakeTensor((32, 48), stride=(1, 32)), "out": FakeTensor((64, 48), "bfloat16"),
+              "scale_a": FakeTensor((), "float32"), "scale_b": FakeTensor((), "float32")}
+    gen.matmul(**{**arrays, **changes})
+
+
+@pytest.mark.parametrize("changes, said", [
+    ({"b": FakeTensor((32, 48))}, "b must be K x N by columns, as torch._scaled_mm takes it"),
+    ({"scale_b": None}, "give scale_a and scale_b together"),
+    ({"scale_a": FakeTensor((64,), "float32"), "scale_b": FakeTensor((47,), "float32")},
+     "scale_a and scale_b must hold one number each (per tensor), or 64 and 48"),
+    ({"scale_a": FakeTensor((), "bfloat16")}, "scale_a must be a contiguous float32 array on the GPU"),
+    ({"out_dtype": "int32"}, "out_dtype must be bfloat16, float16 or float32"),
+    ({"out": FakeTensor((64, 48), "float16"), "out_dtype": "float32"}, "out must be a float32 64 x 48 matrix"),
+    ({"b": FakeTensor((32, 48), "float8_e5m2", stride=(1, 32))}, "matrices of one type"),
+    ({"a": FakeTensor((64, 40)), "b": FakeTensor((40, 48), stride=(1, 40))}, "must be multiples of 16"),
+    ({"a": FakeTensor((64, 32), "float32"), "b": FakeTensor((32, 48), "float32"), "out": FakeTensor((64, 48), "float32")},
+     "scale_a, scale_b and out_dtype go with FP8 matrices"),
+])
+def test_gen_matmul_refuses_fp8_calls_it_cannot_run_in_one_line(changes: dict, said: str) -> None:
+    from gen.core.errors import UsageError
+
+    with pytest.raises(UsageError, match=None) as refused:
+        _fp8_call(**changes)
+    assert said in str(refused.value) and "\n" not in str(refused.value)

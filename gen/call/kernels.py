@@ -23,7 +23,7 @@ from ..compiling.compiler import CompileOptions, compile_variant
 from ..core.errors import UsageError
 from ..families import get_family
 from ..families.family import Family
-from ..families.problem import Scalar, element_type_of, numpy_dtype
+from ..families.problem import Input, Scalar, element_type_of, numpy_dtype
 from ..families.variant import Variant
 from ..gpu.runtime.regions import spans
 from .lookup import shape_text, tuned_with_reason
@@ -67,8 +67,9 @@ class Kernel:
             raise UsageError("a Kernel takes a variant and its shape, or neither (then each call's shape chooses)")
         self.family, self.variant, self.shape, self.reason = family, variant, shape, reason
         self.dtype = variant.dtype if variant is not None else dtype
-        self.arrays = [a.name for a in family.problem.arguments if not isinstance(a, Scalar)]
-        self.output = family.problem.output.name
+        problem = family.problem if variant is None else family.problem_of(variant)
+        self.arrays = [a.name for a in problem.arguments if not isinstance(a, Scalar)]
+        self.output = problem.output.name
         self._output_index = self.arrays.index(self.output)
         self._launches: dict[tuple[Any, ...], Prepared] = {}
 
@@ -139,9 +140,11 @@ class Kernel:
         else:
             shape = self._shape_of(described)
             variant = _choice(self.family.name, str(shape), self._dtype_of(described))[0]
-        expected = self.family.problem.arrays(shape)
+        problem = get_family(variant.family).problem_of(variant)
+        expected = problem.arrays(shape)
+        types = {a.name: a.dtype for a in problem.arguments if isinstance(a, Input)}  # where not the variant's
         for name, array in described.items():
-            dtype = numpy_dtype(variant.output_dtype if name == self.output else variant.dtype)
+            dtype = numpy_dtype(variant.output_dtype if name == self.output else types.get(name) or variant.dtype)
             if array.dtype != dtype:
                 raise UsageError(f"{name} is {array.dtype}, but {variant.name} takes {dtype} for {name}")
             if array.shape != expected[name]:

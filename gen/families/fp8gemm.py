@@ -32,6 +32,7 @@ from .variant import choice
 from .wgmma import WgmmaFamily, WgmmaVariant
 
 FP8_TYPES = ("e4m3", "e5m2")
+FP8_OUTPUTS = ("bf16", "f16", "f32")
 SCALINGS = ("none", "tensor", "rowcol")
 ROW_ELEMENTS = 16  # TMA's rows start on 16-byte boundaries: 16 FP8 elements
 # Hopper's FP8 tensor cores keep about 14 bits of a sum's mantissa, not float32's 24 (DeepSeek-V3's
@@ -52,7 +53,7 @@ class Fp8Variant(WgmmaVariant):
 
     dtype: str = choice("e4m3", FP8_TYPES, space=("e4m3",), emitted=FP8_TYPES,
                         help="element type of A and B: e4m3 (4 exponent bits, 3 mantissa bits) or e5m2 (5 and 2)")
-    out: str = choice("bf16", ("bf16", "f16", "f32"), tag="c", space=("bf16",), emitted=("bf16",),
+    out: str = choice("bf16", FP8_OUTPUTS, tag="c", space=("bf16",), emitted=("bf16",),
                       help="C's type: bfloat16, float16 or float32")
     scaling: str = choice("tensor", SCALINGS, tag="by", space=("tensor",), emitted=SCALINGS,
                           help="none; tensor: the sums times scale_a * scale_b (float32 scalars on the GPU); "
