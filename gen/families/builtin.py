@@ -1,4 +1,4 @@
-"""The six families built into tilegen. Each is one module here plus one template in templates/,
+"""The seven families built into tilegen. Each is one module here plus one template in templates/,
 written with the same public API (gen.api) a plugin uses; families that compute the same thing
 share a Problem (gemm, matrix)."""
 
