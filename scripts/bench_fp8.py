@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_epilogue import medians_ms  # noqa: E402
 from gen.core.table import markdown_table, text_table  # noqa: E402
 
 CUBES = ["4096x4096x4096", "8192x8192x8192"]
@@ -33,36 +35,22 @@ PROJECTIONS = {"8B": {"qkv": (6144, 4096), "o": (4096, 4096), "gate-up": (28672,
                "70B": {"qkv": (10240, 8192), "o": (8192, 8192), "gate-up": (57344, 8192), "down": (8192, 28672)}}
 TOKENS = (512, 4096)
 SUITE = CUBES + [f"{tokens}x{n}x{k}" for model in PROJECTIONS.values() for n, k in model.values() for tokens in TOKENS]
-FLUSH_BYTES = 256 * 2**20  # over five times an H100's or H200's L2
-# Launches of each case before the samples: with one, the first shape of a run was measured at 85.5%
-# of cuBLAS (4096^3) and again at 90.4% later in the same run (docs/results/h200-fp8.md).
+# Launches of each case (compiles, module loads, cuBLAS's workspace, the SM clock's rise) before the
+# samples: with one, the first shape of a run was measured at 85.5% of cuBLAS (4096^3) and at 90.4%
+# later in the same run (docs/results/h200-fp8.md).
 WARMUP_ROUNDS = 20
 
 
-def medians_ms(cases: list[Callable[[], Any]], samples: int) -> list[float]:
-    """Each case's median over `samples` event-timed launches, the cases taking turns (a different one
-    first each round), the L2 flushed before every launch."""
+def warmed_medians_ms(cases: list[Callable[[], Any]], samples: int) -> list[float]:
+    """bench_epilogue's medians (cases taking turns, the L2 flushed before every launch), after
+    WARMUP_ROUNDS launches of each case."""
     import torch
 
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
-    for _ in range(WARMUP_ROUNDS):  # compiles, module loads, cuBLAS's workspace, and the SM clock's rise
+    for _ in range(WARMUP_ROUNDS):
         for case in cases:
             case()
     torch.cuda.synchronize()
-    times: list[list[float]] = [[] for _ in cases]
-    for sample in range(samples):
-        events = []
-        for i in [(sample + j) % len(cases) for j in range(len(cases))]:
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            cases[i]()
-            end.record()
-            events.append((i, start, end))
-        torch.cuda.synchronize()
-        for i, start, end in events:
-            times[i].append(start.elapsed_time(end))
-    return [statistics.median(t) for t in times]
+    return medians_ms(cases, samples)
 
 
 def tilegen_case(size: str, arrays: dict[str, Any], params: dict[str, str]) -> tuple[str, Callable[[], Any]]:
@@ -101,7 +89,7 @@ def measure(size: str, samples: int, params: dict[str, str]) -> list[Any]:
         return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
 
     cublas_call()
-    tilegen_ms, cublas_ms = medians_ms([tilegen_call, cublas_only], samples)
+    tilegen_ms, cublas_ms = warmed_medians_ms([tilegen_call, cublas_only], samples)
     torch.cuda.synchronize()
     reference = a.double() @ b.double()  # scales 0.5 and 2: their product is 1
     errors = [float((c.double() - reference).norm() / reference.norm()) for c in (ours, theirs)]

@@ -1,6 +1,6 @@
-"""The seven families built into tilegen. Each is one module here plus one template in templates/,
-written with the same public API (gen.api) a plugin uses; families that compute the same thing
-share a Problem (gemm, matrix)."""
+"""The seven families built into tilegen. Each is one module here plus one template in templates/
+(fp8gemm shares wgmma's), written with the same public API (gen.api) a plugin uses; families that
+compute the same thing share a Problem (gemm, matrix)."""
 
 from __future__ import annotations
 
