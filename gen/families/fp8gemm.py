@@ -11,7 +11,9 @@ B's layout, the output types and the scale arguments make it another problem: wg
 and tuning stay as they are.
 
 `scaling`: none; tensor (scale_a and scale_b: one float32 each, on the GPU); rowcol (scale_a: a float32
-per row of A, scale_b: one per column of B, as torch._scaled_mm's row-wise scaling).
+per row of A, scale_b: one per column of B, as torch._scaled_mm's row-wise scaling). DeepGEMM's
+per-block scales (128 along K) are not built: they need a second set of float32 sums, promoted
+once per block.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ FP8_OUTPUTS = ("bf16", "f16", "f32")
 SCALINGS = ("none", "tensor", "rowcol")
 ROW_ELEMENTS = 16  # TMA's rows start on 16-byte boundaries: 16 FP8 elements
 # Hopper's FP8 tensor cores keep about 14 bits of a sum's mantissa, not float32's 24 (DeepSeek-V3's
-# technical report, 3.3.2): the unit roundoff of the sums, in place of float32's.
+# technical report, 3.3.2; on an H200 the errors grow like sqrt(K), 30-50x below the tolerance this
+# gives: docs/results/h200-fp8.md): the unit roundoff of the sums, in place of float32's.
 FP8_SUM_ROUNDOFF = 2.0**-14
 
 
