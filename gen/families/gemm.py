@@ -36,7 +36,8 @@ class MatmulShape:
         return (self.n, self.k) if self.b_by_columns else (self.k, self.n)
 
     def check(self) -> None:
-        for name, lead, width in (("lda", self.lda, self.k), ("ldb", self.ldb, self.b_rows[1]), ("ldc", self.ldc, self.n)):
+        leads = (("lda", self.lda, self.k), ("ldb", self.ldb, self.b_rows[1]), ("ldc", self.ldc, self.n))
+        for name, lead, width in leads:
             if lead < width:
                 raise ValueError(f"{name} {lead} is smaller than the row it must hold ({width})")
         for name, rows, lead in (("A", self.m, self.lda), ("B", self.b_rows[0], self.ldb), ("C", self.m, self.ldc)):
