@@ -67,7 +67,7 @@ class Kernel:
             raise UsageError("a Kernel takes a variant and its shape, or neither (then each call's shape chooses)")
         self.family, self.variant, self.shape, self.reason = family, variant, shape, reason
         self.dtype = variant.dtype if variant is not None else dtype
-        problem = family.problem if variant is None else family.problem_of(variant)
+        problem = family.problem if variant is None else get_family(variant.family).problem_of(variant)  # a fallback's
         self.arrays = [a.name for a in problem.arguments if not isinstance(a, Scalar)]
         self.output = problem.output.name
         self._output_index = self.arrays.index(self.output)
