@@ -122,7 +122,7 @@ def from_dlpack(array: Any, name: str, stream: int) -> DeviceArray:
     if dtype is None:
         raise UsageError(f"{name} has a DLPack element type tilegen does not run (code {tensor.code}, "
                          f"{tensor.bits} bits)")
-    dtype = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
+    dtype = _ml_dtype(dtype) if dtype in _ML_DTYPES else np.dtype(dtype)
     shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
     strides = (tuple(tensor.strides[i] * dtype.itemsize for i in range(tensor.ndim)) if tensor.strides
                else _c_strides(shape, dtype.itemsize))
@@ -251,7 +251,7 @@ _KEY_READERS: dict[type, Callable[[Any], tuple[Any, ...]] | None] = {}
 def torch_element_type(dtype: Any) -> np.dtype | None:
     """The NumPy element type of a PyTorch dtype; None for one tilegen does not run."""
     name = _TORCH_TYPES.get(str(dtype))
-    return None if name is None else _bfloat16() if name == "bfloat16" else np.dtype(name)
+    return None if name is None else _ml_dtype(name) if name in _ML_DTYPES else np.dtype(name)
 
 
 def allocate(like: DeviceArray, shape: tuple[int, ...], dtype: np.dtype) -> Any:
@@ -296,14 +296,17 @@ def _c_strides(shape: tuple[int, ...], item: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _bfloat16() -> np.dtype:
+def _ml_dtype(name: str) -> np.dtype:
+    """bfloat16 or an FP8 type, from ml_dtypes (NumPy has none of them)."""
     from ..families.problem import numpy_dtype
 
-    return numpy_dtype("bf16")
+    return numpy_dtype(_ML_DTYPES[name])
 
 
 _TORCH_TYPES = {"torch.float32": "float32", "torch.float64": "float64", "torch.float16": "float16",
-                "torch.bfloat16": "bfloat16", "torch.int32": "int32", "torch.int64": "int64"}
+                "torch.bfloat16": "bfloat16", "torch.int32": "int32", "torch.int64": "int64",
+                "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2"}
+_ML_DTYPES = {"bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}  # their element types
 _DLPACK_TYPES = {(2, 32, 1): "float32", (2, 64, 1): "float64", (2, 16, 1): "float16", (4, 16, 1): "bfloat16",
                  (0, 32, 1): "int32", (0, 64, 1): "int64"}
 _CUDA, _CUDA_MANAGED = 2, 13

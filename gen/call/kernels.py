@@ -332,5 +332,6 @@ def remember(cache: dict[Any, Any], key: Any, value: Any, kept: int) -> None:
 
 
 def _dlpack_only(array: Any) -> bool:
-    return (hasattr(array, "__dlpack__") and not hasattr(array, "__cuda_array_interface__")
-            and not isinstance(array, np.ndarray) and not type(array).__module__.startswith(("torch", "cupy")))
+    # PyTorch's and CuPy's first: PyTorch's __cuda_array_interface__ raises KeyError for FP8 tensors
+    return (not type(array).__module__.startswith(("torch", "cupy")) and hasattr(array, "__dlpack__")
+            and not hasattr(array, "__cuda_array_interface__") and not isinstance(array, np.ndarray))

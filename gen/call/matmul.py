@@ -8,22 +8,26 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from .arrays import LEGACY_STREAM, DeviceArray, describe, layout_key, output_maker, stream_handle
-from ..core.errors import TilegenError, UsageError
+from .arrays import LEGACY_STREAM, DeviceArray, describe, layout_key, output_maker, stream_handle, torch_element_type
+from ..core.errors import InvalidVariant, TilegenError, UsageError
 from ..families import MatmulShape, gemm_families, get_family
 from ..families.epilogue import Epilogue, called_epilogue
+from ..families.fp8gemm import FP8_OUTPUTS
 from ..families.problem import element_type_of, numpy_dtype
 from .kernels import Kernel, Prepared, driver_api, kernel, remember
 
 LAUNCHES_KEPT = 64  # gen.matmul's prepared launches, for all its shapes together
+FP8_FAMILY = "fp8gemm"
 
 
 def matmul(a: Any, b: Any, out: Any = None, stream: Any = None, *, bias: Any = None, activation: str | None = None,
-           residual: Any = None, alpha: float | None = None, beta: float | None = None) -> Any:
+           residual: Any = None, alpha: float | None = None, beta: float | None = None, scale_a: Any = None,
+           scale_b: Any = None, out_dtype: Any = None) -> Any:
     """C = A·B for row-major matrices on the GPU, sub-matrix views included (a family that
     declares the element type in `matmul_dtypes`: float32 sgemm, float64 matmul, and half precision
     where a family declares it). `out` defaults to a new array of the caller's kind. What a call
@@ -32,8 +36,12 @@ def matmul(a: Any, b: Any, out: Any = None, stream: Any = None, *, bias: Any = N
 
     A fused epilogue (wgmma, float16 and bfloat16 on sm_90): C = act(alpha·A·B + bias) + beta·R, with
     `bias` a vector of N in A's type, `activation` one of relu, gelu-tanh, gelu-erf, silu, and
-    `residual` R a matrix like `out` (its type and row stride)."""
-    inputs = layout_key(a), layout_key(b)
+    `residual` R a matrix like `out` (its type and row stride).
+
+    FP8 (float8_e4m3fn, float8_e5m2) as torch._scaled_mm takes it: a row-major, b K x N by columns,
+    `scale_a` and `scale_b` float32 on the GPU (one number each, or one per row of a and per column
+    of b), C in `out_dtype` (bfloat16 unless `out` says otherwise; float16, float32)."""
+    inputs = _inputs_key(a, b, scale_a, scale_b, out_dtype)
     fused = () if bias is None and activation is None and residual is None and alpha is None and beta is None else \
         ((activation, alpha, beta), _extra_key(bias), _extra_key(residual))
     if out is None:
@@ -42,7 +50,7 @@ def matmul(a: Any, b: Any, out: Any = None, stream: Any = None, *, bias: Any = N
     prepared = _matmul_launches.get((*inputs, layout_key(out), *fused)) if out is not None else None
     if prepared is None:
         extras = dict(bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta) if fused else None
-        out, prepared = _matmul_prepared(a, b, out, stream, extras)
+        out, prepared = _matmul_prepared(a, b, out, stream, extras, (scale_a, scale_b, out_dtype))
         key = (*inputs, layout_key(out), *fused)
         if None not in key:
             remember(_matmul_launches, key, prepared.by_address(), LAUNCHES_KEPT)
@@ -50,7 +58,8 @@ def matmul(a: Any, b: Any, out: Any = None, stream: Any = None, *, bias: Any = N
     return out
 
 
-def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any, extras: dict[str, Any] | None) -> tuple[Any, Prepared]:
+def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any, extras: dict[str, Any] | None,
+                     fp8_arguments: tuple[Any, Any, Any]) -> tuple[Any, Prepared]:
     """gen.matmul's output and launch for these arrays, each array read and checked (once per layout)."""
     epilogue = _epilogue(extras) if extras is not None else None
     dlpack_stream = LEGACY_STREAM if stream is None else stream_handle(stream)
@@ -60,15 +69,25 @@ def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any, extras: dict[str, An
     if k != k2 or arrays["b"].dtype != arrays["a"].dtype:
         raise UsageError(f"gen.matmul multiplies (M x K)(K x N) matrices of one type; got {arrays['a'].dtype} "
                          f"{arrays['a'].shape} and {arrays['b'].dtype} {arrays['b'].shape}")
-    dtype, out_dtype = element_type_of(arrays["a"].dtype), output_dtype(arrays["a"].dtype)
+    dtype = element_type_of(arrays["a"].dtype)
+    fp8, (scale_a, scale_b, wanted) = families[0].name == FP8_FAMILY, fp8_arguments
+    if not fp8 and fp8_arguments != (None, None, None):
+        raise UsageError(f"scale_a, scale_b and out_dtype go with FP8 matrices (float8_e4m3fn, float8_e5m2); these "
+                         f"are {arrays['a'].dtype}: leave them out")
+    if fp8 and epilogue is not None:
+        raise UsageError("gen.matmul fuses no epilogue into an FP8 product yet: leave out bias, activation, residual, "
+                         "alpha and beta, and apply them after it")
+    out_dtype = _fp8_output(wanted, out, dlpack_stream) if fp8 else output_dtype(arrays["a"].dtype)
     if out is None:
         new_output = output_maker(arrays["a"], (m, n), out_dtype)
         out = new_output()
-        if None not in (inputs := (layout_key(a), layout_key(b))):
+        if None not in (inputs := _inputs_key(a, b, scale_a, scale_b, wanted)):
             remember(_matmul_outputs, inputs, new_output, LAUNCHES_KEPT)
     arrays["out"] = describe(out, "out", dlpack_stream)
     if _matrix(arrays["out"], "out") != (m, n) or arrays["out"].dtype != out_dtype:
         raise UsageError(f"out must be a {out_dtype} {m} x {n} matrix, got {arrays['out'].dtype} {arrays['out'].shape}")
+    if fp8:
+        return out, _fp8_prepared(arrays, (m, n, k), dtype, _scales(scale_a, scale_b, m, n, dlpack_stream), stream)
     lda, ldb, ldc = (_leading(x, label) for label, x in arrays.items())
     shape = MatmulShape(m, n, k, lda, ldb, ldc)
     family = families[0] if len(families) == 1 else get_family(_matmul_family(
@@ -190,3 +209,86 @@ def _allocated(array: DeviceArray, rows: int, lead: int) -> DeviceArray:
     item = array.dtype.itemsize
     return DeviceArray(array.pointer, (rows, lead), (lead * item, item), array.dtype, array.kind, array.owner,
                        array.device, array.stream)
+
+
+# ---- FP8, as torch._scaled_mm takes it ----------------------------------------------------------
+
+def _inputs_key(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any) -> tuple[Any, ...]:
+    """What a call's output and launch are kept by, beside out's layout: a's and b's layouts, and
+    the scales' and out_dtype where any is given."""
+    if (scale_a, scale_b, out_dtype) == (None, None, None):
+        return layout_key(a), layout_key(b)
+    return (layout_key(a), layout_key(b), *("none" if x is None else layout_key(x) for x in (scale_a, scale_b)),
+            str(out_dtype))
+
+
+def _fp8_output(wanted: Any, out: Any, dlpack_stream: int) -> np.dtype:
+    """C's element type for FP8 matrices: out_dtype (a PyTorch or NumPy type), else out's, else bfloat16."""
+    if wanted is None:
+        return describe(out, "out", dlpack_stream).dtype if out is not None else numpy_dtype("bf16")
+    try:
+        dtype = torch_element_type(wanted) if type(wanted).__module__ == "torch" else np.dtype(wanted)
+    except TypeError:
+        dtype = None
+    if dtype is None or element_type_of(dtype) not in FP8_OUTPUTS:
+        raise UsageError(f"out_dtype must be bfloat16, float16 or float32 for FP8 matrices; got {wanted}")
+    return dtype
+
+
+def _scales(scale_a: Any, scale_b: Any, m: int, n: int, dlpack_stream: int) -> tuple[str, dict[str, DeviceArray]]:
+    """The scaling the scales ask for (none, tensor, rowcol) and the scales as vectors."""
+    if scale_a is None and scale_b is None:
+        return "none", {}
+    if scale_a is None or scale_b is None:
+        raise UsageError("give scale_a and scale_b together (float32 on the GPU), or neither")
+    scales = {name: describe(x, name, dlpack_stream) for name, x in (("scale_a", scale_a), ("scale_b", scale_b))}
+    sizes = {name: math.prod(array.shape) for name, array in scales.items()}
+    for name, array in scales.items():
+        if array.dtype != np.float32 or array.on_host or not array.row_major():
+            raise UsageError(f"{name} must be a contiguous float32 array on the GPU, got {array.dtype} "
+                             f"{'on the host' if array.on_host else array.shape}")
+    scaling = {(1, 1): "tensor", (m, n): "rowcol"}.get((sizes["scale_a"], sizes["scale_b"]))
+    if scaling is None:
+        raise UsageError(f"scale_a and scale_b must hold one number each (per tensor), or {m} and {n} (per row of a, "
+                         f"per column of b); got {sizes['scale_a']} and {sizes['scale_b']}")
+    return scaling, {name: replace(array, shape=(sizes[name],), strides=(4,)) for name, array in scales.items()}
+
+
+def _fp8_prepared(arrays: dict[str, DeviceArray], dims: tuple[int, int, int], dtype: str,
+                  scales: tuple[str, dict[str, DeviceArray]], stream: Any) -> Prepared:
+    """The FP8 launch: a row-major, b by columns (N x K row-major underneath), the scales as vectors."""
+    (m, n, k), (scaling, vectors) = dims, scales
+    lda, ldb, ldc = _leading(arrays["a"], "a"), _by_columns(arrays["b"]), _leading(arrays["out"], "out")
+    family = get_family(FP8_FAMILY)
+    shape = family.problem.shape_type(m, n, k, lda, ldb, ldc)
+    if reason := family.refusal(family.default_variant(), shape):
+        raise UsageError(reason)
+    chosen = _fp8_kernel(str(shape), dtype, scaling, element_type_of(arrays["out"].dtype))
+    return chosen.prepared(A=_allocated(arrays["a"], m, lda), B=_allocated(arrays["b"], n, ldb),
+                           C=_allocated(arrays["out"], m, ldc), **vectors, stream=stream)
+
+
+@functools.lru_cache(maxsize=64)
+def _fp8_kernel(size: str, dtype: str, scaling: str, out: str) -> Kernel:
+    """The tuned FP8 variant with this call's scaling and output type (storing from registers where
+    C's staging would not fit in shared memory; else the family's default), kept per shape and kind."""
+    tuned = _gemm_kernel(FP8_FAMILY, size, dtype, "")
+    family, wanted = tuned.family, replace(tuned.variant, scaling=scaling, out=out)
+    for variant in (wanted, replace(wanted, store="direct"), replace(family.default_variant(), dtype=dtype,
+                                                                     scaling=scaling, out=out, store="direct")):
+        try:
+            variant.check()
+        except InvalidVariant:
+            continue
+        return Kernel(family, variant, tuned.shape, reason=f"{tuned.reason}, with this call's scales and output")
+    raise UsageError(f"no fp8gemm variant takes {scaling} scales and {out} output")  # the default always does
+
+
+def _by_columns(b: DeviceArray) -> int:
+    """The column stride in elements of b, K x N by columns (torch._scaled_mm's second argument)."""
+    item, (k, n) = b.dtype.itemsize, b.shape
+    row, column = b.strides
+    if (row != item and k > 1) or column % item or (column // item < k and n > 1):
+        raise UsageError(f"b must be K x N by columns, as torch._scaled_mm takes it (b = w.t() for a row-major N x K "
+                         f"w); got {b.shape} with strides {b.strides} bytes: a row-major b is not taken for FP8")
+    return max(column // item, k)

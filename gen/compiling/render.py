@@ -26,7 +26,7 @@ from ..core.errors import TemplateProblem, UsageError
 from ..families import get_family
 from ..families.family import Family
 from ..families.problem import signature
-from ..core.limits import DTYPE_CTYPE
+from ..core.limits import INPUT_CTYPE
 from ..core.paths import builtin_templates_dir
 from ..families.registry import family_path_of
 from ..families.variant import Variant
@@ -78,7 +78,7 @@ def context(family: Family, variant: Variant) -> dict[str, Any]:
     values = dict(
         v=variant,
         name=variant.name,
-        ctype=DTYPE_CTYPE[variant.dtype],
+        ctype=INPUT_CTYPE[variant.dtype],
         params=variant.params(),
         signature=lambda indent="    ": signature(family.problem.arguments, variant.dtype, indent, variant.output_dtype),
         template=family.template,

@@ -20,6 +20,9 @@ REGISTERS_PER_SM = 64 * 1024  # 32-bit registers of one SM, shared by the blocks
 # Kernels index with 32-bit ints, so no matrix may hold 2**31 elements or more.
 MAX_ELEMENTS = 2**31 - 1
 
-DTYPE_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
+DTYPE_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1}
 # f16 and bf16 are cuda_fp16.h's and cuda_bf16.h's types: a template that uses them includes the header.
 DTYPE_CTYPE = {"f32": "float", "f64": "double", "f16": "__half", "bf16": "__nv_bfloat16"}
+# The FP8 types (e4m3, e5m2) are only copied and fed to the tensor cores, never computed with in C, nor
+# written as outputs: kernels see their bits.
+INPUT_CTYPE = {**DTYPE_CTYPE, "e4m3": "unsigned char", "e5m2": "unsigned char"}

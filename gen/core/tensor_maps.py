@@ -16,20 +16,23 @@ TENSOR_MAP = np.dtype((np.void, 128))  # a kernel argument of this type is passe
 BOX = 64  # rows and columns of one box: 64 rows of 128 bytes, the width of the swizzle
 ALIGNMENT = 16  # bytes: where a matrix starts and how long its rows are, for TMA
 
-_UINT16, _SWIZZLE_128B, _L2_256B = 1, 3, 3  # the driver's CUtensorMapDataType, ...Swizzle, ...L2promotion
+_UINT8, _UINT16, _SWIZZLE_128B, _L2_256B = 0, 1, 3, 3  # the driver's CUtensorMapDataType, ...Swizzle, ...L2promotion
 
 
-def box_map(address: int, rows: int, columns: int, row_bytes: int, name: str) -> np.void:
-    """The map of matrix `name` (rows x columns of 16-bit elements, rows `row_bytes` apart, at device
-    `address`) in 64 x 64 boxes. Elements beyond the matrix read as zeros. UsageError when the
-    matrix does not start, or its rows do not fall, on 16-byte boundaries."""
+def box_map(address: int, rows: int, columns: int, row_bytes: int, name: str, element_bytes: int = 2) -> np.void:
+    """The map of matrix `name` (rows x columns of 16-bit elements, or 8-bit ones, rows `row_bytes`
+    apart, at device `address`) in boxes of 64 rows of 128 bytes (64 x 64 elements, or 64 x 128).
+    Elements beyond the matrix read as zeros. UsageError when the matrix does not start, or its rows
+    do not fall, on 16-byte boundaries."""
     if address % ALIGNMENT or row_bytes % ALIGNMENT:
-        raise UsageError(f"{name} must start at a 16-byte boundary and have rows of a multiple of 16 bytes (8 "
-                         f"elements) for TMA; it starts at {address:#x} with rows {row_bytes} bytes apart")
+        raise UsageError(f"{name} must start at a 16-byte boundary and have rows of a multiple of 16 bytes "
+                         f"({ALIGNMENT // element_bytes} elements) for TMA; it starts at {address:#x} with rows "
+                         f"{row_bytes} bytes apart")
     room = (ctypes.c_uint8 * (TENSOR_MAP.itemsize + 64))()  # the driver writes the map at a 64-byte boundary
     bits = (ctypes.c_uint64 * 16).from_buffer(room, -ctypes.addressof(room) % 64)
-    status = _encode()(ctypes.byref(bits), _UINT16, 2, ctypes.c_void_p(address), (ctypes.c_uint64 * 2)(columns, rows),
-                       (ctypes.c_uint64 * 1)(row_bytes), (ctypes.c_uint32 * 2)(BOX, BOX), (ctypes.c_uint32 * 2)(1, 1),
+    kind, box_columns = (_UINT16, BOX) if element_bytes == 2 else (_UINT8, 2 * BOX)
+    status = _encode()(ctypes.byref(bits), kind, 2, ctypes.c_void_p(address), (ctypes.c_uint64 * 2)(columns, rows),
+                       (ctypes.c_uint64 * 1)(row_bytes), (ctypes.c_uint32 * 2)(box_columns, BOX), (ctypes.c_uint32 * 2)(1, 1),
                        0, _SWIZZLE_128B, _L2_256B, 0)
     if status:
         raise TilegenError(f"the driver refused the tensor map of {name} ({rows} x {columns}, rows {row_bytes} bytes "

@@ -62,9 +62,13 @@ class TmaGemmProblem(HalfGemmProblem):
         if address["C"] % ALIGNMENT:
             raise UsageError(f"C must start at a 16-byte boundary for paired stores next to TMA copies; it starts "
                              f"at {address['C']:#x}")
+        return [*self.tensor_maps(shape, address), np.uintp(address["C"]),
+                *(np.int32(x) for x in (shape.m, shape.n, shape.k, shape.ldc))]
+
+    def tensor_maps(self, shape: MatmulShape, address: Mapping[str, int]) -> list[np.void]:
+        """A's and B's tensor maps, both row-major: M x K and K x N."""
         return [box_map(address["A"], shape.m, shape.k, 2 * shape.lda, "A"),
-                box_map(address["B"], shape.k, shape.n, 2 * shape.ldb, "B"),
-                np.uintp(address["C"]), *(np.int32(x) for x in (shape.m, shape.n, shape.k, shape.ldc))]
+                box_map(address["B"], shape.k, shape.n, 2 * shape.ldb, "B")]
 
     @property
     def checked_as(self) -> HalfGemmProblem:

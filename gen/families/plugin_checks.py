@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.errors import InvalidVariant, TilegenError
-from ..core.limits import DTYPE_CTYPE
+from ..core.limits import INPUT_CTYPE
 from .family import ARCH_PATTERN, Family, Launch, launch_refusal
 from .problem import SCALAR_TYPES, Input, Output, Problem, Scalar
 from .space import Space
@@ -209,9 +209,9 @@ def _check_arrays(family: Family, variant: Variant) -> None:
 def _check_reference(family: Family, variant: Variant, shape: Any) -> None:
     """A reference of the output region's shape, from inputs of the variant's element type."""
     problem = family.problem
-    if variant.dtype not in DTYPE_CTYPE:
+    if variant.dtype not in INPUT_CTYPE:
         raise PluginProblem(f"{family.source}: {variant.name}: element type (dtype) {variant.dtype!r} is not one of "
-                            f"{', '.join(DTYPE_CTYPE)}; the parameter named dtype is the arrays' element type")
+                            f"{', '.join(INPUT_CTYPE)}; the parameter named dtype is the arrays' element type")
 
     def expected() -> np.ndarray | None:
         inputs = {name: array.astype(np.float64) for name, array in problem.random_inputs(variant.dtype, shape, 1).items()}

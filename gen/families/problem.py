@@ -16,27 +16,28 @@ from ..core.checks import whole_rule, whole_text
 from ..core.errors import UsageError
 from ..core.limits import DTYPE_BYTES, DTYPE_CTYPE
 
-NUMPY_DTYPE = {"f32": np.float32, "f64": np.float64, "f16": np.float16}  # bf16: numpy_dtype()
+NUMPY_DTYPE = {"f32": np.float32, "f64": np.float64, "f16": np.float16}  # the others: ML_DTYPES
+ML_DTYPES = {"bf16": "bfloat16", "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}  # types NumPy has none of
 # Unit roundoff of each element type: the relative error of one rounding.
 UNIT_ROUNDOFF = {"f32": 2.0**-24, "f64": 2.0**-53, "f16": 2.0**-11, "bf16": 2.0**-8}
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
-    """The NumPy type of an element type; bfloat16 comes from ml_dtypes (NumPy has none)."""
-    if dtype == "bf16":
+    """The NumPy type of an element type; bfloat16 and the FP8 types come from ml_dtypes."""
+    if dtype in ML_DTYPES:
         try:
-            from ml_dtypes import bfloat16
+            import ml_dtypes
         except ImportError:
-            raise UsageError("bf16 arrays on the host need the ml_dtypes package: pip install ml_dtypes "
-                             "(or use dtype f16)") from None
-        return np.dtype(bfloat16)
+            raise UsageError(f"{dtype} arrays on the host need the ml_dtypes package: pip install ml_dtypes "
+                             f"(or use dtype f16)") from None
+        return np.dtype(getattr(ml_dtypes, ML_DTYPES[dtype]))
     return np.dtype(NUMPY_DTYPE[dtype])
 
 
 def element_type_of(dtype: np.dtype) -> str | None:
-    """The element type (f32, bf16, ...) of a NumPy type; None for one tilegen has none of."""
+    """The element type (f32, bf16, e4m3, ...) of a NumPy type; None for one tilegen has none of."""
     name = np.dtype(dtype).name
-    return {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}.get(name)
+    return {"float32": "f32", "float64": "f64", "float16": "f16", **{v: k for k, v in ML_DTYPES.items()}}.get(name)
 
 
 # ---- ceilings ----------------------------------------------------------------------------------
@@ -64,16 +65,20 @@ GEMM_F32 = Ceiling("gemm_f32", "TFLOP/s", 1e12, "cuBLAS SGEMM at 8192^3, no TF32
 GEMM_F64 = Ceiling("gemm_f64", "TFLOP/s", 1e12, "cuBLAS DGEMM at 8192^3")
 GEMM_F16 = Ceiling("gemm_f16", "TFLOP/s", 1e12, "cuBLAS HGEMM at 8192^3, float16 in and out (PyTorch or CuPy)")
 GEMM_BF16 = Ceiling("gemm_bf16", "TFLOP/s", 1e12, "cuBLAS GEMM at 8192^3, bfloat16 in and out (PyTorch)")
-CEILINGS = (COPY_BANDWIDTH, GEMM_F32, GEMM_F64, GEMM_F16, GEMM_BF16)
+GEMM_FP8 = Ceiling("gemm_fp8", "TFLOP/s", 1e12, "cuBLAS FP8 GEMM at 8192^3 (torch._scaled_mm: e4m3, per-tensor "
+                   "scales, bfloat16 out)")
+CEILINGS = (COPY_BANDWIDTH, GEMM_F32, GEMM_F64, GEMM_F16, GEMM_BF16, GEMM_FP8)
 
 
 # ---- kernel arguments --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Input:
-    """An array the kernel reads: fresh random values in [-1, 1) for every check."""
+    """An array the kernel reads: fresh random values in [-1, 1) for every check, of the variant's
+    element type unless `dtype` names another (FP8's float32 scales)."""
 
     name: str
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,8 +171,10 @@ class Problem(ABC):
         return output
 
     def element_type(self, name: str, dtype: str, output_dtype: str) -> str:
-        """Array `name`'s element type in a variant of inputs `dtype` and output `output_dtype`."""
-        return output_dtype if name == self.output.name else dtype
+        """Array `name`'s element type in a variant of inputs `dtype` and output `output_dtype` (an
+        input that names its own type has it: FP8's float32 scales)."""
+        own = {a.name: a.dtype for a in self.arguments if isinstance(a, Input)}.get(name)
+        return output_dtype if name == self.output.name else own or dtype
 
     def parse_shape(self, text: str, family: str = "") -> Any:
         """A shape from its written form; UsageError says the expected form."""
@@ -209,7 +216,7 @@ class Problem(ABC):
         """Fresh random inputs in [-1, 1): never zeros, never constant, padding included."""
         rng = np.random.default_rng(seed)
         arrays = self.arrays(shape)
-        return {a.name: rng.uniform(-1.0, 1.0, size=arrays[a.name]).astype(numpy_dtype(dtype))
+        return {a.name: rng.uniform(-1.0, 1.0, size=arrays[a.name]).astype(numpy_dtype(a.dtype or dtype))
                 for a in self.arguments if isinstance(a, Input)}
 
     def initial_output(self, shape: Any) -> np.ndarray | None:

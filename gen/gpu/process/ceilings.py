@@ -30,7 +30,7 @@ from ...core.own_files import open_own, write_atomically
 from ...core.paths import cache_dir
 from ...core.results import GpuModel
 from ...core.timing import CEILING_SAMPLES
-from ...families.problem import COPY_BANDWIDTH, GEMM_BF16, GEMM_F16, GEMM_F32, GEMM_F64, Ceiling
+from ...families.problem import COPY_BANDWIDTH, GEMM_BF16, GEMM_F16, GEMM_F32, GEMM_F64, GEMM_FP8, Ceiling
 
 
 
@@ -144,6 +144,10 @@ def vendor_gemm(dtype: str) -> tuple[Callable[[int], Any], Callable[[Any, Any], 
     except ImportError:
         return None
     torch.backends.cuda.matmul.allow_tf32 = False
+    if dtype == "e4m3":  # torch._scaled_mm: B by columns, per-tensor scales, bfloat16 out
+        one = torch.ones((), device="cuda")
+        return (lambda n: (torch.rand(n, n, device="cuda") * 2 - 1).to(torch.float8_e4m3fn),
+                lambda a, b: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
     types = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
     return (lambda n: torch.rand(n, n, device="cuda", dtype=types[dtype]) * 2 - 1, torch.matmul)
 
@@ -155,4 +159,5 @@ MEASURERS: dict[str, Callable[[], float | None]] = {
     GEMM_F64.key: lambda: gemm_rate("f64"),
     GEMM_F16.key: lambda: gemm_rate("f16"),
     GEMM_BF16.key: lambda: gemm_rate("bf16"),
+    GEMM_FP8.key: lambda: gemm_rate("e4m3"),
 }

@@ -83,8 +83,8 @@ def poison(array: Any) -> None:
 
 
 def _bits(host: np.ndarray) -> np.ndarray:
-    """16-bit floats travel as their bits: the inputs are only copied on the device, never computed with."""
-    return host.view(np.uint16) if host.dtype.itemsize == 2 else host
+    """16- and 8-bit floats travel as their bits: the inputs are only copied on the device, never computed with."""
+    return host.view(f"u{host.dtype.itemsize}") if host.dtype.itemsize <= 2 else host
 
 
 COMPARE_BLOCKS, COMPARE_THREADS = 256, 256  # fixed, so that the sums are added in the same order on any GPU

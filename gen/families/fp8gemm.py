@@ -1,0 +1,160 @@
+"""fp8gemm: C = A·B in FP8 (e4m3 or e5m2) on Hopper's tensor cores, sums in float32, C in bfloat16,
+float16 or float32, scaled as torch._scaled_mm scales.
+
+The wgmma family's kernel (templates/wgmma.cu.j2: TMA copies, mbarrier pipeline, wgmma from shared
+memory, the same schedules, stores and epilogues) with three differences the hardware imposes:
+wgmma reads 8-bit operands K-major only, so B comes as N x K row-major (K x N by columns, as
+torch._scaled_mm takes its second argument); a stage holds 128 elements of K (128 bytes: the
+swizzle's width) and each wgmma takes 32 of them (m64nNk32); and the float32 sums are multiplied by
+the scales before the epilogue. A sibling family rather than more element types of wgmma's, because
+B's layout, the output types and the scale arguments make it another problem: wgmma's space, names
+and tuning stay as they are.
+
+`scaling`: none; tensor (scale_a and scale_b: one float32 each, on the GPU); rowcol (scale_a: a float32
+per row of A, scale_b: one per column of B, as torch._scaled_mm's row-wise scaling). DeepGEMM's
+per-block scales (128 along K) are not built: they need a second set of float32 sums, promoted
+once per block.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Mapping
+
+import numpy as np
+
+from ..core.errors import InvalidVariant
+from ..core.tensor_maps import BOX, box_map
+from .epilogue import ACTIVATION_ROUNDINGS, Epilogue, EpilogueGemmProblem
+from .gemm import MatmulShape
+from .problem import GEMM_FP8, UNIT_ROUNDOFF, Ceiling, Input, numpy_dtype
+from .variant import choice
+from .wgmma import SPLITS, WgmmaFamily, WgmmaVariant
+
+FP8_TYPES = ("e4m3", "e5m2")
+FP8_OUTPUTS = ("bf16", "f16", "f32")
+SCALINGS = ("none", "tensor", "rowcol")
+ROW_ELEMENTS = 16  # TMA's rows start on 16-byte boundaries: 16 FP8 elements
+# Hopper's FP8 tensor cores keep about 14 bits of a sum's mantissa, not float32's 24 (DeepSeek-V3's
+# technical report, 3.3.2; on an H200 the errors grow like sqrt(K), 30-50x below the tolerance this
+# gives: docs/results/h200-fp8.md): the unit roundoff of the sums, in place of float32's.
+FP8_SUM_ROUNDOFF = 2.0**-14
+
+
+@dataclass(frozen=True)
+class ColumnsShape(MatmulShape):
+    """M x N x K with B given as N x K row-major (K x N by columns): ldb >= K."""
+
+    b_by_columns: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, order=True)
+class Fp8Variant(WgmmaVariant):
+    family: ClassVar[str] = "fp8gemm"
+
+    dtype: str = choice("e4m3", FP8_TYPES, space=("e4m3",), emitted=FP8_TYPES,
+                        help="element type of A and B: e4m3 (4 exponent bits, 3 mantissa bits) or e5m2 (5 and 2)")
+    out: str = choice("bf16", FP8_OUTPUTS, tag="c", space=("bf16",), emitted=("bf16",),
+                      help="C's type: bfloat16, float16 or float32")
+    split: int = choice(1, SPLITS, tag="split", omit=1, space=(1,), help="split-K: not built for FP8 yet (1 only)")
+    scaling: str = choice("tensor", SCALINGS, tag="by", space=("tensor",), emitted=SCALINGS,
+                          help="none; tensor: the sums times scale_a * scale_b (float32 scalars on the GPU); "
+                               "rowcol: times scale_a[row] * scale_b[column] (vectors of M and N)")
+
+    @property
+    def output_dtype(self) -> str:
+        return self.out
+
+    def check_combination(self) -> None:
+        if self.split != 1:
+            raise InvalidVariant(f"fp8gemm has no split-K yet (split {self.split}): use split=1")
+        if self.bias != "none":
+            raise InvalidVariant("fp8gemm has no bias yet (its inputs' type is FP8): use bias=none and add the bias "
+                                 "as a residual (residual=add)")
+        super().check_combination()
+
+
+class Fp8GemmProblem(EpilogueGemmProblem):
+    """The FP8 GEMM: A (M x K) and B (N x K) row-major, passed as TMA tensor maps of one-byte elements,
+    then C, the epilogue's residual, the scales, M, N, K, ldc and the epilogue's factors. Its inputs are
+    FP8 values (exact), its scales positive float32, and its float64 reference multiplies the
+    dequantised inputs, applies the scales, then the epilogue."""
+
+    shape_type = ColumnsShape
+
+    def __init__(self, epilogue: Epilogue, scaling: str):
+        super().__init__(epilogue)
+        self.scaling = scaling
+        scales = [Input("scale_a", "f32"), Input("scale_b", "f32")] * (scaling != "none")
+        sizes = next(i for i, a in enumerate(self.arguments) if a.name == "M")
+        self.arguments = (*self.arguments[:sizes], *scales, *self.arguments[sizes:])
+
+    def arrays(self, shape: MatmulShape) -> dict[str, tuple[int, ...]]:
+        rows = {"none": (), "tensor": (1, 1), "rowcol": (shape.m, shape.n)}[self.scaling]
+        return {**super().arrays(shape), **dict(zip(("scale_a", "scale_b"), ((r,) for r in rows)))}
+
+    def tensor_maps(self, shape: MatmulShape, address: Mapping[str, int]) -> list[np.void]:
+        """A's and B's tensor maps: M x K and N x K, of one-byte elements."""
+        return [box_map(address["A"], shape.m, shape.k, shape.lda, "A", 1),
+                box_map(address["B"], shape.n, shape.k, shape.ldb, "B", 1)]
+
+    def random_inputs(self, dtype: str, shape: MatmulShape, seed: int) -> dict[str, np.ndarray]:
+        """A and B in [-1, 1) rounded to FP8 (so exactly representable); scales in [0.5, 2); R in C's type."""
+        inputs = super().random_inputs(dtype, shape, seed)
+        for name in ("scale_a", "scale_b"):
+            if name in inputs:
+                inputs[name] = inputs[name] * np.float32(0.75) + np.float32(1.25)
+        if "R" in inputs:
+            inputs["R"] = inputs["R"].astype(np.float64).astype(numpy_dtype(self.epilogue.out))
+        return inputs
+
+    def product(self, inputs: Mapping[str, np.ndarray], shape: MatmulShape) -> np.ndarray:
+        """The dequantised inputs' product, B taken by columns, times the scales."""
+        product = inputs["A"][:, : shape.k] @ inputs["B"][:, : shape.k].T
+        if self.scaling != "none":
+            product = product * inputs["scale_a"][: shape.m, None] * inputs["scale_b"][None, : shape.n]
+        return product
+
+    def tolerance(self, dtype: str, shape: MatmulShape) -> float:
+        """The half-precision GEMM's rule with the tensor cores' FP8 sums in place of float32's: 16 u
+        sqrt(K) with u = 2^-14, plus one rounding of each output to C's type (u of bfloat16 or float16,
+        twice); the FP8 inputs are exact. With an epilogue, the epilogue's rule: that twice, plus the
+        activation's float32 evaluation."""
+        rounding = 0.0 if dtype == "f32" else 2 * UNIT_ROUNDOFF[dtype]
+        gemm = 16 * FP8_SUM_ROUNDOFF * math.sqrt(shape.k) + rounding
+        return 2 * gemm + ACTIVATION_ROUNDINGS * UNIT_ROUNDOFF["f32"] if self.epilogue.fused else gemm
+
+    def ceiling(self, dtype: str) -> Ceiling:
+        return GEMM_FP8
+
+
+@functools.cache
+def fp8_problem(epilogue: Epilogue, scaling: str) -> Fp8GemmProblem:
+    """One problem object per epilogue and scaling: the GPU worker keeps inputs and references per problem."""
+    return Fp8GemmProblem(epilogue, scaling)
+
+
+class Fp8GemmFamily(WgmmaFamily):
+    """The GEMM on FP8 inputs with Hopper's wgmma and TMA: sm_90a only."""
+
+    name = "fp8gemm"
+    summary = ("C = A·B in FP8 (e4m3, e5m2) on Hopper, B given N x K, scaled per tensor or per row and column, "
+               "C in bf16, f16 or f32: wgmma's kernel (sm_90a)")
+    variant_type = Fp8Variant
+    problem = fp8_problem(Epilogue(out="bf16"), "tensor")
+    fallback = None  # no other family multiplies FP8
+    matmul_dtypes = FP8_TYPES
+
+    def problem_of(self, variant: Fp8Variant) -> Fp8GemmProblem:
+        return fp8_problem(variant.epilogue, variant.scaling)
+
+    def refusal(self, variant: Fp8Variant, shape: MatmulShape) -> str | None:
+        if shape.lda % ROW_ELEMENTS or shape.ldb % ROW_ELEMENTS:
+            return (f"TMA copies rows that start on 16-byte boundaries: FP8 lda and ldb (K for dense matrices) must be "
+                    f"multiples of {ROW_ELEMENTS}; {shape} is not (pad the rows)")
+        return None
+
+    def sanitize_size(self, variant: Fp8Variant) -> str:
+        return f"{variant.bm + 3}x{variant.bn + 8}x{2 * BOX + 48}"

@@ -1,0 +1,76 @@
+"""The FP8 GEMM (fp8gemm) on a real GPU (marker `gpu`; sm_90 only): both FP8 types, every output type
+and every scaling, on both store paths and three schedules, with and without an epilogue, right at
+odd, tiny and many-tile shapes: each output NaN-poisoned before its launch and compared with the
+float64 product of the dequantised inputs, scaled (the sweep's check); compute-sanitizer clean on a
+variant of each scaling; and gen.matmul on PyTorch's FP8 tensors beside torch._scaled_mm."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import gen
+from gen.core.results import Status
+
+from .test_gpu import _only_skipped_and_ok, run, runnable, skip_unless_gpu
+
+pytestmark = pytest.mark.gpu
+
+# Odd M, N and K with rows padded to 16 bytes (lda and ldb multiples of 16 one-byte elements, TMA's
+# demand; C's rows 1001 apart: bulk stores fall back to checked ones); a problem smaller than every
+# tile and than one step of K (128); more tiles than an H100 has SMs, whole tiles only.
+SIZES = ["999x1001x1003:1008,1008,1001", "77x45x33:48,48,45", "1000x2048x512"]
+FIXED = {"bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["4"]}
+EVERY_TYPE = {**FIXED, "dtype": ["e4m3", "e5m2"], "out": ["bf16", "f16", "f32"], "scaling": ["none", "tensor", "rowcol"],
+              "store": ["direct", "bulk"], "schedule": ["persistent"]}
+SCHEDULES = {**FIXED, "dtype": ["e4m3"], "scaling": ["tensor", "rowcol"], "schedule": ["grid", "pingpong"],
+             "store": ["direct", "bulk"], "bn": ["128", "256"], "cluster": ["1", "2"]}
+EPILOGUES = {**FIXED, "dtype": ["e4m3", "e5m2"], "out": ["bf16", "f32"], "scaling": ["tensor", "rowcol"],
+             "scale": ["alpha-beta"], "act": ["relu", "silu"], "residual": ["add"], "store": ["bulk"]}
+
+
+def _sm90() -> None:
+    skip_unless_gpu(lambda cc: cc == (9, 0), "the fp8gemm family runs on sm_90 GPUs (H100, H200) only")
+
+
+def test_every_fp8_type_output_and_scaling_is_right_at_odd_tiny_and_many_tile_shapes(tmp_path: Path) -> None:
+    _sm90()
+    for name, params, least in (("types", EVERY_TYPE, 100), ("schedules", SCHEDULES, 30), ("epilogues", EPILOGUES, 20)):
+        rows = run(tmp_path / name, "fp8gemm", params, SIZES)
+        assert _only_skipped_and_ok(rows) == runnable("fp8gemm", params, SIZES) > least
+        for row in rows.values():
+            if row.status == Status.OK:
+                assert row.error <= row.tolerance and row.checks >= 1
+
+
+def test_compute_sanitizer_finds_nothing_in_a_variant_of_each_scaling(tmp_path: Path) -> None:
+    _sm90()
+    params = {**FIXED, "scaling": ["none", "tensor", "rowcol"], "store": ["bulk"], "schedule": ["persistent"]}
+    rows = run(tmp_path, "fp8gemm", params, ["300x200x160"], sanitize=True)
+    assert _only_skipped_and_ok(rows) == 3
+    ran = {row.name: (row.hazards, row.message) for row in rows.values()}
+    assert all(hazards and not any(hazards.values()) for hazards, _ in ran.values()), ran
+
+
+def test_gen_matmul_multiplies_torch_fp8_tensors_as_torch_scaled_mm_does() -> None:
+    _sm90()
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (optional)")
+    m, n, k = 1000, 2000, 1008  # odd M; K a multiple of 16 (dense rows of 16 bytes)
+    a = (torch.rand(m, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
+    b = (torch.rand(n, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn).t()  # K x N by columns
+    scale_a, scale_b = torch.tensor(0.5, device="cuda"), torch.tensor(1.5, device="cuda")
+    got = gen.matmul(a, b, scale_a=scale_a, scale_b=scale_b)
+    assert got.dtype == torch.bfloat16 and got.shape == (m, n)
+    vendor = torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
+    reference = (a.double() @ b.double()) * 0.75
+    for result in (got, vendor):
+        assert float(torch.linalg.norm(result.double() - reference) / torch.linalg.norm(reference)) < 2e-2
+    rows_a, columns_b = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+    gen.matmul(a, b, out, scale_a=rows_a, scale_b=columns_b)
+    reference = (a.double() @ b.double()) * rows_a.double() * columns_b.double()
+    assert not torch.isnan(out).any()
+    assert float(torch.linalg.norm(out.double() - reference) / torch.linalg.norm(reference)) < 2e-2
+    unscaled = gen.matmul(a, b)  # no scales: bfloat16 out
+    assert unscaled.dtype == torch.bfloat16 and not unscaled.isnan().any()
