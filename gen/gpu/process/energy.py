@@ -115,10 +115,10 @@ def settle_clock(call: Callable[[], Any], meter: Meter, limit_s: float = CLOCK_S
     the rest: its reading is not compared."""
     batch, readings, started = 1, [], time.monotonic()
     while time.monotonic() - started < limit_s:
-        begun = _recorded(event())
+        begun = event(recorded=True)
         for _ in range(batch):
             call()
-        queued = _recorded(event())
+        queued = event(recorded=True)
         readings.append(meter.clock()[0])
         queued.synchronize()
         if len(readings) > 2 and abs(readings[-1] - readings[-2]) <= CLOCK_STEADY * readings[-2]:
@@ -156,27 +156,22 @@ def energy_per_launch(call: Callable[[], Any], meter: Meter, seconds_per_launch:
             what = "energy counter" if meter.counter else "power reading"
             return f"NVML's {what} changed {max(0, len(readings) - 1)} times in {MAX_WINDOW_S:g} s"
         if first is None and elapsed >= 0:
-            first = _recorded(event())  # the window starts behind the warm-up's launches
+            first = event(recorded=True)  # the window starts behind the warm-up's launches
         for _ in range(batch):
             call()
         launches += batch if first is not None else 0
-        queued.append(_recorded(event()))
+        queued.append(event(recorded=True))
         while len(queued) > 1:
             if queued[0].query():
                 queued.popleft()
             elif first is not None:
                 _read(meter, readings)
-    last = _recorded(event())
+    last = event(recorded=True)
     last.synchronize()
     watts = average_watts(readings, meter.counter)
     if watts is None:
         return "too few energy readings"
     return watts * last.time_since(first) / 1e3 / launches, watts
-
-
-def _recorded(event: Any) -> Any:
-    event.record()
-    return event
 
 
 def _read(meter: Meter, readings: list[Reading]) -> None:

@@ -44,6 +44,7 @@ class Runner:
         self._modules: dict[str, CubinModule] = {}  # by cubin (a batch compile holds several kernels)
         self._problems: OrderedDict[tuple, DeviceProblem] = OrderedDict()
         self._checker = OutputChecker()
+        # written before each cold sample: twice the L2's size, so the next launch finds none of its data cached
         self._flush_buffer = empty((2 * self.device.l2_bytes // 4,), np.uint32)
         self._ceilings = Ceilings(self.device.model)
         self._meter: tuple[Meter | None, str] | None = None  # opened when a job first asks for energy
@@ -100,8 +101,8 @@ class Runner:
         read_clock = (lambda: clocks.append(meter.clock())) if meter is not None and meter.clocks else None
         if read_clock:
             settle_clock(call, meter)
-        samples = event_samples(call, job.timing, before_each=None if job.timing.warm else self._flush_l2,
-                                during_round=read_clock)
+        flush_l2 = None if job.timing.warm else lambda salt: fill(self._flush_buffer, salt)
+        samples = event_samples(call, job.timing, before_each=flush_l2, during_round=read_clock)
         if clocks:
             measurement.sm_clock_mhz, measurement.throttle = clock_summary(clocks)
         return samples
@@ -129,12 +130,14 @@ class Runner:
         worst, problem_found, call = 0.0, "", lambda: None
         tolerance = problem.tolerance(variant.output_dtype, shape)
         output = problem.output.name
+        if job.cubin not in self._modules:
+            self._modules[job.cubin] = CubinModule(job.cubin)
         for seed in job.seeds:
             report(f"check seed {seed}")
             expected = self._problem(problem, variant.dtype, shape, seed,
                                      lambda step: report(f"check seed {seed}: {step}"))
             arrays = expected.fresh_arrays(output, numpy_dtype(variant.output_dtype))
-            call = launcher(self._module(job.cubin), job.name, job.cache_config, launch, launched, shape, arrays)
+            call = launcher(self._modules[job.cubin], job.name, job.cache_config, launch, launched, shape, arrays)
             call()
             synchronize()
             if problem.checks_on_host:
@@ -150,10 +153,6 @@ class Runner:
                                   unit=problem.ceiling(variant.dtype).unit)
         return measurement, call
 
-    def _flush_l2(self, salt: int) -> None:
-        """Write a buffer twice the L2's size, so the next launch finds none of its data cached."""
-        fill(self._flush_buffer, salt)
-
     def _problem(self, problem: Problem, dtype: str, shape: Any, seed: int,
                  report: Callable[[str], None]) -> "DeviceProblem":
         """Random inputs and the expected output on the device, kept for the next variants."""
@@ -164,10 +163,3 @@ class Runner:
                 self._problems.popitem(last=False)
         self._problems.move_to_end(key)
         return self._problems[key]
-
-    def _module(self, cubin: str) -> CubinModule:
-        """The cubin's module, loaded when one of its kernels is first launched: the same for every job on it."""
-        if cubin not in self._modules:
-            with open(cubin, "rb") as handle:
-                self._modules[cubin] = CubinModule(handle.read())
-        return self._modules[cubin]

@@ -25,12 +25,15 @@ def open_primary_context(physical_index: int) -> tuple[DeviceInfo, str]:
         index=physical_index), device.pci_bus_id()
 
 
-def event() -> Any:
-    """A CUDA event of the current context: `record()` it on the default stream, then `synchronize()`,
-    `query()` and `time_since(start)` (milliseconds)."""
+def event(recorded: bool = False) -> Any:
+    """A CUDA event of the current context, `recorded` now (else by `record()`) on the default stream;
+    then `synchronize()`, `query()` and `time_since(start)` (milliseconds)."""
     import pycuda.driver as cuda
 
-    return cuda.Event()
+    made = cuda.Event()
+    if recorded:
+        made.record()
+    return made
 
 
 def synchronize() -> None:

@@ -6,6 +6,7 @@ context."""
 from __future__ import annotations
 
 import atexit
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -24,41 +25,40 @@ CudaError, OutOfMemory = cuda.Error, cuda.MemoryError  # what a failed launch, c
 
 
 class CubinModule:
-    """A cubin, loaded into the current context when one of its kernels is first asked for, through
-    the binding that launches it: pycuda, or the driver API (gen.gpu.runtime.native) for a kernel
-    that takes a structure by value. Each at most once: a variant's checks and its timing launch the
-    one copy loaded."""
+    """A cubin file, loaded into the current context when a kernel of it is first asked for: through
+    pycuda once, and each kernel that takes a structure by value through the driver API
+    (gen.gpu.runtime.native) once, never through both: a variant's checks and timing launch one copy."""
 
-    def __init__(self, cubin: bytes):
-        self.cubin = cubin
-        self._pycuda: Any = None  # the module, loaded through each binding
-        self._native: Any = None
-        self._functions: dict[tuple[str, str], Any] = {}
+    def __init__(self, path: str):
+        self.cubin, self._module, self._functions = Path(path).read_bytes(), None, {}
+
+    def _pycuda_module(self) -> Any:
+        if self._module is None:
+            self._module = cuda.module_from_buffer(self.cubin)
+        return self._module
 
     def function(self, name: str, cache_config: str, dynamic_shared_bytes: int) -> Any:
-        """pycuda's kernel `name` (its own symbol, else its one C++-mangled symbol in the cubin's
-        symbol table), with its cache preference and shared memory set once."""
+        """pycuda's kernel `name` (its own symbol, else its one C++-mangled one in the cubin's symbol
+        table), set once: the cache preference and the matching shared-memory carveout, and the
+        opt-in for > 48 KiB dynamic shared."""
         if (name, cache_config) not in self._functions:
-            symbol = kernel_symbol(self.cubin, name)
-            function = self._pycuda_module().get_function(symbol or name)  # no symbol: the driver's "not found"
-            configure(function, cache_config, dynamic_shared_bytes)
+            function = self._pycuda_module().get_function(kernel_symbol(self.cubin, name) or name)
+            if cache_config != "none":
+                function.set_cache_config(getattr(cuda.func_cache, "PREFER_" + cache_config.upper()))
+                function.set_attribute(cuda.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                       CACHE_CONFIGS[cache_config])
+            if dynamic_shared_bytes > MAX_STATIC_SHARED_BYTES:  # past it, a kernel must opt in
+                function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_shared_bytes)
             self._functions[name, cache_config] = function
         return self._functions[name, cache_config]
 
     def native_function(self, name: str, dynamic_shared_bytes: int) -> Any:
-        """The driver API's kernel `name`, for a launch pycuda cannot make; no cache preference."""
-        if (name, "native") not in self._functions:
+        """The driver API's kernel `name`, for a launch pycuda cannot make (no cache preference)."""
+        if (name, None) not in self._functions:
             from . import native
 
-            if self._native is None:
-                self._native = native.load_module(self.cubin, name)
-            self._functions[name, "native"] = native.load(self.cubin, name, dynamic_shared_bytes, self._native)
-        return self._functions[name, "native"]
-
-    def _pycuda_module(self) -> Any:
-        if self._pycuda is None:
-            self._pycuda = cuda.module_from_buffer(self.cubin)
-        return self._pycuda
+            self._functions[name, None] = native.load(self.cubin, name, dynamic_shared_bytes)
+        return self._functions[name, None]
 
     def fill_constants(self, constants: Mapping[str, np.ndarray]) -> None:
         """Copy each array into pycuda's module's `__constant__` symbol of its name; UsageError when the
@@ -77,16 +77,17 @@ class CubinModule:
 
 def launcher(module: CubinModule, name: str, cache_config: str, launch: Launch, problem: Problem, shape: Any,
              arrays: Mapping[str, Any]) -> Callable[[], None]:
-    """A prepared launch of kernel `name` of `module` on these device arrays (GPUArrays, views
-    included), the problem's constants filled first: little host work per call. An output the launch
-    clears is zeroed first, in the same stream. A kernel that takes a structure by value (np.void: a
-    TMA tensor map) is launched through the driver API: the driver does not deliver such a parameter
-    from the one packed buffer pycuda launches with (on an H100 and an H200 with driver 580, the
-    kernel saw no tensor map), but does from cuLaunchKernel's array of parameters. It gets no cache
-    preference, and no constants (refused)."""
+    """A prepared launch of kernel `name` on these device arrays (GPUArrays, views included), the
+    problem's constants filled first: little host work per call. An output the launch clears is
+    zeroed first (its padding left alone: gen.gpu.runtime.regions), in the same stream. A kernel
+    that takes a structure by value (np.void: a TMA tensor map) is launched through the driver API:
+    the driver does not deliver such a parameter from the one packed buffer pycuda launches with (on
+    an H100 and an H200 with driver 580, the kernel saw no tensor map), but does from cuLaunchKernel's
+    array of parameters; it gets no cache preference and no constants (refused)."""
     arguments = problem.kernel_arguments(shape, {key: array.gpudata for key, array in arrays.items()})
     output = arrays[problem.output.name]
-    clear = region_clearer(output, problem.output_region(shape)) if launch.clears_output else None
+    clears = spans(int(output.gpudata), output.strides, output.dtype.itemsize, problem.output_region(shape)) \
+        if launch.clears_output else []
     if any(a.dtype.kind == "V" for a in arguments):
         if problem.constants(shape):  # the driver API's module is not filled
             raise UsageError(f"{problem.__class__.__name__} passes a structure by value and fills __constant__ "
@@ -95,9 +96,9 @@ def launcher(module: CubinModule, name: str, cache_config: str, launch: Launch, 
         from . import native
 
         run = native.DriverLaunch(module.native_function(name, launch.dynamic_shared_bytes), launch.grid,
-                                  launch.block, launch.dynamic_shared_bytes, arguments)
+                                  launch.block, launch.dynamic_shared_bytes, arguments, clears)
 
-        def start() -> None:
+        def call() -> None:
             try:
                 run(0)  # stream 0: pycuda's default stream
             except RunFailed as error:  # refused at launch (its resources, say): pycuda's kind of error
@@ -106,36 +107,15 @@ def launcher(module: CubinModule, name: str, cache_config: str, launch: Launch, 
         module.fill_constants(problem.constants(shape))
         function = module.function(name, cache_config, launch.dynamic_shared_bytes)
         function.prepare("".join(a.dtype.char for a in arguments))
-        start = lambda: function.prepared_async_call(launch.grid, launch.block, None, *arguments,  # noqa: E731
-                                                     shared_size=launch.dynamic_shared_bytes)
 
-    def call() -> None:
-        if clear:
-            clear()
-        start()
+        def call() -> None:
+            for address, pitch, width, height in clears:
+                cuda.memset_d2d8_async(address, pitch, 0, width, height, None)
+            function.prepared_async_call(launch.grid, launch.block, None, *arguments,
+                                         shared_size=launch.dynamic_shared_bytes)
 
     call.arrays = dict(arrays)  # the arguments are bare addresses: keep their memory alive with the launch
     return call
-
-
-def region_clearer(array: Any, region: tuple[slice, ...]) -> Callable[[], None]:
-    """Zeroes `region` of a device array (its padding left alone), in 2-D memsets (gen.gpu.runtime.regions)."""
-    blocks = spans(int(array.gpudata), array.strides, array.dtype.itemsize, region)
-
-    def clear() -> None:
-        for address, pitch, width, height in blocks:
-            cuda.memset_d2d8_async(address, pitch, 0, width, height, None)
-
-    return clear
-
-
-def configure(function: Any, cache_config: str, dynamic_shared_bytes: int) -> None:
-    """Cache preference, the matching shared-memory carveout, and the opt-in for > 48 KiB dynamic shared."""
-    if cache_config != "none":
-        function.set_cache_config(getattr(cuda.func_cache, "PREFER_" + cache_config.upper()))
-        function.set_attribute(cuda.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT, CACHE_CONFIGS[cache_config])
-    if dynamic_shared_bytes > MAX_STATIC_SHARED_BYTES:  # past it, a kernel must opt in
-        function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_shared_bytes)
 
 
 def source_module(source: str) -> Any:
@@ -160,8 +140,7 @@ def fill(array: Any, value: Any) -> None:
     if memset is None:
         array.fill(value)
     else:
-        bits = np.asarray(value, array.dtype).view(f"uint{8 * array.dtype.itemsize}")
-        memset(array.gpudata, int(bits), array.size, None)
+        memset(array.gpudata, int(np.asarray(value, array.dtype).view(f"uint{array.dtype.itemsize * 8}")), array.size)
 
 
 def empty(dims: tuple[int, ...], dtype: Any) -> Any:

@@ -84,23 +84,17 @@ def pointer_device(pointer: int) -> int | None:
     return int(value) if error == SUCCESS else None
 
 
-def load_module(cubin: bytes, name: str) -> Any:
-    """A cubin loaded into the current context (it stays loaded) for its kernel `name`. Loading is allowed while a CUDA
-    graph is being captured (as PyTorch loads its own compiled kernels): it enqueues nothing, so a
-    first call may be captured."""
+def load(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
+    """The kernel `name` of a cubin (its own symbol, or its C++-mangled one), loaded into the current
+    context (the module stays loaded). Loading is allowed while a CUDA graph is being captured (as
+    PyTorch loads its own compiled kernels): it enqueues nothing, so a first call may be captured."""
     image = np.frombuffer(cubin, dtype=np.uint8)  # passed by address: kept alive through the call
     relaxed = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
     mode = _checked(driver.cuThreadExchangeStreamCaptureMode(relaxed), "setting the capture mode")
     try:
-        return _checked(driver.cuModuleLoadData(image.ctypes.data), f"loading {name}")
+        module = _checked(driver.cuModuleLoadData(image.ctypes.data), f"loading {name}")
     finally:
         _checked(driver.cuThreadExchangeStreamCaptureMode(mode), "setting the capture mode back")
-
-
-def load(cubin: bytes, name: str, dynamic_shared_bytes: int, module: Any = None) -> Any:
-    """The kernel `name` of a cubin (its own symbol, or its C++-mangled one), from `module` (the
-    cubin loaded already), else from the cubin loaded now (load_module)."""
-    module = module if module is not None else load_module(cubin, name)
     symbol = kernel_symbol(cubin, name) or name
     function = _checked(driver.cuModuleGetFunction(module, symbol.encode()), f"finding {name}")
     if dynamic_shared_bytes > MAX_STATIC_SHARED_BYTES:  # past it, a kernel must opt in
