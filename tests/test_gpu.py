@@ -181,7 +181,7 @@ def module_loads(monkeypatch: pytest.MonkeyPatch, family: str, shapes: tuple[str
     compiled = compile_variant(variant, CompileOptions.local())
     runner = Runner()  # its own compare kernels are loaded before the count starts
     loads: list[str] = []
-    for binding, owner, name in (("pycuda", cuda, "module_from_buffer"), ("driver API", native, "load_module")):
+    for binding, owner, name in (("pycuda", cuda, "module_from_buffer"), ("driver API", native, "load")):
         load = getattr(owner, name)
         monkeypatch.setattr(owner, name, lambda *a, load=load, binding=binding: loads.append(binding) or load(*a))
     first = runner.run(Job(variant.name, family, str(compiled.cubin), shapes[0], seeds=(1, 2), timing=QUICK))
