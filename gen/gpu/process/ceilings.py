@@ -9,7 +9,7 @@ no rate, and its rows no share.
 The file maps a GPU model's `key` (its fields) to {ceiling key: rate}. tilegen 0.1 and 0.2 keyed
 it by the model's display string: such entries are still read, and left as they are.
 
-Importing this module needs no pycuda (the measurers import the CUDA runtime when they run), so
+Importing this module needs no pycuda (the measurers import gen.gpu.runtime when they run), so
 that the file and the family's own measurers work in a stand-in worker too.
 """
 
