@@ -23,8 +23,8 @@ MAY_IMPORT["cli"] = MAY_IMPORT["commands"] | {"commands"}
 
 # Each third-party package (or part of one), by its dotted prefix, and the floors that import it.
 THIRD_PARTY = {
-    "pycuda": {"gpu/runtime", "gpu/process"}, "torch": {"gpu/process", "call"}, "cupy": {"gpu/process"},  # cuBLAS ceilings; call/torch_ops
-    "cuda.bindings.driver": {"gpu/runtime"},  # where PyCUDA cannot serve: a tensor map passed by value
+    "pycuda": {"gpu/runtime"}, "cuda": {"gpu/runtime"},  # the CUDA bindings' one owner (the driver API: cuda.bindings)
+    "torch": {"gpu/process", "call"}, "cupy": {"gpu/process"},  # cuBLAS ceilings; call/torch_ops
     "pynvml": {"gpu/process"}, "distributed": {"gpu"}, "dask": {"gpu"},
     "cuda.bindings.nvrtc": {"compiling"}, "cuda.pathfinder": {"compiling"},  # NVRTC, the compiler
     "jinja2": {"compiling"}, "matplotlib": {"store"}, "ml_dtypes": {"families"},

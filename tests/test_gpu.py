@@ -166,6 +166,35 @@ def test_every_cache_configuration_runs(tmp_path: Path) -> None:
     assert sorted(row.cache_config for row in rows.values() if row.status == Status.OK) == ["equal", "l1", "none", "shared"]
 
 
+def module_loads(monkeypatch: pytest.MonkeyPatch, family: str, shapes: tuple[str, str]) -> list[str]:
+    """The bindings through which the GPU worker's Runner loads a cubin for two jobs on the family's
+    first default variant (two seeds checked, then timed; then a seed at another shape), once each
+    load; both jobs must come out right."""
+    import pycuda.driver as cuda
+
+    from gen.compiling.compiler import CompileOptions, compile_variant
+    from gen.gpu.process.jobs import Job
+    from gen.gpu.process.runner import Runner
+    from gen.gpu.runtime import native
+
+    variant = Space.default(get_family(family)).expand().valid[0]
+    compiled = compile_variant(variant, CompileOptions.local())
+    runner = Runner()  # its own compare kernels are loaded before the count starts
+    loads: list[str] = []
+    for binding, owner, name in (("pycuda", cuda, "module_from_buffer"), ("driver API", native, "load")):
+        load = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, load=load, binding=binding: loads.append(binding) or load(*a))
+    first = runner.run(Job(variant.name, family, str(compiled.cubin), shapes[0], seeds=(1, 2), timing=QUICK))
+    second = runner.run(Job(variant.name, family, str(compiled.cubin), shapes[1], seeds=(3,), timing=QUICK))
+    assert (first.status, first.checks, second.status) == (Status.OK, 2, Status.OK), (first.message, second.message)
+    assert first.timing is not None and second.timing is not None
+    return loads
+
+
+def test_a_variant_is_loaded_once_through_pycuda_for_its_checks_its_timing_and_the_next_job(monkeypatch) -> None:
+    assert module_loads(monkeypatch, "sgemm", ("512x512x512", "256x256x256")) == ["pycuda"]
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_the_device_checker_catches_unwritten_stray_and_wrong_elements(dtype: str) -> None:
     import numpy as np
@@ -174,6 +203,7 @@ def test_the_device_checker_catches_unwritten_stray_and_wrong_elements(dtype: st
 
     from gen.families.problem import numpy_dtype
     from gen.gpu.process import checker as gpu
+    from gen.gpu.runtime.launch import fill
 
     reference = np.random.default_rng(3).uniform(-1, 1, (5, 7))
     expected = np.full((5, 9), np.nan)  # two padding columns (ld 9) outside the output region
@@ -192,7 +222,7 @@ def test_the_device_checker_catches_unwritten_stray_and_wrong_elements(dtype: st
     error, found = verdict(good)
     assert found == "" and error < tolerance / 2
     poisoned = on_device(good)
-    gpu.poison(poisoned)  # what every check does to the output before the launch
+    fill(poisoned, np.nan)  # what every check does to the output before the launch
     assert "35 of 35 output elements were not written" in checker.compare(poisoned, problem, tolerance)[1]
     unwritten, stray, wrong = good.copy(), good.copy(), good.copy()
     unwritten[2, 3] = np.nan

@@ -14,7 +14,7 @@ import pytest
 import gen
 from gen.core.results import Status
 
-from .test_gpu import _only_skipped_and_ok, run, runnable, skip_unless_gpu
+from .test_gpu import _only_skipped_and_ok, module_loads, run, runnable, skip_unless_gpu
 
 pytestmark = pytest.mark.gpu
 
@@ -53,6 +53,14 @@ def test_every_wgmma_rung_is_right_at_odd_tiny_and_many_tile_shapes(tmp_path: Pa
             assert row.error <= row.tolerance
             if row.params["out"] == "f32":  # the float64 reference is exact for the rounded inputs
                 assert row.error < 1e-5
+
+
+def test_a_tma_variant_is_loaded_once_through_the_driver_api_for_its_checks_its_timing_and_the_next_job(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its tensor maps are passed by value, which only the driver API's launch delivers: no second copy
+    is loaded through pycuda."""
+    _sm90()
+    assert module_loads(monkeypatch, "wgmma", ("512x512x128", "256x256x256")) == ["driver API"]
 
 
 def test_gen_kernel_runs_wgmma_on_torch_float16_sub_matrices() -> None:

@@ -60,6 +60,16 @@ def test_a_third_party_package_outside_its_layer_is_found(scratch):
                         "cuda.bindings.driver is imported in evaluate; only gpu/runtime may import it"]
 
 
+def test_the_cuda_bindings_are_imported_only_by_the_cuda_runtime(scratch):
+    (scratch / "gpu" / "process" / "bind.py").write_text("import pycuda.driver as cuda\nfrom cuda import bindings\n")
+    (scratch / "call" / "bind.py").write_text("def bind():\n    from cuda.bindings.driver import cuInit\n")
+    (scratch / "gpu" / "runtime" / "bind.py").write_text("import pycuda.gpuarray\nimport cuda.bindings.runtime\n")
+    assert sorted(f.split(": ", 1)[1] for f in check(scratch)) == [
+        "cuda.bindings is imported in gpu/process; only gpu/runtime may import it",
+        "cuda.bindings.driver.cuInit is imported in call; only gpu/runtime may import it",
+        "pycuda.driver is imported in gpu/process; only gpu/runtime may import it"]
+
+
 def test_a_long_module_and_a_long_function_are_found(scratch):
     body = "".join(f"    x{i} = {i}\n" for i in range(60))
     (scratch / "core" / "long.py").write_text("def long():\n" + body + "\n" * 340)

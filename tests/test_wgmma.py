@@ -57,5 +57,5 @@ def test_the_whole_default_wgmma_space_compiles_for_sm_90a_without_spills(compil
     results = compile_variants(variants, compile_options)
     assert len(results) == len(variants) > 20
     assert not [(r.variant.name, r.log) for r in results if not r.ok]
-    assert {r.arch for r in results} == {"sm_90a"}
+    assert all("for 'sm_90a'" in r.log for r in results)  # ptxas's report: each compiled for sm_90a
     assert all(r.resources.spill_bytes == 0 and r.resources.stack_bytes == 0 for r in results)

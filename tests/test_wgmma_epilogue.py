@@ -126,5 +126,5 @@ def test_every_epilogue_renders_and_compiles_for_sm_90a_spilling_at_most_a_few_r
     results = compile_variants(variants, compile_options)
     assert len(results) == len(variants)
     assert not [(r.variant.name, r.log) for r in results if not r.ok]
-    assert {r.arch for r in results} == {"sm_90a"}
+    assert all("for 'sm_90a'" in r.log for r in results)  # ptxas's report: each compiled for sm_90a
     assert all(r.resources.spill_bytes <= SPILL_LIMIT and r.resources.stack_bytes <= SPILL_LIMIT for r in results)

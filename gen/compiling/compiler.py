@@ -55,7 +55,6 @@ class Compiled:
     """The outcome of compiling one variant."""
 
     variant: Variant
-    arch: str
     cubin: Path | None  # None when the compile failed; a batch's cubin holds its other kernels too
     resources: Resources | None
     seconds: float  # the compiler's wall time for this variant (its share of a batch), kept in the cache
@@ -162,7 +161,7 @@ def _compile_alone(variant: Variant, source: str, key: str, options: CompileOpti
                    children: ProcessGroup) -> Compiled:
     attempt, verdict = judged(lambda: _run(options, {variant.name: source}, children), [variant.name], variant.name)
     if verdict.outcome in (Outcome.TIMED_OUT, Outcome.CRASHED):
-        return Compiled(variant, options.arch, None, None, attempt.seconds,
+        return Compiled(variant, None, None, attempt.seconds,
                         f"{verdict.reason}; not cached ({verdict.fix})", cached=False, compiler=made_by(options),
                         level=options.level)
     if verdict.outcome is Outcome.SOURCE_ERROR:
@@ -200,7 +199,7 @@ def _run(options: CompileOptions, sources: Mapping[str, str], children: ProcessG
 def _compiled(variant: Variant, options: CompileOptions, cache: CompileCache, entry: CacheEntry,
               cached: bool) -> Compiled:
     cubin = cache.folder / entry.cubin.name if entry.cubin else None
-    return Compiled(variant, options.arch, cubin, entry.resources, entry.seconds, entry.log, cached,
+    return Compiled(variant, cubin, entry.resources, entry.seconds, entry.log, cached,
                     made_by(options), options.level)
 
 

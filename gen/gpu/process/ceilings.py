@@ -9,8 +9,8 @@ no rate, and its rows no share.
 The file maps a GPU model's `key` (its fields) to {ceiling key: rate}. tilegen 0.1 and 0.2 keyed
 it by the model's display string: such entries are still read, and left as they are.
 
-Importing this module needs no pycuda (the measurers import it when they run), so that the file
-and the family's own measurers work in a stand-in worker too.
+Importing this module needs no pycuda (the measurers import gen.gpu.runtime when they run), so
+that the file and the family's own measurers work in a stand-in worker too.
 """
 
 from __future__ import annotations
@@ -103,14 +103,12 @@ def _checked(ceiling: Ceiling, rate: Any) -> float:
 
 def copy_bandwidth(size: int = 1 << 30) -> float:
     """Device-to-device copy of `size` bytes, counting bytes read and written, in GB/s."""
-    import pycuda.driver as cuda
-
+    from ..runtime.launch import copy, empty, fill
     from .timing import event_samples
 
-    source, target = cuda.mem_alloc(size), cuda.mem_alloc(size)
-    cuda.memset_d32(source, 0x3F800000, size // 4)
-    samples = event_samples(lambda: cuda.memcpy_dtod_async(target, source, size), CEILING_SAMPLES,
-                            before_each=lambda salt: None)
+    source, target = empty((size // 4,), np.float32), empty((size // 4,), np.float32)
+    fill(source, 1.0)
+    samples = event_samples(lambda: copy(target, source), CEILING_SAMPLES, before_each=lambda salt: None)
     return 2 * size / (float(np.median(samples)) / 1e3) / 1e9
 
 

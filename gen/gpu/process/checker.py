@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-import pycuda.driver as cuda
-import pycuda.gpuarray as gpuarray
 
 from ...core.errors import UsageError
 from ...core.limits import DTYPE_CTYPE
 from ...families.problem import Problem, numpy_dtype
+from ..runtime.launch import copy, empty, fill, source_module, to_device
 
 
 @dataclass
@@ -35,18 +34,17 @@ class DeviceProblem:
         inputs cannot spoil the next check) and the output poisoned with NaN (or the problem's
         initial output), in reused buffers."""
         for name, pristine in self.inputs.items():
-            work = self._buffer(name, pristine.shape, pristine.dtype)
-            cuda.memcpy_dtod_async(work.gpudata, pristine.gpudata, pristine.nbytes)
+            copy(self._buffer(name, pristine.shape, pristine.dtype), pristine)
         out = self._buffer(output, self.expected.shape, dtype)
         if self.initial is not None and self.initial.dtype == dtype:
-            cuda.memcpy_dtod_async(out.gpudata, self.initial.gpudata, self.initial.nbytes)
+            copy(out, self.initial)
         else:
-            poison(out)
+            fill(out, np.nan)
         return {name: self._work[name] for name in (*self.inputs, output)}
 
     def _buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         if name not in self._work or self._work[name].dtype != dtype:
-            self._work[name] = gpuarray.empty(shape, dtype=dtype)
+            self._work[name] = empty(shape, dtype)
         return self._work[name]
 
     @classmethod
@@ -65,21 +63,9 @@ class DeviceProblem:
         norm = float(np.linalg.norm(reference)) if reference is not None else 0.0
         report("inputs and expected output to the device")
         initial = problem.initial_output(shape)
-        return cls({name: gpuarray.to_gpu(_bits(host)) for name, host in inputs.items()}, gpuarray.to_gpu(expected),
+        return cls({name: to_device(_bits(host)) for name, host in inputs.items()}, to_device(expected),
                    norm, int(reference.size) if reference is not None else 0, checked=reference is not None,
-                   initial=gpuarray.to_gpu(np.ascontiguousarray(initial)) if initial is not None else None)
-
-
-def poison(array: Any) -> None:
-    """Fill a device array with NaN of its element type (by its bit pattern: pycuda has no fill for
-    16-bit floats)."""
-    nan = np.array(np.nan, dtype=array.dtype)
-    if array.dtype.itemsize == 2:
-        cuda.memset_d16(array.gpudata, int(nan.view(np.uint16)), array.size)
-    elif array.dtype.itemsize == 4:
-        cuda.memset_d32(array.gpudata, int(nan.view(np.uint32)), array.size)
-    else:
-        array.fill(np.nan)
+                   initial=to_device(np.ascontiguousarray(initial)) if initial is not None else None)
 
 
 def _bits(host: np.ndarray) -> np.ndarray:
@@ -135,22 +121,18 @@ class OutputChecker:
     Each block's sums come back and are added on the host in a fixed order: the same error every run."""
 
     def __init__(self) -> None:
-        from pycuda.compiler import SourceModule
-
-        module = SourceModule(_COMPARE_SOURCE, no_extern_c=True)
+        module = source_module(_COMPARE_SOURCE)
         self._kernels = {numpy_dtype(dtype): module.get_function(f"compare_{dtype}") for dtype in DTYPE_CTYPE
                          if dtype != "bf16" or _has_bfloat16()}
         for kernel in self._kernels.values():
             kernel.prepare("PPQP")
-        self._parts = cuda.pagelocked_empty((3, COMPARE_BLOCKS), np.float64)
-        self._parts_device = cuda.mem_alloc(self._parts.nbytes)
+        self._parts = empty((3, COMPARE_BLOCKS), np.float64)
 
     def compare(self, out: Any, expected: DeviceProblem, tolerance: float) -> tuple[float, str]:
         """Relative error ||out - ref|| / ||ref|| of the region, and what is wrong ('' when nothing is)."""
         self._kernels[out.dtype].prepared_call((COMPARE_BLOCKS, 1, 1), (COMPARE_THREADS, 1, 1), out.gpudata,
-                                               expected.expected.gpudata, expected.expected.size, self._parts_device)
-        cuda.memcpy_dtoh(self._parts, self._parts_device)
-        squared, missing, outside = (math.fsum(row) for row in self._parts)
+                                               expected.expected.gpudata, expected.expected.size, self._parts.gpudata)
+        squared, missing, outside = (math.fsum(row) for row in self._parts.get())
         missing, outside = int(missing), int(outside)
         error = math.sqrt(squared) / (expected.reference_norm or 1.0)
         if missing:

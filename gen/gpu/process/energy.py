@@ -21,6 +21,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..runtime.device import event, synchronize
+
 ENERGY_WINDOW_S = 0.5  # the variant runs back to back this long (after the warm-up), at least
 ENERGY_WARMUP_S = 0.1  # before: the GPU's power settles under the new load
 MIN_UPDATES = 5  # counter updates within the window, at least
@@ -111,14 +113,12 @@ def settle_clock(call: Callable[[], Any], meter: Meter, limit_s: float = CLOCK_S
     within CLOCK_STEADY of each other (the clock stopped rising), or for `limit_s`; the readings
     (MHz). Each is taken while the work queued before it runs; the first batch, one call, only sizes
     the rest: its reading is not compared."""
-    import pycuda.driver as cuda
-
     batch, readings, started = 1, [], time.monotonic()
     while time.monotonic() - started < limit_s:
-        begun = _recorded(cuda.Event())
+        begun = event(recorded=True)
         for _ in range(batch):
             call()
-        queued = _recorded(cuda.Event())
+        queued = event(recorded=True)
         readings.append(meter.clock()[0])
         queued.synchronize()
         if len(readings) > 2 and abs(readings[-1] - readings[-2]) <= CLOCK_STEADY * readings[-2]:
@@ -146,39 +146,32 @@ def energy_per_launch(call: Callable[[], Any], meter: Meter, seconds_per_launch:
     `window_s` or more (until the counter updated MIN_UPDATES times); or why not, in a few words.
     The meter is read only while a batch of launches waits behind the one running: the GPU is busy
     throughout. `seconds_per_launch` sizes the batches."""
-    import pycuda.driver as cuda
-
     batch = max(1, round(BATCH_MS / 1e3 / max(seconds_per_launch, 1e-7)))
     readings: list[Reading] = []
     queued: deque[Any] = deque()
     first, launches, started = None, 0, time.monotonic()
     while (elapsed := time.monotonic() - started - ENERGY_WARMUP_S) < window_s or len(readings) <= MIN_UPDATES:
         if elapsed >= MAX_WINDOW_S:
-            cuda.Context.synchronize()
+            synchronize()
             what = "energy counter" if meter.counter else "power reading"
             return f"NVML's {what} changed {max(0, len(readings) - 1)} times in {MAX_WINDOW_S:g} s"
         if first is None and elapsed >= 0:
-            first = _recorded(cuda.Event())  # the window starts behind the warm-up's launches
+            first = event(recorded=True)  # the window starts behind the warm-up's launches
         for _ in range(batch):
             call()
         launches += batch if first is not None else 0
-        queued.append(_recorded(cuda.Event()))
+        queued.append(event(recorded=True))
         while len(queued) > 1:
             if queued[0].query():
                 queued.popleft()
             elif first is not None:
                 _read(meter, readings)
-    last = _recorded(cuda.Event())
+    last = event(recorded=True)
     last.synchronize()
     watts = average_watts(readings, meter.counter)
     if watts is None:
         return "too few energy readings"
     return watts * last.time_since(first) / 1e3 / launches, watts
-
-
-def _recorded(event: Any) -> Any:
-    event.record()
-    return event
 
 
 def _read(meter: Meter, readings: list[Reading]) -> None:

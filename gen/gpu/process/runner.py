@@ -2,7 +2,7 @@
 time it if it is right.
 
 A `Runner` lives in a worker process that sees one GPU (CUDA_VISIBLE_DEVICES is set before it
-starts). It works in the device's primary context (pycuda.autoprimaryctx), so CuPy or PyTorch in
+starts). It works in the device's primary context (gen.gpu.runtime.device), so CuPy or PyTorch in
 the same process (for the cuBLAS ceiling) share it. Importing this module makes no context.
 
 Everything here is generic over families: arrays, arguments, the output region and the reference
@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable
 
-import pycuda.driver as cuda
+import numpy as np
 
 from ...core.errors import UsageError
 from ...core.objectives import NO_ENERGY
@@ -28,10 +28,10 @@ from ...families.problem import Problem, numpy_dtype
 from ...families.variant import Variant
 from .ceilings import Ceilings
 from .checker import DeviceProblem, OutputChecker
-from ..runtime.device import read_device_info
+from ..runtime.device import open_primary_context, synchronize
 from .energy import Meter, clock_summary, energy_per_launch, open_meter, settle_clock
 from .jobs import Job
-from ..runtime.launch import configure, fill_constants, function_named, launcher
+from ..runtime.launch import CubinModule, CudaError, OutOfMemory, empty, fill, launcher
 from .timing import event_samples
 
 UNCHECKED = "output not checked: the problem gives no reference (tune_kernel without an answer)"
@@ -40,17 +40,13 @@ PROBLEMS_KEPT = 3  # inputs and float64 references kept on the device per (shape
 
 class Runner:
     def __init__(self, physical_index: int = 0):
-        import pycuda.autoprimaryctx  # the primary context of the one visible GPU, made current
-
-        self.device = read_device_info(pycuda.autoprimaryctx.device, physical_index)
-        self._functions: dict[tuple[str, str, str], Any] = {}
-        self._modules: dict[str, Any] = {}  # loaded cubins (a batch compile holds several kernels)
-        self._cubins: dict[str, bytes] = {}  # their bytes, where a C++ kernel's mangled name is found
+        self.device, self._pci_bus_id = open_primary_context(physical_index)
+        self._modules: dict[str, CubinModule] = {}  # by cubin (a batch compile holds several kernels)
         self._problems: OrderedDict[tuple, DeviceProblem] = OrderedDict()
         self._checker = OutputChecker()
-        self._flush_buffer = cuda.mem_alloc(2 * self.device.l2_bytes)
+        # written before each cold sample: twice the L2's size, so the next launch finds none of its data cached
+        self._flush_buffer = empty((2 * self.device.l2_bytes // 4,), np.uint32)
         self._ceilings = Ceilings(self.device.model)
-        self._pci_bus_id = pycuda.autoprimaryctx.device.pci_bus_id()
         self._meter: tuple[Meter | None, str] | None = None  # opened when a job first asks for energy
 
     def run(self, job: Job, report: Callable[[str], None] = lambda phase: None) -> Measurement:
@@ -60,25 +56,24 @@ class Runner:
         shape = family.parse_shape(job.shape)
         try:
             launch = family.launch(variant, shape)
-            function = self._function(job, launch)
-            return self._check_and_time(job, family, variant, shape, launch, function, report)
+            return self._check_and_time(job, family, variant, shape, launch, report)
         except UsageError as error:  # a constant the module lacks or cannot hold
             return Measurement(Status.LAUNCH_ERROR, str(error), device=self.device)
-        except cuda.MemoryError as error:
+        except OutOfMemory as error:
             return Measurement(Status.LAUNCH_ERROR, f"out of device memory: {error}", device=self.device)
-        except cuda.Error as error:
+        except CudaError as error:
             # A failed launch (illegal address, misaligned access, ...) leaves the context unusable.
             return Measurement(Status.LAUNCH_ERROR, f"{type(error).__name__}: {error}", device=self.device,
                                context_lost=True)
 
     # ---- stages ------------------------------------------------------------------------------
 
-    def _check_and_time(self, job: Job, family: Family, variant: Variant, shape: Any, launch: Launch, function: Any,
+    def _check_and_time(self, job: Job, family: Family, variant: Variant, shape: Any, launch: Launch,
                         report: Callable[[str], None]) -> Measurement:
         launched = family.problem_of(variant)  # the kernel's arguments
         problem = launched.checked_as  # its inputs and reference, kept across the variants that share them (_problem)
         started = time.perf_counter()
-        measurement, call = self._check(job, problem, variant, shape, launch, function, report, launched)
+        measurement, call = self._check(job, problem, variant, shape, launch, report, launched)
         measurement.check_seconds = time.perf_counter() - started
         if measurement.status is not Status.OK or job.timing is None:
             return measurement
@@ -106,8 +101,8 @@ class Runner:
         read_clock = (lambda: clocks.append(meter.clock())) if meter is not None and meter.clocks else None
         if read_clock:
             settle_clock(call, meter)
-        samples = event_samples(call, job.timing, before_each=None if job.timing.warm else self._flush_l2,
-                                during_round=read_clock)
+        flush_l2 = None if job.timing.warm else lambda salt: fill(self._flush_buffer, salt)
+        samples = event_samples(call, job.timing, before_each=flush_l2, during_round=read_clock)
         if clocks:
             measurement.sm_clock_mhz, measurement.throttle = clock_summary(clocks)
         return samples
@@ -127,7 +122,7 @@ class Runner:
         else:
             measurement.energy_j, measurement.power_w = found
 
-    def _check(self, job: Job, problem: Problem, variant: Variant, shape: Any, launch: Launch, function: Any,
+    def _check(self, job: Job, problem: Problem, variant: Variant, shape: Any, launch: Launch,
                report: Callable[[str], None], launched: Problem) -> tuple[Measurement, Callable[[], None]]:
         """One launch per seed on fresh inputs into a NaN-poisoned output, each compared with its
         reference; the verdict, and the last launch (for timing). `launched` is the problem as the
@@ -135,15 +130,16 @@ class Runner:
         worst, problem_found, call = 0.0, "", lambda: None
         tolerance = problem.tolerance(variant.output_dtype, shape)
         output = problem.output.name
+        if job.cubin not in self._modules:
+            self._modules[job.cubin] = CubinModule(job.cubin)
         for seed in job.seeds:
             report(f"check seed {seed}")
             expected = self._problem(problem, variant.dtype, shape, seed,
                                      lambda step: report(f"check seed {seed}: {step}"))
             arrays = expected.fresh_arrays(output, numpy_dtype(variant.output_dtype))
-            fill_constants(self._modules[job.cubin], problem.constants(shape))
-            call = launcher(function, launch, launched, shape, arrays, lambda: self._native_function(job, launch))
+            call = launcher(self._modules[job.cubin], job.name, job.cache_config, launch, launched, shape, arrays)
             call()
-            cuda.Context.synchronize()
+            synchronize()
             if problem.checks_on_host:
                 problem_found = problem_found or problem.host_check(arrays[output].get(), shape)
             if not expected.checked:
@@ -157,10 +153,6 @@ class Runner:
                                   unit=problem.ceiling(variant.dtype).unit)
         return measurement, call
 
-    def _flush_l2(self, salt: int) -> None:
-        """Write a buffer twice the L2's size, so the next launch finds none of its data cached."""
-        cuda.memset_d32_async(self._flush_buffer, salt, 2 * self.device.l2_bytes // 4, None)
-
     def _problem(self, problem: Problem, dtype: str, shape: Any, seed: int,
                  report: Callable[[str], None]) -> "DeviceProblem":
         """Random inputs and the expected output on the device, kept for the next variants."""
@@ -171,24 +163,3 @@ class Runner:
                 self._problems.popitem(last=False)
         self._problems.move_to_end(key)
         return self._problems[key]
-
-    def _native_function(self, job: Job, launch: Launch) -> Any:
-        """The job's kernel loaded through the driver API (gen.gpu.runtime.native), for launches pycuda cannot make."""
-        key = (job.cubin, job.name, "native")
-        if key not in self._functions:
-            from ..runtime import native
-
-            self._functions[key] = native.load(self._cubins[job.cubin], job.name, launch.dynamic_shared_bytes)
-        return self._functions[key]
-
-    def _function(self, job: Job, launch: Launch) -> Any:
-        key = (job.cubin, job.name, job.cache_config)
-        if key not in self._functions:
-            if job.cubin not in self._modules:
-                with open(job.cubin, "rb") as handle:
-                    self._cubins[job.cubin] = handle.read()
-                self._modules[job.cubin] = cuda.module_from_buffer(self._cubins[job.cubin])
-            function = function_named(self._modules[job.cubin], self._cubins[job.cubin], job.name)
-            configure(function, job.cache_config, launch.dynamic_shared_bytes)
-            self._functions[key] = function
-        return self._functions[key]

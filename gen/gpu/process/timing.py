@@ -7,10 +7,9 @@ import math
 import time
 from typing import Any, Callable
 
-import pycuda.driver as cuda
-
 from ...core.timing import (EARLY_STOP_SAMPLES, WARMUP_MS, TimingOptions, median_relative_error,
                            slower_than_cutoff)
+from ..runtime.device import event
 
 WARM_SAMPLE_MS = 1.0  # a warm sample times back-to-back launches for about this long
 ROUND_SAMPLES = EARLY_STOP_SAMPLES  # samples queued before the host waits and reads them
@@ -34,7 +33,7 @@ def event_samples(call: Callable[[], Any], options: TimingOptions, before_each: 
     """
     first_ms = _warm_up(call, options.warmup)
     batch = 1 if before_each else _warm_batch(call, first_ms)
-    events = [(cuda.Event(), cuda.Event()) for _ in range(min(ROUND_SAMPLES, options.max_samples))]
+    events = [(event(), event()) for _ in range(min(ROUND_SAMPLES, options.max_samples))]
     samples: list[float] = []
     deadline = time.monotonic() + options.budget_s
     while len(samples) < options.max_samples:
@@ -78,7 +77,7 @@ def _warm_batch(call: Callable[[], Any], first_ms: float | None) -> int:
 
 
 def _timed_call(call: Callable[[], Any]) -> float:
-    start, end = cuda.Event(), cuda.Event()
+    start, end = event(), event()
     start.record()
     call()
     end.record()
