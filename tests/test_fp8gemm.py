@@ -124,7 +124,7 @@ def test_each_fp8_type_output_and_scaling_renders_and_compiles_for_sm_90a(compil
     assert "k32.f32.e5m2.e5m2" in render(variants[1]) and "scale_a[r] * scale_b[c]" in render(variants[1])
     results = compile_variants(variants, compile_options)
     assert not [(r.variant.name, r.log) for r in results if not r.ok] and len(results) == len(variants)
-    assert {r.arch for r in results} == {"sm_90a"}
+    assert all("for 'sm_90a'" in r.log for r in results)  # ptxas's report: each compiled for sm_90a
     assert all(r.resources.spill_store_bytes <= SPILL_LIMIT and r.resources.stack_bytes <= SPILL_LIMIT for r in results)
 
 

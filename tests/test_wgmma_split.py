@@ -60,7 +60,7 @@ def test_split_variants_render_and_compile_for_sm_90a_without_spills(compile_opt
     variants = [WGMMA.variant({**params, "schedule": "grid"}) for params in SPLIT_VARIANTS]
     results = compile_variants(variants, compile_options)
     assert not [(r.variant.name, r.log) for r in results if not r.ok]
-    assert {r.arch for r in results} == {"sm_90a"} and len(results) == len(variants)
+    assert all("for 'sm_90a'" in r.log for r in results) and len(results) == len(variants)  # ptxas's report
     assert all(r.resources.spill_bytes == 0 for r in results[:-1])
     # the fused epilogue beside the sums of 128 x 128 over two consumers may spill a few bytes (nvcc 13.0: 44)
     assert results[-1].resources.spill_bytes <= FUSED_SPILL_LIMIT
