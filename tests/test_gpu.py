@@ -166,6 +166,25 @@ def test_every_cache_configuration_runs(tmp_path: Path) -> None:
     assert sorted(row.cache_config for row in rows.values() if row.status == Status.OK) == ["equal", "l1", "none", "shared"]
 
 
+def test_a_kernels_cache_preference_follows_each_job_that_asks_for_another(tmp_path: Path) -> None:
+    """One kernel of a module, asked for with l1, then shared, then l1 again (one variant's jobs at
+    three cache configurations): each time it carries the carveout asked for, not the one before."""
+    import pycuda.autoprimaryctx  # noqa: F401  (a context for the module)
+    import pycuda.driver as cuda
+
+    from gen.compiling.compiler import CompileOptions, compile_variant
+    from gen.core.limits import CACHE_CONFIGS
+    from gen.gpu.runtime.launch import CubinModule
+
+    variant = get_family("matmul").default_variant()
+    module = CubinModule(str(compile_variant(variant, CompileOptions.local()).cubin))
+    carveouts = []
+    for preference in ("l1", "shared", "l1"):
+        function = module.function(variant.name, preference, 0)
+        carveouts.append(function.get_attribute(cuda.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT))
+    assert carveouts == [CACHE_CONFIGS[p] for p in ("l1", "shared", "l1")]
+
+
 def module_loads(monkeypatch: pytest.MonkeyPatch, family: str, shapes: tuple[str, str]) -> list[str]:
     """The bindings through which the GPU worker's Runner loads a cubin for two jobs on the family's
     first default variant (two seeds checked, then timed; then a seed at another shape), once each

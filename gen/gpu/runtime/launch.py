@@ -31,6 +31,8 @@ class CubinModule:
 
     def __init__(self, path: str):
         self.cubin, self._module, self._functions = Path(path).read_bytes(), None, {}
+        self._natives: dict[str, Any] = {}  # the driver API's kernels
+        self._preferences: dict[str, str] = {}  # each pycuda kernel's cache preference as set now
 
     def _pycuda_module(self) -> Any:
         if self._module is None:
@@ -39,26 +41,29 @@ class CubinModule:
 
     def function(self, name: str, cache_config: str, dynamic_shared_bytes: int) -> Any:
         """pycuda's kernel `name` (its own symbol, else its one C++-mangled one in the cubin's symbol
-        table), set once: the cache preference and the matching shared-memory carveout, and the
-        opt-in for > 48 KiB dynamic shared."""
-        if (name, cache_config) not in self._functions:
+        table), opted in once for > 48 KiB dynamic shared, with the cache preference and the matching
+        shared-memory carveout of this launch: set again whenever a job asks for another (the kernel
+        is one function of the module, whatever preference its jobs ask for)."""
+        if name not in self._functions:
             function = self._pycuda_module().get_function(kernel_symbol(self.cubin, name) or name)
-            if cache_config != "none":
-                function.set_cache_config(getattr(cuda.func_cache, "PREFER_" + cache_config.upper()))
-                function.set_attribute(cuda.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT,
-                                       CACHE_CONFIGS[cache_config])
             if dynamic_shared_bytes > MAX_STATIC_SHARED_BYTES:  # past it, a kernel must opt in
                 function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_shared_bytes)
-            self._functions[name, cache_config] = function
-        return self._functions[name, cache_config]
+            self._functions[name] = function
+            self._preferences[name] = "none"
+        function = self._functions[name]
+        if self._preferences[name] != cache_config:
+            function.set_cache_config(getattr(cuda.func_cache, "PREFER_" + cache_config.upper()))
+            function.set_attribute(cuda.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT, CACHE_CONFIGS[cache_config])
+            self._preferences[name] = cache_config
+        return function
 
     def native_function(self, name: str, dynamic_shared_bytes: int) -> Any:
         """The driver API's kernel `name`, for a launch pycuda cannot make (no cache preference)."""
-        if (name, None) not in self._functions:
+        if name not in self._natives:
             from . import native
 
-            self._functions[name, None] = native.load(self.cubin, name, dynamic_shared_bytes)
-        return self._functions[name, None]
+            self._natives[name] = native.load(self.cubin, name, dynamic_shared_bytes)
+        return self._natives[name]
 
     def fill_constants(self, constants: Mapping[str, np.ndarray]) -> None:
         """Copy each array into pycuda's module's `__constant__` symbol of its name; UsageError when the
