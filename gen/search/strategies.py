@@ -337,7 +337,7 @@ class Portfolio(Strategy):
 STRATEGY_TYPES: dict[str, type[Strategy]] = {c.name: c for c in (  # --strategy's choices, in this order
     BruteForce, RandomSampling, SimulatedAnnealing, LocalSearch, GeneticAlgorithm, BayesianOptimisation, Portfolio)}
 STRATEGIES = tuple(STRATEGY_TYPES)
-DEFAULT_STRATEGY = "bayes"  # the portfolio replays better on public spaces but missed 1% on an H100: docs/results/search-replay.md
+DEFAULT_STRATEGY = "bayes"  # the portfolio replays better on public spaces, not on sgemm: docs/results/search-replay.md
 
 
 def make_strategy(name: str, space: SearchSpace, seed: int = 0) -> Strategy:
