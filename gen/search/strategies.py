@@ -109,7 +109,7 @@ class SimulatedAnnealing(Strategy):
     """A walk whose every step moves each parameter by at most one position (first setting each to a
     random value with probability HOP), as Kernel Tuner's annealing steps; a slower point is taken
     with probability exp(-Δ/T), Δ its relative slow-down, T cooling with each evaluation, and a failed
-    one never. A walk whose TRIES steps all land on points seen or outside the space jumps to a random
+    one never. A walk whose TRIES steps all land on points seen or not valid jumps to a random
     unseen point."""
 
     name = "anneal"
