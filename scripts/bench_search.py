@@ -38,6 +38,7 @@ SPACES = [f"{kernel}_{gpu}" for kernel in ("convolution", "dedispersion") for gp
 KERNEL_TUNER = ("random_sample", "genetic_algorithm", "simulated_annealing", "dual_annealing", "diff_evo", "pso",
                 "firefly_algorithm", "mls", "greedy_mls", "greedy_ils", "ordered_greedy_mls", "basinhopping",
                 "minimize", "bayes_opt", "hybrid_vndx", "adaptive_tabu_greywolf")
+KT_CACHE = "kernel_tuner_runs.json"  # in --data: each Kernel Tuner run's evaluations, by strategy/space/seed/budget
 
 
 def main() -> None:
@@ -86,28 +87,48 @@ def tilegen_runs(strategy: str, measured: MeasuredSpace, args: argparse.Namespac
 def kernel_tuner_runs(strategy: str, path: Path, measured: MeasuredSpace, args: argparse.Namespace
                       ) -> list[dict[int, Run]]:
     """Kernel Tuner's own simulation mode at its strategy's defaults, one run per budget and seed
-    (its strategies may plan by max_fevals), its evaluations put on tilegen's clock."""
-    try:
-        from kernel_tuner.interface import tune_cache
-    except ImportError:
-        return []
+    (its strategies may plan by max_fevals), its evaluations put on tilegen's clock. A run is
+    deterministic per seed, so what it evaluated is kept in KT_CACHE next to the spaces and read back
+    instead of run again."""
+    cache_path = args.data / KT_CACHE
+    cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     variant_type = type(measured.space.variants[0])
     names = [p.name for p in variant_type.parameters()]
-    started, runs = time.perf_counter(), []
+    started, runs, ran = time.perf_counter(), [], 0
     for seed in range(args.kt_repeats or args.repeats):
         by_budget = {}
         for budget in args.budgets:
-            random.seed(seed)
-            np.random.seed(seed)
-            with contextlib.redirect_stdout(io.StringIO()):
-                results, _ = tune_cache(str(path), strategy=strategy, strategy_options={"max_fevals": budget},
-                                        quiet=True)
-            seen = list(dict.fromkeys(variant_type(**{n: r[n] for n in names}).name for r in results))[:budget]
+            key = f"{strategy}/{path.stem}/{seed}/{budget}"
+            if key not in cache:
+                evaluated = kernel_tuner_run(strategy, path, seed, budget, names)
+                if evaluated is None:
+                    return []
+                cache[key], ran = evaluated, ran + 1
+                partial = cache_path.with_suffix(".partial")  # replaced whole, so a stop loses no earlier run
+                partial.write_text(json.dumps(cache))
+                partial.replace(cache_path)
+            seen = [variant_type(**dict(zip(names, values))).name for values in cache[key]]
             by_budget[budget] = Run([measured.time_ms[n] for n in seen],
                                     list(np.cumsum([measured.cost_s[n] for n in seen])))
         runs.append(by_budget)
-    print(f"KT {strategy}: {len(runs)} runs per budget in {time.perf_counter() - started:.0f} s")
+    print(f"KT {strategy}: {len(runs)} runs per budget ({ran} run now, the rest from {cache_path.name}) "
+          f"in {time.perf_counter() - started:.0f} s")
     return runs
+
+
+def kernel_tuner_run(strategy: str, path: Path, seed: int, budget: int, names: list[str]) -> list[list] | None:
+    """The distinct configurations one Kernel Tuner run evaluated, in its order, cut at the budget
+    (None without Kernel Tuner)."""
+    try:
+        from kernel_tuner.interface import tune_cache
+    except ImportError:
+        return None
+    random.seed(seed)
+    np.random.seed(seed)
+    with contextlib.redirect_stdout(io.StringIO()):
+        results, _ = tune_cache(str(path), strategy=strategy, strategy_options={"max_fevals": budget}, quiet=True)
+    seen = dict.fromkeys(tuple(r[n] for n in names) for r in results)
+    return [list(values) for values in seen][:budget]
 
 
 def print_summary(everything: dict, default: str, budgets: list[int]) -> None:

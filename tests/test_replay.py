@@ -149,3 +149,42 @@ def test_the_portfolio_tells_every_member_every_result_and_proposes_each_point_o
     assert len(set(seen)) == 60
     assert all(member.results == portfolio.results for member in portfolio.members)
     assert sum(improved + not_improved for improved, not_improved in portfolio.record) == 60
+
+
+def test_a_space_names_each_point_by_its_positions_and_nothing_outside_it() -> None:
+    space = read_measured(T4).space
+    assert all(space.at(space.position(variant)) is variant for variant in space.variants)
+    first = space.position(space.variants[0])
+    assert space.at([-1, *first[1:]]) is None
+    assert space.at([len(space.values[space.varying[0]]), *first[1:]]) is None
+
+
+class _StepsOnly(type(make_strategy("anneal", read_measured(T4).space))):
+    """Annealing without its random hops: every step moves each parameter by at most one position."""
+
+    HOP = 0.0
+
+
+def test_annealing_steps_move_every_parameter_at_most_one_position_from_where_it_walks() -> None:
+    measured = read_measured(T4)
+    walk = _StepsOnly(measured.space, seed=2)
+    far = 0
+    for _ in range(60):
+        (variant,) = walk.ask(1)
+        if walk.current is not None:
+            moved = [abs(a - b) for a, b in zip(measured.space.position(variant), measured.space.position(walk.current))]
+            far += max(moved) > 1
+        walk.tell(variant, measured.time_ms[variant.name])
+    assert far == 0
+
+
+def test_annealing_never_walks_to_a_failed_point_and_names_its_next_step() -> None:
+    measured = read_measured(T4)
+    walk = make_strategy("anneal", measured.space, seed=3)
+    (start,) = walk.ask(1)
+    walk.tell(start, 1.0)
+    for _ in range(20):
+        expected = walk.likely_next(1)
+        assert walk.ask(1) == expected
+        walk.tell(expected[0], None)  # every step fails: the walk stays where it started
+        assert walk.current is start

@@ -13,64 +13,12 @@ import math
 import random
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
 
 import numpy as np
 
 from ..families.variant import Variant
 from .gaussian_process import Posterior, log_likelihood, normal_cdf, normal_pdf
-
-class SearchSpace:
-    """Valid variants, each parameter's ordered values, and distances between points."""
-
-    def __init__(self, variants: Sequence[Variant]):
-        if not variants:
-            raise ValueError("the space has no valid variant")
-        self.variants = list(variants)
-        self.names = [p.name for p in type(variants[0]).parameters()]
-        self.values = {n: sorted({getattr(v, n) for v in variants}, key=_order) for n in self.names}
-        self.varying = [n for n in self.names if len(self.values[n]) > 1]
-        self.index = {self.key(v): v for v in self.variants}
-        self.features = np.array([self.encode(v) for v in self.variants])
-        self.row = {v: i for i, v in enumerate(self.variants)}
-
-    def encoded(self, variants: Sequence[Variant]) -> np.ndarray:
-        """The variants' rows of `features` (what `encode` gives, computed once per space)."""
-        return self.features[[self.row[v] for v in variants]]
-
-    def key(self, variant: Variant) -> tuple:
-        return tuple(getattr(variant, n) for n in self.names)
-
-    def encode(self, variant: Variant) -> list[float]:
-        """Each varying parameter as its position in its value list, scaled to [0, 1]."""
-        return [self.values[n].index(getattr(variant, n)) / (len(self.values[n]) - 1) for n in self.varying]
-
-    def neighbours(self, variant: Variant) -> list[Variant]:
-        """Valid points one step away in one parameter (the next value up or down)."""
-        found = []
-        for name in self.varying:
-            values = self.values[name]
-            position = values.index(getattr(variant, name))
-            for step in (-1, 1):
-                if 0 <= position + step < len(values):
-                    candidate = self.index.get(self._moved(variant, name, values[position + step]))
-                    if candidate is not None:
-                        found.append(candidate)
-        return found
-
-    def other_values(self, variant: Variant) -> list[Variant]:
-        """Valid points that differ from `variant` in one parameter, by any value (Hamming distance 1)."""
-        return [candidate for name in self.varying for value in self.values[name] if value != getattr(variant, name)
-                if (candidate := self.index.get(self._moved(variant, name, value))) is not None]
-
-    def nearest(self, params: dict[str, Any], exclude: set[Variant]) -> Variant | None:
-        """The valid point closest to a possibly invalid combination (for repairing offspring)."""
-        target = np.array([self.values[n].index(params[n]) / (len(self.values[n]) - 1) for n in self.varying])
-        order = np.argsort(np.abs(self.features - target).sum(axis=1), kind="stable")
-        return next((self.variants[i] for i in order if self.variants[i] not in exclude), None)
-
-    def _moved(self, variant: Variant, name: str, value: Any) -> tuple:
-        return tuple(value if n == name else getattr(variant, n) for n in self.names)
+from .space import SearchSpace
 
 
 class Strategy(ABC):
@@ -158,12 +106,14 @@ class RandomSampling(Strategy):
 
 
 class SimulatedAnnealing(Strategy):
-    """A walk over neighbours; worse steps are taken with probability exp(-Δ/T), T cooling geometrically,
-    where Δ is the relative slow-down (log of the time ratio). A walk stuck in a fully explored
-    neighbourhood jumps to a random unseen point."""
+    """A walk whose every step moves each parameter by at most one position (first setting each to a
+    random value with probability HOP), as Kernel Tuner's annealing steps; a slower point is taken
+    with probability exp(-Δ/T), Δ its relative slow-down, T cooling with each evaluation, and a failed
+    one never. A walk whose TRIES steps all land on points seen or not valid jumps to a random
+    unseen point."""
 
     name = "anneal"
-    START_TEMPERATURE, COOLING = 0.3, 0.90
+    START_TEMPERATURE, COOLING, HOP, TRIES = 0.1, 0.93, 0.2, 30
 
     def __init__(self, space: SearchSpace, seed: int = 0):
         super().__init__(space, seed)
@@ -172,16 +122,28 @@ class SimulatedAnnealing(Strategy):
         self.temperature = self.START_TEMPERATURE
 
     def _propose(self) -> Variant | None:
-        if self.current is None:
-            return self.random_unseen()
-        fresh = [v for v in self.space.neighbours(self.current) if v not in self.results and v not in self.pending]
-        return self.rng.choice(fresh) if fresh else self.random_unseen()
+        return self._step(self.rng) if self.current is not None else self.random_unseen()
 
     def likely_next(self, count: int) -> list[Variant]:
-        """The current point's unseen neighbours: the walk's next step is one of them."""
+        """Its next steps from the current point, drawn on a copy of its generator."""
         if self.current is None:
-            return []
-        return [v for v in self.space.neighbours(self.current) if v not in self.results and v not in self.pending][:count]
+            return self.random_draws(count)
+        copy = random.Random()
+        copy.setstate(self.rng.getstate())
+        return list(dict.fromkeys(v for _ in range(count) if (v := self._step(copy)) is not None))
+
+    def _step(self, rng: random.Random) -> Variant | None:
+        assert self.current is not None
+        sizes = [len(self.space.values[n]) for n in self.space.varying]
+        for _ in range(self.TRIES):
+            position = [rng.randrange(size) if rng.random() < self.HOP else at
+                        for size, at in zip(sizes, self.space.position(self.current))]
+            candidate = self.space.at([min(max(at + rng.choice((-1, 0, 1)), 0), size - 1)
+                                       for size, at in zip(sizes, position)])
+            if candidate is not None and candidate not in self.results and candidate not in self.pending:
+                return candidate
+        unseen = self.unseen()
+        return rng.choice(unseen) if unseen else None
 
     def _learn(self, variant: Variant, time_ms: float | None) -> None:
         self.temperature *= self.COOLING
@@ -190,7 +152,7 @@ class SimulatedAnnealing(Strategy):
         if self.current is None or time_ms < self.current_time:
             self.current, self.current_time = variant, time_ms
             return
-        slow_down = math.log(time_ms / self.current_time)
+        slow_down = (time_ms - self.current_time) / self.current_time
         if self.rng.random() < math.exp(-slow_down / max(self.temperature, 1e-9)):
             self.current, self.current_time = variant, time_ms
 
@@ -341,7 +303,7 @@ class Portfolio(Strategy):
     point the other has measured or is measuring."""
 
     name = "portfolio"
-    MEMBERS = ("local", "genetic")
+    MEMBERS = ("local", "genetic", "anneal")
 
     def __init__(self, space: SearchSpace, seed: int = 0):
         super().__init__(space, seed)
@@ -375,7 +337,7 @@ class Portfolio(Strategy):
 STRATEGY_TYPES: dict[str, type[Strategy]] = {c.name: c for c in (  # --strategy's choices, in this order
     BruteForce, RandomSampling, SimulatedAnnealing, LocalSearch, GeneticAlgorithm, BayesianOptimisation, Portfolio)}
 STRATEGIES = tuple(STRATEGY_TYPES)
-DEFAULT_STRATEGY = "bayes"  # the portfolio replays better on public spaces but missed 1% on an H100: docs/results/search-replay.md
+DEFAULT_STRATEGY = "bayes"  # the portfolio replays better on public spaces, not on sgemm: docs/results/search-replay.md
 
 
 def make_strategy(name: str, space: SearchSpace, seed: int = 0) -> Strategy:
@@ -383,6 +345,3 @@ def make_strategy(name: str, space: SearchSpace, seed: int = 0) -> Strategy:
         raise ValueError(f"strategy {name!r} is not one of: {', '.join(STRATEGIES)}")
     return STRATEGY_TYPES[name](space, seed)
 
-
-def _order(value: Any) -> tuple:
-    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
