@@ -363,11 +363,12 @@ class DaskExecutor:
 
     def _resend_orphans(self) -> None:
         """Send again each job in flight that only workers that left could take, to the accepted
-        workers there are now; after MAX_RESENDS times, it is a launch_error."""
-        if not self._devices:
-            return
+        workers there are now; after MAX_RESENDS times, it is a launch_error, at once, even while no
+        worker is there (the others wait for one to join)."""
         for future, sent in list(self._sent.items()):
             if future.done() or sent.failure or not sent.workers.isdisjoint(self._devices):
+                continue
+            if not self._devices and (len(sent.jobs) > 1 or not lost_verdict(sent.resends)):
                 continue
             self._resend(future, sent)
             future.cancel()  # its callback brings a failed one back as a launch_error
