@@ -164,6 +164,19 @@ def held_worker(connection: Connection, index: int) -> None:
     steady_worker(connection, index, seconds_per_job=0.0, before_job=hold)
 
 
+def gated_start_worker(connection: Connection, index: int) -> None:
+    """steady_worker at no delay, which first announces "starting INDEX" and waits at the gate
+    ($TILEGEN_TEST_GATE: one "go" each) before it says it is ready: a test hears every GPU start
+    before any is ready only if the workers start together."""
+    announce(f"starting {index}")
+    gate = os.open(os.environ[GATE_ENV], os.O_RDONLY)
+    try:
+        os.read(gate, len(b"go\n"))  # one opening each
+    finally:
+        os.close(gate)
+    steady_worker(connection, index, seconds_per_job=0.0)
+
+
 def announce(line: str) -> None:
     """A line on the FIFO $TILEGEN_TEST_ANNOUNCE, if one is named and the test still holds it."""
     if path := os.environ.get(ANNOUNCE_ENV):

@@ -164,3 +164,28 @@ def test_a_job_whose_phases_follow_each_other_fast_is_not_taken_for_a_hang() -> 
     finally:
         executor.close()
     assert rows == [Status.OK, Status.OK]
+
+
+def test_the_workers_of_every_gpu_start_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker takes a second or two to start (python, pycuda, a context): started one after another,
+    two GPUs began a sweep that much later than one. Each fake GPU here announces that it starts,
+    then waits at the gate before it is ready: the test hears both start before it opens the gate
+    only when the executor starts them together (one at a time, the first would wait for ever)."""
+    monkeypatch.setenv(fakes.ANNOUNCE_ENV, str(tmp_path / "announce"))
+    monkeypatch.setenv(fakes.GATE_ENV, str(tmp_path / "gate"))
+    said, gate = fakes.Announcements(tmp_path / "announce"), fakes.Gate(tmp_path / "gate")
+    executor = LocalExecutor([0, 1], target="tests.fakes:gated_start_worker")
+    devices: list = []
+    starting = threading.Thread(target=lambda: devices.extend(executor.devices()), daemon=True)
+    starting.start()
+    try:
+        heard = {said.until("starting", timeout=60), said.until("starting", timeout=60)}
+    finally:
+        gate.open()
+        gate.open()
+        starting.join(patient(60))
+        executor.close()
+        said.close()
+        gate.close()
+    assert heard == {"starting 0", "starting 1"}
+    assert [device.index for device in devices] == [0, 1]

@@ -71,12 +71,23 @@ class IsolatedWorker:
         return python_environment(self.physical_index, self.visible_devices)
 
     def start(self) -> DeviceInfo:
+        """Start the worker's process and wait until its GPU is ready: what it holds."""
+        self.spawn()
+        return self.ready()
+
+    def spawn(self) -> None:
+        """Start the worker's process, without waiting for it: `ready` waits. Several workers spawned
+        first, then waited for, start together (each takes a second or two: python, pycuda, a context)."""
         self.starts += 1
         self.died_unstarted = False
         gpu, target = str(self.physical_index), self.target
         self._child = self._last_child = Child(
             lambda fd: [sys.executable, "-m", MODULE, "--serve", str(fd), gpu, target], self.environment())
         self._connection = self._child.connection
+
+    def ready(self) -> DeviceInfo:
+        """Wait until the spawned worker's GPU is ready (GpuUnavailable if it cannot be): what it holds."""
+        assert self._connection is not None, "spawn() first"
         if not self._connection.poll(START_TIMEOUT_S):
             self.kill()
             raise GpuUnavailable(f"worker for GPU {self.gpu} did not start within {START_TIMEOUT_S:.0f} s")

@@ -33,7 +33,14 @@ class LocalExecutor:
 
     def devices(self) -> list[DeviceInfo]:
         if self._devices is None:
-            self._devices = [worker.start() for worker in self.workers]
+            for worker in self.workers:  # every GPU's worker starts at once
+                worker.spawn()
+            try:
+                self._devices = [worker.ready() for worker in self.workers]
+            except BaseException:  # one could not start (or Ctrl-C): none is left running
+                for worker in self.workers:
+                    worker.kill()
+                raise
         return self._devices
 
     def capacity(self) -> int:
