@@ -37,7 +37,7 @@ from .feed import JobFeed
 from .process.jobs import Job
 from .process.worker import WORKER
 
-JOBS_AHEAD_PER_GPU = 8  # jobs in flight per GPU: the next ones wait on its worker while results travel back
+JOBS_AHEAD_PER_GPU = 32  # jobs in flight per GPU: the next ones wait on its worker while results travel back
 WATCH_S = 1.0  # how often the coordinator looks for workers that left or joined
 
 
