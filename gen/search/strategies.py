@@ -158,9 +158,12 @@ class SimulatedAnnealing(Strategy):
 
 
 class LocalSearch(Strategy):
-    """Iterated local search: from the best of a few random points, first improvement over the points
-    one parameter away (the next values up and down first, then any value), moving as soon as one is
-    faster; where none is, it jumps a few random steps from the best point found and climbs again."""
+    """Iterated local search with a variable-neighbourhood descent: from the best of a few random
+    points, first improvement over three neighbourhoods in turn (the next value up or down of one
+    parameter, then of two parameters at once, then any value of one parameter), moving as soon as
+    one is faster; where none is, it jumps a few random steps from the best point found and climbs
+    again. The two-parameter steps cross what one-parameter steps cannot: a basin whose way out
+    changes two parameters together (dedispersion's tile size and stride)."""
 
     name = "local"
     INITIAL, JUMP = 3, 3
@@ -182,15 +185,19 @@ class LocalSearch(Strategy):
         """The current point's unseen neighbours, next values first: the climb's next step is one of them."""
         if self.current is None:
             return self.random_draws(count) if len(self.results) < self.INITIAL else []
-        near = self.space.neighbours(self.current) + self.space.other_values(self.current)
+        near = [v for neighbourhood in self._neighbourhoods(self.current) for v in neighbourhood]
         return [v for v in dict.fromkeys(near) if v not in self.results and v not in self.pending][:count]
 
     def _fresh(self, variant: Variant) -> list[Variant]:
-        near = self.space.neighbours(variant)
-        self.rng.shuffle(near)
-        far = self.space.other_values(variant)
-        self.rng.shuffle(far)
-        return [v for v in dict.fromkeys(near + far) if v not in self.results and v not in self.pending]
+        """Its unseen neighbours, each neighbourhood in random order, the nearer first."""
+        near = []
+        for neighbourhood in self._neighbourhoods(variant):
+            self.rng.shuffle(neighbourhood)
+            near += neighbourhood
+        return [v for v in dict.fromkeys(near) if v not in self.results and v not in self.pending]
+
+    def _neighbourhoods(self, variant: Variant) -> list[list[Variant]]:
+        return [self.space.neighbours(variant), self.space.pair_steps(variant), self.space.other_values(variant)]
 
     def _jump(self) -> Variant | None:
         measured = [(time_ms, i, v) for i, (v, time_ms) in enumerate(self.results.items()) if time_ms is not None]
@@ -297,18 +304,21 @@ class BayesianOptimisation(Strategy):
 
 class Portfolio(Strategy):
     """Several strategies sharing one budget by their progress: each proposal comes from the member
-    whose proposals have most often improved the best time (Thompson sampling of a Beta(1 + improved,
-    1 + not) per member, from the strategy's seed). Every member is told every result, failures
-    included, so a local search refines what the genetic algorithm found, and neither proposes a
-    point the other has measured or is measuring."""
+    whose proposals have lately most often improved the best time (Thompson sampling of a Beta(1 +
+    improved, 1 + not) per member, from the strategy's seed, the counts multiplied by FORGET at every
+    result told, so that the last ten or so weigh most: the member that leads changes as the search
+    moves from sampling to refining). Every member is told every result, failures included, so a
+    local search refines what the genetic algorithm found, and neither proposes a point the other has
+    measured or is measuring."""
 
     name = "portfolio"
     MEMBERS = ("local", "genetic", "anneal")
+    FORGET = 0.9
 
     def __init__(self, space: SearchSpace, seed: int = 0):
         super().__init__(space, seed)
         self.members = [STRATEGY_TYPES[name](space, seed + number) for number, name in enumerate(self.MEMBERS)]
-        self.record = [[0, 0] for _ in self.members]  # per member: proposals that improved the best, and not
+        self.record = [[0.0, 0.0] for _ in self.members]  # per member: proposals that improved the best, and not
         self.proposer: dict[Variant, int] = {}
 
     def _propose(self) -> Variant | None:
@@ -328,6 +338,7 @@ class Portfolio(Strategy):
 
     def _learn(self, variant: Variant, time_ms: float | None) -> None:
         before = min((t for v, t in self.results.items() if t is not None and v != variant), default=math.inf)
+        self.record = [[count * self.FORGET for count in counts] for counts in self.record]
         if variant in self.proposer:
             self.record[self.proposer.pop(variant)][0 if time_ms is not None and time_ms < before else 1] += 1
         for member in self.members:
