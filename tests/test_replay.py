@@ -211,6 +211,26 @@ def test_annealing_steps_move_every_parameter_at_most_one_position_from_where_it
     assert far == 0
 
 
+def test_annealing_steps_towards_the_fast_side_of_what_it_measured(tmp_path: Path) -> None:
+    """A 10 x 10 grid walked from (5, 5): every point with a = 7 measured slow, with a = 3 ten times
+    slower still. Of its drawn steps the walk takes the one whose nearest measured points are fastest,
+    so its next step is to a = 6 far more often than a third of the time (a step drawn at random)."""
+    grid = [({"a": a, "b": b}, 1.0, 1.0) for a in range(10) for b in range(10)]
+    measured = read_measured(_t4(tmp_path / "grid.json", grid))
+    by_key = {measured.space.key(v): v for v in measured.space.variants}
+    towards = []
+    for seed in range(20):
+        walk = _StepsOnly(measured.space, seed)
+        walk.tell(by_key[(5, 5)], 1.0)
+        for b in range(10):
+            walk.tell(by_key[(7, b)], 2.0)
+            walk.tell(by_key[(3, b)], 20.0)
+        assert walk.current is by_key[(5, 5)]
+        (step,) = walk.ask(1)
+        towards.append(measured.space.key(step)[0])
+    assert towards.count(6) >= 15 and towards.count(4) <= 2
+
+
 def test_annealing_never_walks_to_a_failed_point_and_names_its_next_step() -> None:
     measured = read_measured(T4)
     walk = make_strategy("anneal", measured.space, seed=3)

@@ -109,11 +109,14 @@ class SimulatedAnnealing(Strategy):
     """A walk whose every step moves each parameter by at most one position (first setting each to a
     random value with probability HOP), as Kernel Tuner's annealing steps; a slower point is taken
     with probability exp(-Δ/T), Δ its relative slow-down, T cooling with each evaluation, and a failed
-    one never. A walk whose TRIES steps all land on points seen or not valid jumps to a random
+    one never. Each step is the best guess of POOL drawn: the one whose NEAREST measured points
+    (by their positions) are fastest on average, a k-nearest-neighbour screen after Kernel Tuner's
+    hybrid_vndx. A walk whose TRIES draws all land on points seen or not valid jumps to a random
     unseen point."""
 
     name = "anneal"
     START_TEMPERATURE, COOLING, HOP, TRIES = 0.1, 0.93, 0.2, 30
+    POOL, NEAREST = 4, 3
 
     def __init__(self, space: SearchSpace, seed: int = 0):
         super().__init__(space, seed)
@@ -133,6 +136,19 @@ class SimulatedAnnealing(Strategy):
         return list(dict.fromkeys(v for _ in range(count) if (v := self._step(copy)) is not None))
 
     def _step(self, rng: random.Random) -> Variant | None:
+        drawn = list(dict.fromkeys(v for _ in range(self.POOL) if (v := self._draw(rng)) is not None))
+        measured = [(v, t) for v, t in self.results.items() if t is not None]
+        if len(drawn) < 2 or len(measured) < self.NEAREST:
+            return drawn[0] if drawn else None
+        positions = self.space.encoded([v for v, _ in measured])
+        log_times = np.log([t for _, t in measured])
+
+        def guess(candidate: Variant) -> float:
+            distances = np.abs(positions - self.space.encoded([candidate])[0]).sum(axis=1)
+            return float(log_times[np.argsort(distances, kind="stable")[:self.NEAREST]].mean())
+        return min(drawn, key=guess)
+
+    def _draw(self, rng: random.Random) -> Variant | None:
         assert self.current is not None
         sizes = [len(self.space.values[n]) for n in self.space.varying]
         for _ in range(self.TRIES):
