@@ -184,6 +184,19 @@ def test_local_search_steps_two_parameters_at_once_where_no_one_parameter_step_i
         assert set(proposed) == diagonal
 
 
+def test_two_parameter_steps_on_the_measured_slice_move_two_parameters_one_position_each() -> None:
+    space = read_measured(T4).space
+    found = 0
+    for variant in space.variants[::10]:
+        steps = space.pair_steps(variant)
+        assert len(set(steps)) == len(steps)
+        found += len(steps)
+        for step in steps:
+            moved = [abs(a - b) for a, b in zip(space.position(step), space.position(variant))]
+            assert sorted(moved)[-2:] == [1, 1] and sum(moved) == 2
+    assert found > len(space.variants[::10])  # more than one per point on average
+
+
 def test_a_space_names_each_point_by_its_positions_and_nothing_outside_it() -> None:
     space = read_measured(T4).space
     assert all(space.at(space.position(variant)) is variant for variant in space.variants)
