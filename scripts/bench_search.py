@@ -67,6 +67,7 @@ def main() -> None:
             label: {str(b): score_runs([r[b] for r in by_repeat], baseline, b) for b in args.budgets}
             for label, by_repeat in runs.items() if by_repeat}}
         print(markdown_table(STUDY_HEADERS, study_rows(result)))
+        print_where_lost(runs, baseline, args.budgets)
         everything[name] = result
         if args.plot:
             plot_space(name, runs, measured, max(args.budgets), args.plot)
@@ -129,6 +130,28 @@ def kernel_tuner_run(strategy: str, path: Path, seed: int, budget: int, names: l
         results, _ = tune_cache(str(path), strategy=strategy, strategy_options={"max_fevals": budget}, quiet=True)
     seen = dict.fromkeys(tuple(r[n] for n in names) for r in results)
     return [list(values) for values in seen][:budget]
+
+
+def print_where_lost(runs: dict, baseline: Baseline, budgets: list[int]) -> None:
+    """Where each strategy gains or loses its score: the score of the mean best-found curve over each
+    quarter of the time random search takes for the budget (early: the first samples; late:
+    stagnation), the evaluations that fit in that time, those that failed, and the simulated seconds
+    each cost on average (a search that keeps to fast configurations also evaluates cheaper ones)."""
+    body = []
+    for label, by_repeat in runs.items():
+        for budget in budgets:
+            chosen = [repeat[budget] for repeat in by_repeat]
+            if not chosen:
+                continue
+            found = np.mean([baseline.found(run, budget) for run in chosen], axis=0)
+            quarters = baseline.score_over_time(found, budget).reshape(4, -1).mean(axis=1)
+            horizon = baseline.horizon(budget)[-1]
+            body.append([label, budget, " ".join(f"{q:.2f}" for q in quarters),
+                         f"{np.mean([np.searchsorted(run.clock_s, horizon, side='right') for run in chosen]):.1f}",
+                         f"{np.mean([sum(t is None for t in run.times[:budget]) for run in chosen]):.1f}",
+                         f"{np.mean([run.clock_s[:budget][-1] / len(run.clock_s[:budget]) for run in chosen]):.2f}"])
+    print(markdown_table(["strategy", "budget", "score by quarter of the time", "evaluations in the time",
+                          "failed", "seconds each"], body))
 
 
 def print_summary(everything: dict, default: str, budgets: list[int]) -> None:

@@ -148,7 +148,53 @@ def test_the_portfolio_tells_every_member_every_result_and_proposes_each_point_o
             seen.append(variant)
     assert len(set(seen)) == 60
     assert all(member.results == portfolio.results for member in portfolio.members)
-    assert sum(improved + not_improved for improved, not_improved in portfolio.record) == 60
+    # each result credited once to its proposer, the older ones forgotten a little at every result
+    assert sum(improved + not_improved for improved, not_improved in portfolio.record) \
+        == pytest.approx(sum(portfolio.FORGET ** age for age in range(60)))
+
+
+def test_the_portfolio_follows_the_member_that_improves_lately() -> None:
+    """A member whose proposals improved the best early but no longer does loses the lead to one that
+    improves now: the counts of long ago are forgotten."""
+    measured = read_measured(T4)
+    portfolio = make_strategy("portfolio", measured.space, seed=1)
+    chosen = []
+    for step in range(40):
+        (variant,) = portfolio.ask(1)
+        chosen.append(member := portfolio.proposer[variant])
+        improves = (member == 0) == (step < 20)  # the first member improves for 20 steps, the others after
+        portfolio.tell(variant, 100.0 - step if improves else 1000.0)
+    assert chosen[10:20].count(0) >= 7 and chosen[30:].count(0) <= 1
+
+
+def test_local_search_steps_two_parameters_at_once_where_no_one_parameter_step_is_faster(tmp_path: Path) -> None:
+    """A 5 x 5 grid whose point (2, 2) is faster than every point one parameter away from it: the climb
+    tries the four points one position away in both parameters before any other value of one."""
+    grid = [({"a": a, "b": b}, 1.0 + abs(a - 2) + abs(b - 2) + 10 * ((a == 2) != (b == 2)), 1.0)
+            for a in range(5) for b in range(5)]
+    measured = read_measured(_t4(tmp_path / "grid.json", [(p, float(t), c) for p, t, c in grid]))
+    by_key = {measured.space.key(v): v for v in measured.space.variants}
+    diagonal = {by_key[(a, b)] for a in (1, 3) for b in (1, 3)}
+    assert set(measured.space.pair_steps(by_key[(2, 2)])) == diagonal
+    for seed in range(5):
+        climb = make_strategy("local", measured.space, seed)
+        for key in [(2, 2), (1, 2), (3, 2), (2, 1), (2, 3)]:  # the best and its one-parameter neighbours
+            climb.tell(by_key[key], measured.time_ms[by_key[key].name])
+        proposed = [climb.ask(1)[0] for _ in range(4)]
+        assert set(proposed) == diagonal
+
+
+def test_two_parameter_steps_on_the_measured_slice_move_two_parameters_one_position_each() -> None:
+    space = read_measured(T4).space
+    found = 0
+    for variant in space.variants[::10]:
+        steps = space.pair_steps(variant)
+        assert len(set(steps)) == len(steps)
+        found += len(steps)
+        for step in steps:
+            moved = [abs(a - b) for a, b in zip(space.position(step), space.position(variant))]
+            assert sorted(moved)[-2:] == [1, 1] and sum(moved) == 2
+    assert found > len(space.variants[::10])  # more than one per point on average
 
 
 def test_a_space_names_each_point_by_its_positions_and_nothing_outside_it() -> None:
@@ -176,6 +222,26 @@ def test_annealing_steps_move_every_parameter_at_most_one_position_from_where_it
             far += max(moved) > 1
         walk.tell(variant, measured.time_ms[variant.name])
     assert far == 0
+
+
+def test_annealing_steps_towards_the_fast_side_of_what_it_measured(tmp_path: Path) -> None:
+    """A 10 x 10 grid walked from (5, 5): every point with a = 7 measured slow, with a = 3 ten times
+    slower still. Of its drawn steps the walk takes the one whose nearest measured points are fastest,
+    so its next step is to a = 6 far more often than a third of the time (a step drawn at random)."""
+    grid = [({"a": a, "b": b}, 1.0, 1.0) for a in range(10) for b in range(10)]
+    measured = read_measured(_t4(tmp_path / "grid.json", grid))
+    by_key = {measured.space.key(v): v for v in measured.space.variants}
+    towards = []
+    for seed in range(20):
+        walk = _StepsOnly(measured.space, seed)
+        walk.tell(by_key[(5, 5)], 1.0)
+        for b in range(10):
+            walk.tell(by_key[(7, b)], 2.0)
+            walk.tell(by_key[(3, b)], 20.0)
+        assert walk.current is by_key[(5, 5)]
+        (step,) = walk.ask(1)
+        towards.append(measured.space.key(step)[0])
+    assert towards.count(6) >= 15 and towards.count(4) <= 2
 
 
 def test_annealing_never_walks_to_a_failed_point_and_names_its_next_step() -> None:

@@ -118,10 +118,14 @@ class Baseline:
     def score(self, found: np.ndarray, budget: int) -> float:
         """The methodology's score of a best-found curve over `horizon(budget)`: the mean of
         (random search's expectation - found) / (that expectation - optimum); 0 is random search."""
+        return float(np.mean(self.score_over_time(found, budget)))
+
+    def score_over_time(self, found: np.ndarray, budget: int) -> np.ndarray:
+        """The score's terms at each time of `horizon(budget)`: where a curve gains or loses it."""
         if budget not in self.expected:
             self.expected[budget] = np.mean([self.found(run, budget) for run in self.runs], axis=0)
         expected = self.expected[budget]
-        return float(np.mean((expected - found) / np.maximum(expected - self.optimum, 1e-12 * self.optimum)))
+        return (expected - found) / np.maximum(expected - self.optimum, 1e-12 * self.optimum)
 
 
 def score_runs(runs: Sequence[Run], baseline: Baseline, budget: int) -> dict[str, dict[str, float | int | None]]:

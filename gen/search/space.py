@@ -1,8 +1,9 @@
 """A space's valid points as the search strategies see them: each parameter's ordered values, the
-points one parameter away, positions, and distances between points."""
+points one or two parameters away, positions, and distances between points."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Sequence
 
 import numpy as np
@@ -46,6 +47,19 @@ class SearchSpace:
                     candidate = self.index.get(self._moved(variant, name, values[position + step]))
                     if candidate is not None:
                         found.append(candidate)
+        return found
+
+    def pair_steps(self, variant: Variant) -> list[Variant]:
+        """Valid points one step away in each of two parameters at once (what a one-parameter step
+        cannot reach where the step in either alone is invalid or slower)."""
+        position, found = self.position(variant), []
+        for first, second in itertools.combinations(range(len(position)), 2):
+            for step_first, step_second in itertools.product((-1, 1), repeat=2):
+                moved = list(position)
+                moved[first] += step_first
+                moved[second] += step_second
+                if (candidate := self.at(moved)) is not None:
+                    found.append(candidate)
         return found
 
     def other_values(self, variant: Variant) -> list[Variant]:

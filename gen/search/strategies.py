@@ -109,11 +109,14 @@ class SimulatedAnnealing(Strategy):
     """A walk whose every step moves each parameter by at most one position (first setting each to a
     random value with probability HOP), as Kernel Tuner's annealing steps; a slower point is taken
     with probability exp(-Δ/T), Δ its relative slow-down, T cooling with each evaluation, and a failed
-    one never. A walk whose TRIES steps all land on points seen or not valid jumps to a random
+    one never. Each step is the best guess of POOL drawn: the one whose NEAREST measured points
+    (by their positions) are fastest on average, a k-nearest-neighbour screen after Kernel Tuner's
+    hybrid_vndx. A walk whose TRIES draws all land on points seen or not valid jumps to a random
     unseen point."""
 
     name = "anneal"
     START_TEMPERATURE, COOLING, HOP, TRIES = 0.1, 0.93, 0.2, 30
+    POOL, NEAREST = 4, 3
 
     def __init__(self, space: SearchSpace, seed: int = 0):
         super().__init__(space, seed)
@@ -133,6 +136,19 @@ class SimulatedAnnealing(Strategy):
         return list(dict.fromkeys(v for _ in range(count) if (v := self._step(copy)) is not None))
 
     def _step(self, rng: random.Random) -> Variant | None:
+        drawn = list(dict.fromkeys(v for _ in range(self.POOL) if (v := self._draw(rng)) is not None))
+        measured = [(v, t) for v, t in self.results.items() if t is not None]
+        if len(drawn) < 2 or len(measured) < self.NEAREST:
+            return drawn[0] if drawn else None
+        positions = self.space.encoded([v for v, _ in measured])
+        log_times = np.log([t for _, t in measured])
+
+        def guess(candidate: Variant) -> float:
+            distances = np.abs(positions - self.space.encoded([candidate])[0]).sum(axis=1)
+            return float(log_times[np.argsort(distances, kind="stable")[:self.NEAREST]].mean())
+        return min(drawn, key=guess)
+
+    def _draw(self, rng: random.Random) -> Variant | None:
         assert self.current is not None
         sizes = [len(self.space.values[n]) for n in self.space.varying]
         for _ in range(self.TRIES):
@@ -158,9 +174,12 @@ class SimulatedAnnealing(Strategy):
 
 
 class LocalSearch(Strategy):
-    """Iterated local search: from the best of a few random points, first improvement over the points
-    one parameter away (the next values up and down first, then any value), moving as soon as one is
-    faster; where none is, it jumps a few random steps from the best point found and climbs again."""
+    """Iterated local search with a variable-neighbourhood descent: from the best of a few random
+    points, first improvement over three neighbourhoods in turn (the next value up or down of one
+    parameter, then of two parameters at once, then any value of one parameter), moving as soon as
+    one is faster; where none is, it jumps a few random steps from the best point found and climbs
+    again. The two-parameter steps cross what one-parameter steps cannot: a basin whose way out
+    changes two parameters together (dedispersion's tile size and stride)."""
 
     name = "local"
     INITIAL, JUMP = 3, 3
@@ -182,15 +201,19 @@ class LocalSearch(Strategy):
         """The current point's unseen neighbours, next values first: the climb's next step is one of them."""
         if self.current is None:
             return self.random_draws(count) if len(self.results) < self.INITIAL else []
-        near = self.space.neighbours(self.current) + self.space.other_values(self.current)
+        near = [v for neighbourhood in self._neighbourhoods(self.current) for v in neighbourhood]
         return [v for v in dict.fromkeys(near) if v not in self.results and v not in self.pending][:count]
 
     def _fresh(self, variant: Variant) -> list[Variant]:
-        near = self.space.neighbours(variant)
-        self.rng.shuffle(near)
-        far = self.space.other_values(variant)
-        self.rng.shuffle(far)
-        return [v for v in dict.fromkeys(near + far) if v not in self.results and v not in self.pending]
+        """Its unseen neighbours, each neighbourhood in random order, the nearer first."""
+        near = []
+        for neighbourhood in self._neighbourhoods(variant):
+            self.rng.shuffle(neighbourhood)
+            near += neighbourhood
+        return [v for v in dict.fromkeys(near) if v not in self.results and v not in self.pending]
+
+    def _neighbourhoods(self, variant: Variant) -> list[list[Variant]]:
+        return [self.space.neighbours(variant), self.space.pair_steps(variant), self.space.other_values(variant)]
 
     def _jump(self) -> Variant | None:
         measured = [(time_ms, i, v) for i, (v, time_ms) in enumerate(self.results.items()) if time_ms is not None]
@@ -297,18 +320,21 @@ class BayesianOptimisation(Strategy):
 
 class Portfolio(Strategy):
     """Several strategies sharing one budget by their progress: each proposal comes from the member
-    whose proposals have most often improved the best time (Thompson sampling of a Beta(1 + improved,
-    1 + not) per member, from the strategy's seed). Every member is told every result, failures
-    included, so a local search refines what the genetic algorithm found, and neither proposes a
-    point the other has measured or is measuring."""
+    whose proposals have lately most often improved the best time (Thompson sampling of a Beta(1 +
+    improved, 1 + not) per member, from the strategy's seed, the counts multiplied by FORGET at every
+    result told, so that the last ten or so weigh most: the member that leads changes as the search
+    moves from sampling to refining). Every member is told every result, failures included, so a
+    local search refines what the genetic algorithm found, and neither proposes a point the other has
+    measured or is measuring."""
 
     name = "portfolio"
     MEMBERS = ("local", "genetic", "anneal")
+    FORGET = 0.9
 
     def __init__(self, space: SearchSpace, seed: int = 0):
         super().__init__(space, seed)
         self.members = [STRATEGY_TYPES[name](space, seed + number) for number, name in enumerate(self.MEMBERS)]
-        self.record = [[0, 0] for _ in self.members]  # per member: proposals that improved the best, and not
+        self.record = [[0.0, 0.0] for _ in self.members]  # per member: proposals that improved the best, and not
         self.proposer: dict[Variant, int] = {}
 
     def _propose(self) -> Variant | None:
@@ -328,6 +354,7 @@ class Portfolio(Strategy):
 
     def _learn(self, variant: Variant, time_ms: float | None) -> None:
         before = min((t for v, t in self.results.items() if t is not None and v != variant), default=math.inf)
+        self.record = [[count * self.FORGET for count in counts] for counts in self.record]
         if variant in self.proposer:
             self.record[self.proposer.pop(variant)][0 if time_ms is not None and time_ms < before else 1] += 1
         for member in self.members:
