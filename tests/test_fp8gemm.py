@@ -34,6 +34,29 @@ def test_names_round_trip_and_say_the_scaling() -> None:
     assert {v.dtype for v in Space.default(FP8).expand().valid} == {"e4m3"}
 
 
+def test_the_space_splits_k_in_clusters_of_a_block_per_tile_only() -> None:
+    variants = Space.default(FP8).expand().valid
+    split = [v for v in variants if v.split > 1]
+    assert {v.split for v in split} == {2, 4} and {(v.schedule, v.cluster) for v in split} == {("grid", 1)}
+    assert len(variants) < 300  # what a tune's compile-ahead takes on
+    variant = FP8.variant({"split": 2, "schedule": "grid", "scaling": "rowcol"})
+    assert variant.name == "fp8gemm_e4m3_cbf16_bm128_bn256_wg2_s3_grid_g8_producer_cl1_bulk_split2_byrowcol"
+    assert FP8.variant_type.from_name(variant.name) == variant
+    assert FP8.launch(variant, FP8.parse_shape("512x4096x4096")).grid == (4 * 16 * 2, 1, 1)  # two blocks a tile
+    with pytest.raises(InvalidVariant, match="split 2 makes each tile's blocks a cluster that ends with the tile"):
+        FP8.variant_type(split=2).check()  # persistent
+
+
+@pytest.mark.parametrize("size, tiles", [("512x4096x4096", "split"), ("512x4096x14336", "split"),
+                                         ("512x6144x4096", "narrow"), ("4096x4096x4096", "default"),
+                                         ("8192x8192x8192", "default"), ("512x57344x8192", "default")])
+def test_the_untuned_choice_fills_the_sms_where_the_default_tiles_do_not(size: str, tiles: str) -> None:
+    chosen = FP8.safe_variant(FP8.parse_shape(size), "e5m2")
+    assert chosen.dtype == "e5m2"
+    assert {"split": chosen.split > 1, "narrow": chosen.bn < 256 and chosen.split == 1,
+            "default": chosen == FP8.default_variant().with_element_type("e5m2")}[tiles], chosen.name
+
+
 def test_a_bias_is_refused_with_what_to_use_instead(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(InvalidVariant, match="fp8gemm has no bias yet.*residual=add"):
         FP8.variant_type(bias="col").check()
@@ -117,11 +140,20 @@ COMPILED = [  # each FP8 type, output type and scaling at least once; an epilogu
 SPILL_LIMIT = 16  # bytes stored (and loaded back): a full epilogue with per-row scales spills a few (nvcc 13.0)
 
 
+SPLIT_COMPILED = [  # split-K, its sums scaled and the epilogue applied once, after the cluster's sum
+    {"split": 2, "schedule": "grid", "scaling": "tensor"},
+    {"split": 4, "schedule": "grid", "bn": 128, "scaling": "rowcol", "store": "direct", "out": "f32",
+     "scale": "alpha-beta", "act": "silu", "residual": "add"},
+]
+
+
 def test_each_fp8_type_output_and_scaling_renders_and_compiles_for_sm_90a(compile_options: CompileOptions) -> None:
-    variants = [FP8.variant(params) for params in COMPILED]
+    variants = [FP8.variant(params) for params in COMPILED + SPLIT_COMPILED]
     source = render(variants[0])
     assert "m64n256k32.f32.e4m3.e4m3" in source and "*scale_a * *scale_b" in source
     assert "k32.f32.e5m2.e5m2" in render(variants[1]) and "scale_a[r] * scale_b[c]" in render(variants[1])
+    split = render(variants[-1])  # the scales after the cluster's sum: once, by the block that stores
+    assert split.index("reduce_split(d, stages") < split.index("* (scale_a[r] * scale_b[c])")
     results = compile_variants(variants, compile_options)
     assert not [(r.variant.name, r.log) for r in results if not r.ok] and len(results) == len(variants)
     assert all("for 'sm_90a'" in r.log for r in results)  # ptxas's report: each compiled for sm_90a

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 import gen
+from gen.call.kernels import Kernel
 from gen.core.results import Status
+from gen.families import get_family
 
 from .test_gpu import _only_skipped_and_ok, run, runnable, skip_unless_gpu
 
@@ -26,6 +28,11 @@ EVERY_TYPE = {**FIXED, "dtype": ["e4m3", "e5m2"], "out": ["bf16", "f16", "f32"],
               "store": ["direct", "bulk"], "schedule": ["persistent"]}
 SCHEDULES = {**FIXED, "dtype": ["e4m3"], "scaling": ["tensor", "rowcol"], "schedule": ["grid", "pingpong"],
              "store": ["direct", "bulk"], "bn": ["128", "256"], "cluster": ["1", "2"]}
+# Split-K: the scales and the epilogue after the cluster's sum, both tile widths, both stores.
+SPLITS = {**FIXED, "dtype": ["e4m3"], "out": ["bf16", "f32"], "scaling": ["tensor", "rowcol"], "schedule": ["grid"],
+          "split": ["2", "4"], "store": ["direct", "bulk"], "bn": ["128", "256"], "stages": ["3"]}
+SPLIT_EPILOGUES = {**FIXED, "dtype": ["e5m2"], "scaling": ["rowcol"], "schedule": ["grid"], "split": ["2"],
+                   "scale": ["alpha-beta"], "act": ["silu"], "residual": ["add"], "store": ["direct", "bulk"]}
 EPILOGUES = {**FIXED, "dtype": ["e4m3", "e5m2"], "out": ["bf16", "f32"], "scaling": ["tensor", "rowcol"],
              "scale": ["alpha-beta"], "act": ["relu", "silu"], "residual": ["add"], "store": ["bulk"]}
 
@@ -36,7 +43,8 @@ def _sm90() -> None:
 
 def test_every_fp8_type_output_and_scaling_is_right_at_odd_tiny_and_many_tile_shapes(tmp_path: Path) -> None:
     _sm90()
-    for name, params, least in (("types", EVERY_TYPE, 100), ("schedules", SCHEDULES, 30), ("epilogues", EPILOGUES, 20)):
+    for name, params, least in (("types", EVERY_TYPE, 100), ("schedules", SCHEDULES, 30), ("epilogues", EPILOGUES, 20),
+                                 ("splits", SPLITS, 60), ("split epilogues", SPLIT_EPILOGUES, 4)):
         rows = run(tmp_path / name, "fp8gemm", params, SIZES)
         assert _only_skipped_and_ok(rows) == runnable("fp8gemm", params, SIZES) > least
         for row in rows.values():
@@ -51,6 +59,37 @@ def test_compute_sanitizer_finds_nothing_in_a_variant_of_each_scaling(tmp_path: 
     assert _only_skipped_and_ok(rows) == 3
     ran = {row.name: (row.hazards, row.message) for row in rows.values()}
     assert all(hazards and not any(hazards.values()) for hazards, _ in ran.values()), ran
+
+
+def test_the_sanitizer_finds_nothing_in_a_split_variant_on_either_store_path(tmp_path: Path) -> None:
+    _sm90()
+    params = {**FIXED, "scaling": ["rowcol"], "schedule": ["grid"], "split": ["2"], "store": ["direct", "bulk"]}
+    rows = run(tmp_path, "fp8gemm", params, ["300x200x160"], sanitize=True)
+    assert _only_skipped_and_ok(rows) == 2
+    ran = {row.name: (row.hazards, row.message) for row in rows.values()}
+    assert all(hazards and not any(hazards.values()) for hazards, _ in ran.values()), ran
+
+
+def test_the_same_split_launch_twice_gives_the_same_bits() -> None:
+    _sm90()
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (optional)")
+    family = get_family("fp8gemm")
+    variant = family.variant({"bm": 128, "bn": 128, "schedule": "grid", "split": 4, "scaling": "rowcol"})
+    m, n, k = 200, 384, 4096
+    kernel = Kernel(family, variant, family.parse_shape(f"{m}x{n}x{k}"))
+    a = (torch.rand(m, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
+    b = (torch.rand(n, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)  # N x K, as the kernel takes B
+    scale_a, scale_b = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
+    outputs = []
+    for _ in range(2):
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        kernel(a, b, c, scale_a, scale_b)
+        outputs.append(c)
+    torch.cuda.synchronize()
+    assert torch.equal(outputs[0].view(torch.int16), outputs[1].view(torch.int16))
+    reference = (a.double() @ b.double().t()) * scale_a.double()[:, None] * scale_b.double()[None, :]
+    assert not outputs[0].isnan().any()
+    assert float((outputs[0].double() - reference).norm() / reference.norm()) < 1e-2
 
 
 def test_gen_matmul_multiplies_torch_fp8_tensors_as_torch_scaled_mm_does() -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Mapping
 
 import numpy as np
@@ -30,8 +30,9 @@ from ..core.tensor_maps import BOX, box_map
 from .epilogue import ACTIVATION_ROUNDINGS, Epilogue, EpilogueGemmProblem
 from .gemm import MatmulShape
 from .problem import GEMM_FP8, UNIT_ROUNDOFF, Ceiling, Input, numpy_dtype
-from .variant import choice
-from .wgmma import SPLITS, WgmmaFamily, WgmmaVariant
+from .family import blocks
+from .variant import Variant, choice
+from .wgmma import PERSISTENT_BLOCKS, SPLITS, WgmmaFamily, WgmmaVariant
 
 FP8_TYPES = ("e4m3", "e5m2")
 FP8_OUTPUTS = ("bf16", "f16", "f32")
@@ -41,6 +42,12 @@ ROW_ELEMENTS = 16  # TMA's rows start on 16-byte boundaries: 16 FP8 elements
 # technical report, 3.3.2; on an H200 the errors grow like sqrt(K), 30-50x below the tolerance this
 # gives: docs/results/h200-fp8.md): the unit roundoff of the sums, in place of float32's.
 FP8_SUM_ROUNDOFF = 2.0**-14
+BK_FP8 = 128  # K per stage: 128 one-byte elements, the 128-byte swizzle's width
+# gen.matmul's untuned choices (Fp8GemmFamily.safe_variant): the default's tiles, narrower ones, or a
+# split of K, whichever the estimate below finishes first; the first wins a tie.
+FILLERS = ({}, {"bn": 192}, {"bn": 128}, {"schedule": "grid", "split": 2}, {"schedule": "grid", "split": 4})
+TILE_SPEED = {256: 1.0, 192: 0.9, 128: 0.8}  # a block's products per unit of time, by tile width (provisional)
+SPLIT_COST_STEPS = 2  # the split's sum through shared memory, in steps of K
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,9 @@ class Fp8Variant(WgmmaVariant):
                         help="element type of A and B: e4m3 (4 exponent bits, 3 mantissa bits) or e5m2 (5 and 2)")
     out: str = choice("bf16", FP8_OUTPUTS, tag="c", space=("bf16",), emitted=("bf16",),
                       help="C's type: bfloat16, float16 or float32")
-    split: int = choice(1, SPLITS, tag="split", omit=1, space=(1,), help="split-K: not built for FP8 yet (1 only)")
+    split: int = choice(1, SPLITS, tag="split", omit=1, space=SPLITS[:3], emitted=(1,),
+                        help="blocks per tile of C, a cluster, each multiplying its share of K; the first adds the "
+                             "others' float32 sums in their order (deterministic), then scales and stores")
     scaling: str = choice("tensor", SCALINGS, tag="by", space=("tensor",), emitted=SCALINGS,
                           help="none; tensor: the sums times scale_a * scale_b (float32 scalars on the GPU); "
                                "rowcol: times scale_a[row] * scale_b[column] (vectors of M and N)")
@@ -68,8 +77,6 @@ class Fp8Variant(WgmmaVariant):
         return self.out
 
     def check_combination(self) -> None:
-        if self.split != 1:
-            raise InvalidVariant(f"fp8gemm has no split-K yet (split {self.split}): use split=1")
         if self.bias != "none":
             raise InvalidVariant("fp8gemm has no bias yet (its inputs' type is FP8): use bias=none and add the bias "
                                  "as a residual (residual=add)")
@@ -158,3 +165,19 @@ class Fp8GemmFamily(WgmmaFamily):
 
     def sanitize_size(self, variant: Fp8Variant) -> str:
         return f"{variant.bm + 3}x{variant.bn + 8}x{2 * BOX + 48}"
+
+    def safe_variant(self, shape: MatmulShape, dtype: str | None = None) -> Variant:
+        """The default variant, or where its tiles of C leave SMs idle (512 tokens: 64-128 tiles of 128 x
+        256 for 132 SMs), the narrower tile or split of K (FILLERS) estimated to finish first."""
+        default = super().safe_variant(shape, dtype)
+        fillers = (replace(default, **changes) for changes in FILLERS)
+        return min((v for v in fillers if self.runnable(v, shape) == v), key=lambda v: estimated_time(v, shape))
+
+
+def estimated_time(variant: Fp8Variant, shape: MatmulShape) -> float:
+    """A variant's time on a shape, in arbitrary units: the rounds of blocks the SMs run one after another,
+    times each block's steps along K (and a split's sum), times its tile's products at its tile's speed."""
+    tiles = blocks(shape.m, variant.bm) * blocks(shape.n, variant.bn)
+    rounds = blocks(tiles * variant.split, PERSISTENT_BLOCKS)
+    steps = blocks(blocks(shape.k, BK_FP8), variant.split) + SPLIT_COST_STEPS * (variant.split > 1)
+    return rounds * steps * variant.bm * variant.bn / TILE_SPEED[variant.bn]
