@@ -33,6 +33,11 @@ SPLITS = {**FIXED, "dtype": ["e4m3"], "out": ["bf16", "f32"], "scaling": ["tenso
           "split": ["2", "4"], "store": ["direct", "bulk"], "bn": ["128", "256"], "stages": ["3"]}
 SPLIT_EPILOGUES = {**FIXED, "dtype": ["e5m2"], "scaling": ["rowcol"], "schedule": ["grid"], "split": ["2"],
                    "scale": ["alpha-beta"], "act": ["silu"], "residual": ["add"], "store": ["direct", "bulk"]}
+# DeepGEMM's block scales: K = 1003 ends in a partial block, K = 33 is one; both splits' shares.
+BLOCKS = {**FIXED, "dtype": ["e4m3", "e5m2"], "out": ["bf16", "f32"], "scaling": ["block"],
+          "schedule": ["persistent", "grid"], "split": ["1", "2"], "store": ["direct", "bulk"]}
+BLOCK_EPILOGUES = {**FIXED, "bm": ["64"], "consumers": ["1"], "scaling": ["block"], "scale": ["alpha-beta"],
+                   "act": ["silu"], "residual": ["add"], "store": ["direct", "bulk"]}
 EPILOGUES = {**FIXED, "dtype": ["e4m3", "e5m2"], "out": ["bf16", "f32"], "scaling": ["tensor", "rowcol"],
              "scale": ["alpha-beta"], "act": ["relu", "silu"], "residual": ["add"], "store": ["bulk"]}
 
@@ -44,7 +49,8 @@ def _sm90() -> None:
 def test_every_fp8_type_output_and_scaling_is_right_at_odd_tiny_and_many_tile_shapes(tmp_path: Path) -> None:
     _sm90()
     for name, params, least in (("types", EVERY_TYPE, 100), ("schedules", SCHEDULES, 30), ("epilogues", EPILOGUES, 20),
-                                 ("splits", SPLITS, 60), ("split epilogues", SPLIT_EPILOGUES, 4)):
+                                 ("splits", SPLITS, 60), ("split epilogues", SPLIT_EPILOGUES, 4),
+                                 ("blocks", BLOCKS, 60), ("block epilogues", BLOCK_EPILOGUES, 4)):
         rows = run(tmp_path / name, "fp8gemm", params, SIZES)
         assert _only_skipped_and_ok(rows) == runnable("fp8gemm", params, SIZES) > least
         for row in rows.values():
@@ -61,11 +67,13 @@ def test_compute_sanitizer_finds_nothing_in_a_variant_of_each_scaling(tmp_path: 
     assert all(hazards and not any(hazards.values()) for hazards, _ in ran.values()), ran
 
 
-def test_the_sanitizer_finds_nothing_in_a_split_variant_on_either_store_path(tmp_path: Path) -> None:
+def test_the_sanitizer_finds_nothing_in_split_and_block_scaled_variants(tmp_path: Path) -> None:
     _sm90()
-    params = {**FIXED, "scaling": ["rowcol"], "schedule": ["grid"], "split": ["2"], "store": ["direct", "bulk"]}
-    rows = run(tmp_path, "fp8gemm", params, ["300x200x160"], sanitize=True)
-    assert _only_skipped_and_ok(rows) == 2
+    split = {**FIXED, "scaling": ["rowcol"], "schedule": ["grid"], "split": ["2"], "store": ["direct", "bulk"]}
+    rows = run(tmp_path / "split", "fp8gemm", split, ["300x200x160"], sanitize=True)
+    block = {**FIXED, "scaling": ["block"], "schedule": ["persistent"], "store": ["bulk"]}
+    rows.update(run(tmp_path / "block", "fp8gemm", block, ["300x200x160"], sanitize=True))
+    assert _only_skipped_and_ok(rows) == 3
     ran = {row.name: (row.hazards, row.message) for row in rows.values()}
     assert all(hazards and not any(hazards.values()) for hazards, _ in ran.values()), ran
 
@@ -113,3 +121,30 @@ def test_gen_matmul_multiplies_torch_fp8_tensors_as_torch_scaled_mm_does() -> No
     assert float(torch.linalg.norm(out.double() - reference) / torch.linalg.norm(reference)) < 2e-2
     unscaled = gen.matmul(a, b)  # no scales: bfloat16 out
     assert unscaled.dtype == torch.bfloat16 and not unscaled.isnan().any()
+
+
+def _block_scaled(torch, m: int, n: int, k: int):
+    """FP8 a (M x K) and b (K x N by columns) with DeepGEMM's block scales as torch._scaled_mm takes them
+    (a's M x K/128 column-major, b's the transpose of w's row-major N/128 x K/128), and their float64
+    product, dequantised block by block."""
+    blocks_k, blocks_n = -(-k // 128), -(-n // 128)
+    a = (torch.rand(m, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
+    w = (torch.rand(n, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
+    scale_a = (torch.rand(m, blocks_k, device="cuda") + 0.5).t().contiguous().t()
+    scale_w = torch.rand(blocks_n, blocks_k, device="cuda") + 0.5
+    spread_a = scale_a.double().repeat_interleave(128, 1)[:, :k]
+    spread_w = scale_w.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k]
+    reference = (a.double() * spread_a) @ (w.double() * spread_w).t()
+    return a, w.t(), scale_a, scale_w.t(), reference
+
+
+def test_gen_matmul_takes_block_scales_as_torch_scaled_mm_does() -> None:
+    _sm90()
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (optional)")
+    a, b, scale_a, scale_b, reference = _block_scaled(torch, 1000, 2000, 1024)
+    out = torch.full((1000, 2000), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gen.matmul(a, b, out, scale_a=scale_a, scale_b=scale_b)
+    assert not out.isnan().any()
+    assert float(torch.linalg.norm(out.double() - reference) / torch.linalg.norm(reference)) < 2e-2
+    vendor = torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
+    assert float(torch.linalg.norm(vendor.double() - reference) / torch.linalg.norm(reference)) < 2e-2

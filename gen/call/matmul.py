@@ -17,12 +17,15 @@ from .arrays import LEGACY_STREAM, DeviceArray, describe, layout_key, output_mak
 from ..core.errors import InvalidVariant, TilegenError, UsageError
 from ..families import MatmulShape, gemm_families, get_family
 from ..families.epilogue import Epilogue, called_epilogue
-from ..families.fp8gemm import FP8_OUTPUTS
+from ..families.fp8gemm import FP8_OUTPUTS, SCALE_BLOCK
 from ..families.problem import element_type_of, numpy_dtype
 from .kernels import Kernel, Prepared, driver_api, kernel, remember
 
 LAUNCHES_KEPT = 64  # gen.matmul's prepared launches, for all its shapes together
 FP8_FAMILY = "fp8gemm"
+# torch._scaled_mm's blockwise scales: a's outer-dim-major, b's the transpose of w's row-major blocks
+BLOCK_LAYOUT = ": block scales go by columns (scale_a = s_a.t().contiguous().t(), scale_b = s_w.t() for w's " \
+               "row-major N/128 x K/128 s_w)"
 
 
 def matmul(a: Any, b: Any, out: Any = None, stream: Any = None, *, bias: Any = None, activation: str | None = None,
@@ -87,7 +90,7 @@ def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any, extras: dict[str, An
     if _matrix(arrays["out"], "out") != (m, n) or arrays["out"].dtype != out_dtype:
         raise UsageError(f"out must be a {out_dtype} {m} x {n} matrix, got {arrays['out'].dtype} {arrays['out'].shape}")
     if fp8:
-        return out, _fp8_prepared(arrays, (m, n, k), dtype, _scales(scale_a, scale_b, m, n, dlpack_stream), stream)
+        return out, _fp8_prepared(arrays, (m, n, k), dtype, _scales(scale_a, scale_b, (m, n, k), dlpack_stream), stream)
     lda, ldb, ldc = (_leading(x, label) for label, x in arrays.items())
     shape = MatmulShape(m, n, k, lda, ldb, ldc)
     family = families[0] if len(families) == 1 else get_family(_matmul_family(
@@ -235,22 +238,29 @@ def _fp8_output(wanted: Any, out: Any, dlpack_stream: int) -> np.dtype:
     return dtype
 
 
-def _scales(scale_a: Any, scale_b: Any, m: int, n: int, dlpack_stream: int) -> tuple[str, dict[str, DeviceArray]]:
-    """The scaling the scales ask for (none, tensor, rowcol) and the scales as vectors."""
+def _scales(scale_a: Any, scale_b: Any, dims: tuple[int, int, int],
+            dlpack_stream: int) -> tuple[str, dict[str, DeviceArray]]:
+    """The scaling the scales ask for (none, tensor, rowcol, block) and the scales as vectors."""
     if scale_a is None and scale_b is None:
         return "none", {}
     if scale_a is None or scale_b is None:
         raise UsageError("give scale_a and scale_b together (float32 on the GPU), or neither")
+    (m, n, k), blocks_k = dims, -(-dims[2] // SCALE_BLOCK)
     scales = {name: describe(x, name, dlpack_stream) for name, x in (("scale_a", scale_a), ("scale_b", scale_b))}
     sizes = {name: math.prod(array.shape) for name, array in scales.items()}
+    block = {"scale_a": (m, blocks_k), "scale_b": (blocks_k, -(-n // SCALE_BLOCK))}
+    by_blocks = all(scales[name].shape == shape for name, shape in block.items())
     for name, array in scales.items():
-        if array.dtype != np.float32 or array.on_host or not array.row_major():
-            raise UsageError(f"{name} must be a contiguous float32 array on the GPU, got {array.dtype} "
-                             f"{'on the host' if array.on_host else array.shape}")
-    scaling = {(1, 1): "tensor", (m, n): "rowcol"}.get((sizes["scale_a"], sizes["scale_b"]))
+        if array.dtype != np.float32 or array.on_host or not (array.by_columns() if by_blocks else array.row_major()):
+            raise UsageError(f"{name} must be a {'column-major' if by_blocks else 'contiguous'} float32 array on "
+                             f"the GPU, got {array.dtype} {'on the host' if array.on_host else array.shape}"
+                             f"{BLOCK_LAYOUT if by_blocks else ''}")
+    scaling = "block" if by_blocks else {(1, 1): "tensor", (m, n): "rowcol"}.get((sizes["scale_a"], sizes["scale_b"]))
     if scaling is None:
-        raise UsageError(f"scale_a and scale_b must hold one number each (per tensor), or {m} and {n} (per row of a, "
-                         f"per column of b); got {sizes['scale_a']} and {sizes['scale_b']}")
+        raise UsageError(f"scale_a and scale_b must hold one number each (per tensor), {m} and {n} (per row of a, per "
+                         f"column of b), or be {m} x {blocks_k} and {blocks_k} x {block['scale_b'][1]} (per 128 of K "
+                         f"of a's rows, per 128 x 128 block of b); got {scales['scale_a'].shape} and "
+                         f"{scales['scale_b'].shape}")
     return scaling, {name: replace(array, shape=(sizes[name],), strides=(4,)) for name, array in scales.items()}
 
 
@@ -271,11 +281,13 @@ def _fp8_prepared(arrays: dict[str, DeviceArray], dims: tuple[int, int, int], dt
 @functools.lru_cache(maxsize=64)
 def _fp8_kernel(size: str, dtype: str, scaling: str, out: str) -> Kernel:
     """The tuned FP8 variant with this call's scaling and output type (storing from registers where
-    C's staging would not fit in shared memory; else the family's default), kept per shape and kind."""
+    C's staging would not fit in shared memory, on 128 columns where block scales' second sums would
+    not fit in registers; else the family's default), kept per shape and kind."""
     tuned = _gemm_kernel(FP8_FAMILY, size, dtype, "")
     family, wanted = tuned.family, replace(tuned.variant, scaling=scaling, out=out)
-    for variant in (wanted, replace(wanted, store="direct"), replace(family.default_variant(), dtype=dtype,
-                                                                     scaling=scaling, out=out, store="direct")):
+    stores = (wanted, replace(wanted, store="direct"))
+    for variant in (*stores, *(replace(v, bn=128) for v in stores),
+                    replace(family.default_variant(), dtype=dtype, scaling=scaling, out=out, store="direct")):
         try:
             variant.check()
         except InvalidVariant:

@@ -11,9 +11,11 @@ B's layout, the output types and the scale arguments make it another problem: wg
 and tuning stay as they are.
 
 `scaling`: none; tensor (scale_a and scale_b: one float32 each, on the GPU); rowcol (scale_a: a float32
-per row of A, scale_b: one per column of B, as torch._scaled_mm's row-wise scaling). DeepGEMM's
-per-block scales (128 along K) are not built: they need a second set of float32 sums, promoted
-once per block.
+per row of A, scale_b: one per column of B, as torch._scaled_mm's row-wise scaling); block (DeepGEMM's:
+scale_a per row of A and 128 elements of K, KB x M with KB = ceil(K / 128); scale_b per 128 x 128 block
+of B, ceil(N / 128) x KB; torch._scaled_mm's 1x128 and 128x128 blockwise scales, transposed as it takes
+them). With block scales each 128 of K is summed apart by the tensor cores, then added into a second
+set of float32 sums, times its scales.
 """
 
 from __future__ import annotations
@@ -32,17 +34,18 @@ from .gemm import MatmulShape
 from .problem import GEMM_FP8, UNIT_ROUNDOFF, Ceiling, Input, numpy_dtype
 from .family import blocks
 from .variant import Variant, choice
-from .wgmma import PERSISTENT_BLOCKS, SPLITS, WgmmaFamily, WgmmaVariant
+from .wgmma import MAX_SUMS, PERSISTENT_BLOCKS, SPLITS, WgmmaFamily, WgmmaVariant
 
 FP8_TYPES = ("e4m3", "e5m2")
 FP8_OUTPUTS = ("bf16", "f16", "f32")
-SCALINGS = ("none", "tensor", "rowcol")
+SCALINGS = ("none", "tensor", "rowcol", "block")
 ROW_ELEMENTS = 16  # TMA's rows start on 16-byte boundaries: 16 FP8 elements
 # Hopper's FP8 tensor cores keep about 14 bits of a sum's mantissa, not float32's 24 (DeepSeek-V3's
 # technical report, 3.3.2; on an H200 the errors grow like sqrt(K), 30-50x below the tolerance this
 # gives: docs/results/h200-fp8.md): the unit roundoff of the sums, in place of float32's.
 FP8_SUM_ROUNDOFF = 2.0**-14
 BK_FP8 = 128  # K per stage: 128 one-byte elements, the 128-byte swizzle's width
+SCALE_BLOCK = BK_FP8  # block scaling's blocks, 128 of K for A's rows and 128 x 128 of B: one step each
 # gen.matmul's untuned choices (Fp8GemmFamily.safe_variant): the default's tiles, narrower ones, or a
 # split of K, whichever the estimate below finishes first; the first wins a tie.
 FILLERS = ({}, {"bn": 192}, {"bn": 128}, {"schedule": "grid", "split": 2}, {"schedule": "grid", "split": 4})
@@ -70,17 +73,30 @@ class Fp8Variant(WgmmaVariant):
                              "others' float32 sums in their order (deterministic), then scales and stores")
     scaling: str = choice("tensor", SCALINGS, tag="by", space=("tensor",), emitted=SCALINGS,
                           help="none; tensor: the sums times scale_a * scale_b (float32 scalars on the GPU); "
-                               "rowcol: times scale_a[row] * scale_b[column] (vectors of M and N)")
+                               "rowcol: times scale_a[row] * scale_b[column] (vectors of M and N); block: each 128 of K "
+                               "times scale_a[block of K, row] * scale_b[block of 128 columns, block of K]")
 
     @property
     def output_dtype(self) -> str:
         return self.out
 
     def check_combination(self) -> None:
+        if self.scaling == "block":
+            self._check_block_scaling()
         if self.bias != "none":
             raise InvalidVariant("fp8gemm has no bias yet (its inputs' type is FP8): use bias=none and add the bias "
                                  "as a residual (residual=add)")
         super().check_combination()
+
+
+    def _check_block_scaling(self) -> None:
+        sums = self.rows_per_consumer * self.bn // 128
+        if 2 * sums > MAX_SUMS:
+            raise InvalidVariant(f"scaling=block keeps a second set of float32 sums: {self.rows_per_consumer} rows x bn "
+                                 f"{self.bn} need {2 * sums} per consumer thread, more than {MAX_SUMS} (use bn=128 or "
+                                 f"less, or 64 rows per consumer)")
+        if self.specialize != "producer":
+            raise InvalidVariant("scaling=block has its products waited for step by step: use specialize=producer")
 
 
 class Fp8GemmProblem(EpilogueGemmProblem):
@@ -99,7 +115,9 @@ class Fp8GemmProblem(EpilogueGemmProblem):
         self.arguments = (*self.arguments[:sizes], *scales, *self.arguments[sizes:])
 
     def arrays(self, shape: MatmulShape) -> dict[str, tuple[int, ...]]:
-        rows = {"none": (), "tensor": (1, 1), "rowcol": (shape.m, shape.n)}[self.scaling]
+        blocks_k = blocks(shape.k, SCALE_BLOCK)
+        rows = {"none": (), "tensor": (1, 1), "rowcol": (shape.m, shape.n),
+                "block": (blocks_k * shape.m, blocks(shape.n, SCALE_BLOCK) * blocks_k)}[self.scaling]
         return {**super().arrays(shape), **dict(zip(("scale_a", "scale_b"), ((r,) for r in rows)))}
 
     def tensor_maps(self, shape: MatmulShape, address: Mapping[str, int]) -> list[np.void]:
@@ -119,6 +137,8 @@ class Fp8GemmProblem(EpilogueGemmProblem):
 
     def product(self, inputs: Mapping[str, np.ndarray], shape: MatmulShape) -> np.ndarray:
         """The dequantised inputs' product, B taken by columns, times the scales."""
+        if self.scaling == "block":
+            return dequantised_a(inputs, shape) @ dequantised_b(inputs, shape).T
         product = inputs["A"][:, : shape.k] @ inputs["B"][:, : shape.k].T
         if self.scaling != "none":
             product = product * inputs["scale_a"][: shape.m, None] * inputs["scale_b"][None, : shape.n]
@@ -135,6 +155,19 @@ class Fp8GemmProblem(EpilogueGemmProblem):
 
     def ceiling(self, dtype: str) -> Ceiling:
         return GEMM_FP8
+
+
+def dequantised_a(inputs: Mapping[str, np.ndarray], shape: MatmulShape) -> np.ndarray:
+    """A (M x K) in float64, each row's blocks of 128 of K times their scale (scale_a: KB x M)."""
+    scales = inputs["scale_a"].astype(np.float64).reshape(-1, shape.m).T  # M x KB
+    return inputs["A"][: shape.m, : shape.k].astype(np.float64) * np.repeat(scales, SCALE_BLOCK, axis=1)[:, : shape.k]
+
+
+def dequantised_b(inputs: Mapping[str, np.ndarray], shape: MatmulShape) -> np.ndarray:
+    """B (N x K) in float64, each 128 x 128 block times its scale (scale_b: ceil(N / 128) x KB)."""
+    scales = inputs["scale_b"].astype(np.float64).reshape(-1, blocks(shape.k, SCALE_BLOCK))
+    spread = np.repeat(np.repeat(scales, SCALE_BLOCK, axis=0), SCALE_BLOCK, axis=1)
+    return inputs["B"][: shape.n, : shape.k].astype(np.float64) * spread[: shape.n, : shape.k]
 
 
 @functools.cache
