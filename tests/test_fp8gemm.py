@@ -47,8 +47,9 @@ def test_the_space_splits_k_in_clusters_of_a_block_per_tile_only() -> None:
         FP8.variant_type(split=2).check()  # persistent
 
 
-@pytest.mark.parametrize("size, tiles", [("512x4096x4096", "split"), ("512x4096x14336", "split"),
-                                         ("512x6144x4096", "narrow"), ("4096x4096x4096", "default"),
+@pytest.mark.parametrize("size, tiles", [("512x4096x4096", "narrow"), ("512x4096x14336", "split"),
+                                         ("512x6144x4096", "narrow"), ("512x10240x8192", "narrow"),
+                                         ("512x8192x8192", "default"), ("4096x4096x4096", "default"),
                                          ("8192x8192x8192", "default"), ("512x57344x8192", "default")])
 def test_the_untuned_choice_fills_the_sms_where_the_default_tiles_do_not(size: str, tiles: str) -> None:
     chosen = FP8.safe_variant(FP8.parse_shape(size), "e5m2")

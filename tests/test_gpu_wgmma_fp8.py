@@ -23,7 +23,7 @@ pytestmark = pytest.mark.gpu
 # demand; C's rows 1001 apart: bulk stores fall back to checked ones); a problem smaller than every
 # tile and than one step of K (128); more tiles than an H100 has SMs, whole tiles only.
 SIZES = ["999x1001x1003:1008,1008,1001", "77x45x33:48,48,45", "1000x2048x512"]
-FIXED = {"bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["4"]}
+FIXED = {"bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["4"], "split": ["1"]}
 EVERY_TYPE = {**FIXED, "dtype": ["e4m3", "e5m2"], "out": ["bf16", "f16", "f32"], "scaling": ["none", "tensor", "rowcol"],
               "store": ["direct", "bulk"], "schedule": ["persistent"]}
 SCHEDULES = {**FIXED, "dtype": ["e4m3"], "scaling": ["tensor", "rowcol"], "schedule": ["grid", "pingpong"],
@@ -121,6 +121,12 @@ def test_gen_matmul_multiplies_torch_fp8_tensors_as_torch_scaled_mm_does() -> No
     assert float(torch.linalg.norm(out.double() - reference) / torch.linalg.norm(reference)) < 2e-2
     unscaled = gen.matmul(a, b)  # no scales: bfloat16 out
     assert unscaled.dtype == torch.bfloat16 and not unscaled.isnan().any()
+    few_tiles_a = (torch.rand(500, 14336, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)  # untuned: split-K
+    few_tiles_b = (torch.rand(4096, 14336, device="cuda") * 2 - 1).to(torch.float8_e4m3fn).t()
+    got = gen.matmul(few_tiles_a, few_tiles_b, scale_a=scale_a, scale_b=scale_b)
+    reference = (few_tiles_a.double() @ few_tiles_b.double()) * 0.75
+    assert not got.isnan().any()
+    assert float(torch.linalg.norm(got.double() - reference) / torch.linalg.norm(reference)) < 2e-2
 
 
 def _block_scaled(torch, m: int, n: int, k: int):

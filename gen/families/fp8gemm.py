@@ -46,11 +46,15 @@ ROW_ELEMENTS = 16  # TMA's rows start on 16-byte boundaries: 16 FP8 elements
 FP8_SUM_ROUNDOFF = 2.0**-14
 BK_FP8 = 128  # K per stage: 128 one-byte elements, the 128-byte swizzle's width
 SCALE_BLOCK = BK_FP8  # block scaling's blocks, 128 of K for A's rows and 128 x 128 of B: one step each
-# gen.matmul's untuned choices (Fp8GemmFamily.safe_variant): the default's tiles, narrower ones, or a
-# split of K, whichever the estimate below finishes first; the first wins a tie.
-FILLERS = ({}, {"bn": 192}, {"bn": 128}, {"schedule": "grid", "split": 2}, {"schedule": "grid", "split": 4})
-TILE_SPEED = {256: 1.0, 192: 0.9, 128: 0.8}  # a block's products per unit of time, by tile width (provisional)
-SPLIT_COST_STEPS = 2  # the split's sum through shared memory, in steps of K
+# gen.matmul's untuned choices (Fp8GemmFamily.safe_variant): the default's tiles of 128 x 256, narrower
+# ones, each whole or split along K, whichever estimated_us finishes first (the first wins a tie).
+FILLERS = tuple({"bn": bn, **split} for bn in (256, 192, 128)
+                for split in ({}, {"schedule": "grid", "split": 2}, {"schedule": "grid", "split": 4}))
+# What estimated_us counts, fitted to an H200's 512-token Llama-3 shapes (docs/results/h200-fp8.md): a
+# block's step of 128 along K by tile width (bm = 128: a 128 x 128 tile's step costs 73% of a 128 x 256
+# one's, not half), and each round of split blocks' sum through distributed shared memory.
+STEP_US = {256: 0.89, 192: 0.74, 128: 0.65}
+SPLIT_SUM_US = 12.0
 
 
 @dataclass(frozen=True)
@@ -204,13 +208,13 @@ class Fp8GemmFamily(WgmmaFamily):
         256 for 132 SMs), the narrower tile or split of K (FILLERS) estimated to finish first."""
         default = super().safe_variant(shape, dtype)
         fillers = (replace(default, **changes) for changes in FILLERS)
-        return min((v for v in fillers if self.runnable(v, shape) == v), key=lambda v: estimated_time(v, shape))
+        return min((v for v in fillers if self.runnable(v, shape) == v), key=lambda v: estimated_us(v, shape))
 
 
-def estimated_time(variant: Fp8Variant, shape: MatmulShape) -> float:
-    """A variant's time on a shape, in arbitrary units: the rounds of blocks the SMs run one after another,
-    times each block's steps along K (and a split's sum), times its tile's products at its tile's speed."""
+def estimated_us(variant: Fp8Variant, shape: MatmulShape) -> float:
+    """A FILLERS variant's time on a shape, in microseconds on an H200 less what every launch costs: the
+    rounds of blocks the SMs run one after another, times each block's steps along K and its split's sum."""
     tiles = blocks(shape.m, variant.bm) * blocks(shape.n, variant.bn)
     rounds = blocks(tiles * variant.split, PERSISTENT_BLOCKS)
-    steps = blocks(blocks(shape.k, BK_FP8), variant.split) + SPLIT_COST_STEPS * (variant.split > 1)
-    return rounds * steps * variant.bm * variant.bn / TILE_SPEED[variant.bn]
+    steps = blocks(blocks(shape.k, BK_FP8), variant.split)
+    return rounds * (steps * STEP_US[variant.bn] + SPLIT_SUM_US * (variant.split > 1))
