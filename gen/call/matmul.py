@@ -245,7 +245,8 @@ def _scales(scale_a: Any, scale_b: Any, dims: tuple[int, int, int],
         return "none", {}
     if scale_a is None or scale_b is None:
         raise UsageError("give scale_a and scale_b together (float32 on the GPU), or neither")
-    (m, n, k), blocks_k = dims, -(-dims[2] // SCALE_BLOCK)
+    m, n, k = dims
+    blocks_k = -(-k // SCALE_BLOCK)
     scales = {name: describe(x, name, dlpack_stream) for name, x in (("scale_a", scale_a), ("scale_b", scale_b))}
     sizes = {name: math.prod(array.shape) for name, array in scales.items()}
     block = {"scale_a": (m, blocks_k), "scale_b": (blocks_k, -(-n // SCALE_BLOCK))}
