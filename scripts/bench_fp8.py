@@ -55,15 +55,17 @@ def warmed_medians_ms(cases: list[Callable[[], Any]], samples: int) -> list[floa
     return medians_ms(cases, samples)
 
 
-def tilegen_case(size: str, arrays: dict[str, Any], params: dict[str, str]) -> tuple[str, Callable[[], Any]]:
+def tilegen_case(size: str, arrays: dict[str, Any], params: dict[str, str],
+                 scaling: str) -> tuple[str, Callable[[], Any]]:
     """gen.matmul on these tensors, or (with params) that fp8gemm variant through gen.kernel's Kernel."""
     import gen
     from gen.call.kernels import Kernel
+    from gen.call.matmul import fp8_kernel
     from gen.families import get_family
 
     a, b, out, scale_a, scale_b = (arrays[name] for name in ("a", "b", "out", "scale_a", "scale_b"))
-    if not params:  # the tuned variant's tiles (gen.matmul gives them the call's scaling and output)
-        return (gen.kernel("fp8gemm", size, dtype="e4m3").variant.name,
+    if not params:  # the tuned (or untuned: safe_variant's) tiles with the call's scaling, as gen.matmul runs them
+        return (fp8_kernel(size, "e4m3", scaling, "bf16").variant.name,
                 lambda: gen.matmul(a, b, out, scale_a=scale_a, scale_b=scale_b))
     family = get_family("fp8gemm")
     variant = family.variant(params)
@@ -97,7 +99,7 @@ def measure(size: str, samples: int, params: dict[str, str], scaling: str) -> li
     scale_a, scale_b, times_a, times_b = scales(m, n, k, scaling)
     ours, theirs = (torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2))
     name, tilegen_call = tilegen_case(size, {"a": a, "b": b, "out": ours, "scale_a": scale_a, "scale_b": scale_b},
-                                      params)
+                                      params, scaling)
 
     def cublas_call() -> None:
         theirs.copy_(torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16))

@@ -274,13 +274,13 @@ def _fp8_prepared(arrays: dict[str, DeviceArray], dims: tuple[int, int, int], dt
     shape = family.problem.shape_type(m, n, k, lda, ldb, ldc)
     if reason := family.refusal(family.default_variant(), shape):
         raise UsageError(reason)
-    chosen = _fp8_kernel(str(shape), dtype, scaling, element_type_of(arrays["out"].dtype))
+    chosen = fp8_kernel(str(shape), dtype, scaling, element_type_of(arrays["out"].dtype))
     return chosen.prepared(A=_allocated(arrays["a"], m, lda), B=_allocated(arrays["b"], n, ldb),
                            C=_allocated(arrays["out"], m, ldc), **vectors, stream=stream)
 
 
 @functools.lru_cache(maxsize=64)
-def _fp8_kernel(size: str, dtype: str, scaling: str, out: str) -> Kernel:
+def fp8_kernel(size: str, dtype: str, scaling: str, out: str) -> Kernel:
     """The tuned FP8 variant with this call's scaling and output type (storing from registers where
     C's staging would not fit in shared memory, on 128 columns where block scales' second sums would
     not fit in registers; else the family's default), kept per shape and kind."""
