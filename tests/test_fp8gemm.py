@@ -5,6 +5,7 @@ out by hand, the tolerance's terms, and each FP8 type, output type and scaling c
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -188,6 +189,17 @@ def test_each_fp8_type_output_and_scaling_renders_and_compiles_for_sm_90a(compil
     assert not [(r.variant.name, r.log) for r in results if not r.ok] and len(results) == len(variants)
     assert all("for 'sm_90a'" in r.log for r in results)  # ptxas's report: each compiled for sm_90a
     assert all(r.resources.spill_store_bytes <= SPILL_LIMIT and r.resources.stack_bytes <= SPILL_LIMIT for r in results)
+
+
+def test_a_call_runs_the_tuned_tiles_with_its_scaling_or_their_nearest_relative_that_takes_it() -> None:
+    from gen.call.matmul import fp8_variant
+
+    pingpong = FP8.variant({"bn": 128, "schedule": "pingpong", "stages": 4, "store": "direct"})
+    assert fp8_variant(pingpong, "rowcol", "f32") == replace(pingpong, scaling="rowcol", out="f32")
+    # 128 rows a consumer: block scales' two sets of sums fit on no relative of it, so the default's on 128 columns
+    assert fp8_variant(pingpong, "block", "bf16") == replace(FP8.default_variant(), bn=128, scaling="block")
+    split = FP8.variant({"schedule": "grid", "split": 2, "dtype": "e5m2"})
+    assert fp8_variant(split, "block", "f16") == replace(split, bn=128, scaling="block", out="f16")
 
 
 class FakeTensor:

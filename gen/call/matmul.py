@@ -6,6 +6,7 @@ works out is kept per layout of the arrays, and a call on a layout seen before o
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import numbers
 from dataclasses import replace
@@ -19,11 +20,13 @@ from ..families import MatmulShape, gemm_families, get_family
 from ..families.epilogue import Epilogue, called_epilogue
 from ..families.fp8gemm import FP8_OUTPUTS, SCALE_BLOCK
 from ..families.problem import element_type_of, numpy_dtype
+from ..families.variant import Variant
 from .kernels import Kernel, Prepared, driver_api, kernel, remember
 
 LAUNCHES_KEPT = 64  # gen.matmul's prepared launches, for all its shapes together
 FP8_FAMILY = "fp8gemm"
 # torch._scaled_mm's blockwise scales: a's outer-dim-major, b's the transpose of w's row-major blocks
+FP8_RELATIVES = ({}, {"store": "direct"}, {"bn": 128}, {"bn": 128, "store": "direct"})  # fp8_variant's, in turn
 BLOCK_LAYOUT = ": block scales go by columns (scale_a = s_a.t().contiguous().t(), scale_b = s_w.t() for w's " \
                "row-major N/128 x K/128 s_w)"
 
@@ -281,20 +284,25 @@ def _fp8_prepared(arrays: dict[str, DeviceArray], dims: tuple[int, int, int], dt
 
 @functools.lru_cache(maxsize=64)
 def fp8_kernel(size: str, dtype: str, scaling: str, out: str) -> Kernel:
-    """The tuned FP8 variant with this call's scaling and output type (storing from registers where
-    C's staging would not fit in shared memory, on 128 columns where block scales' second sums would
-    not fit in registers; else the family's default), kept per shape and kind."""
+    """The tuned FP8 kernel with this call's scaling and output type (fp8_variant), kept per shape and kind."""
     tuned = _gemm_kernel(FP8_FAMILY, size, dtype, "")
-    family, wanted = tuned.family, replace(tuned.variant, scaling=scaling, out=out)
-    stores = (wanted, replace(wanted, store="direct"))
-    for variant in (*stores, *(replace(v, bn=128) for v in stores),
-                    replace(family.default_variant(), dtype=dtype, scaling=scaling, out=out, store="direct")):
+    return Kernel(tuned.family, fp8_variant(tuned.variant, scaling, out), tuned.shape,
+                  reason=f"{tuned.reason}, with this call's scales and output")
+
+
+def fp8_variant(tuned: Variant, scaling: str, out: str) -> Variant:
+    """The tuned FP8 variant with a call's scaling and output type: as tuned where it can; else storing
+    from registers (C's staging too large for shared memory), on 128 columns (block scales' second
+    sums too many for the registers), or both; else the family's default, so changed."""
+    default = replace(get_family(FP8_FAMILY).default_variant(), dtype=tuned.dtype)
+    for base, changes in itertools.product((tuned, default), FP8_RELATIVES):
+        variant = replace(base, scaling=scaling, out=out, **changes)
         try:
             variant.check()
         except InvalidVariant:
             continue
-        return Kernel(family, variant, tuned.shape, reason=f"{tuned.reason}, with this call's scales and output")
-    raise UsageError(f"no fp8gemm variant takes {scaling} scales and {out} output")  # the default always does
+        return variant
+    raise UsageError(f"no fp8gemm variant takes {scaling} scales and {out} output")  # the default's relatives do
 
 
 def _by_columns(b: DeviceArray) -> int:
