@@ -46,7 +46,8 @@ def matmul(a: Any, b: Any, out: Any = None, stream: Any = None, *, bias: Any = N
 
     FP8 (float8_e4m3fn, float8_e5m2) as torch._scaled_mm takes it: a row-major, b K x N by columns,
     `scale_a` and `scale_b` float32 on the GPU (one number each, or one per row of a and per column
-    of b), C in `out_dtype` (bfloat16 unless `out` says otherwise; float16, float32)."""
+    of b, or its blockwise ones: M x ceil(K/128) and ceil(K/128) x ceil(N/128), both column-major),
+    C in `out_dtype` (bfloat16 unless `out` says otherwise; float16, float32)."""
     inputs = _inputs_key(a, b, scale_a, scale_b, out_dtype)
     fused = () if bias is None and activation is None and residual is None and alpha is None and beta is None else \
         ((activation, alpha, beta), _extra_key(bias), _extra_key(residual))
