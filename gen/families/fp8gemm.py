@@ -46,10 +46,12 @@ ROW_ELEMENTS = 16  # TMA's rows start on 16-byte boundaries: 16 FP8 elements
 FP8_SUM_ROUNDOFF = 2.0**-14
 BK_FP8 = 128  # K per stage: 128 one-byte elements, the 128-byte swizzle's width
 SCALE_BLOCK = BK_FP8  # block scaling's blocks, 128 of K for A's rows and 128 x 128 of B: one step each
-# gen.matmul's untuned choices (Fp8GemmFamily.safe_variant): the default's tiles of 128 x 256, narrower
-# ones, each whole or split along K, whichever estimated_us finishes first (the first wins a tie).
-FILLERS = tuple({"bn": bn, **split} for bn in (256, 192, 128)
-                for split in ({}, {"schedule": "grid", "split": 2}, {"schedule": "grid", "split": 4}))
+# gen.matmul's untuned choices (Fp8GemmFamily.safe_variant): the default, or tiles of 128 x 256, 192 or
+# 128, each whole or split along K, whichever estimated_us finishes first (the first wins a tie); those
+# with 4 stages and direct stores, as every tuned winner of the 512-token shapes on an H200 had (few
+# tiles a block: no next tile's products for bulk stores to overlap, and their staging's room a stage).
+FILLERS = ({}, *({"bn": bn, "stages": 4, "store": "direct", **split} for bn in (256, 192, 128)
+                 for split in ({}, {"schedule": "grid", "split": 2}, {"schedule": "grid", "split": 4})))
 # What estimated_us counts, fitted to an H200's 512-token Llama-3 shapes (docs/results/h200-fp8.md): a
 # block's step of 128 along K by tile width (bm = 128: a 128 x 128 tile's step costs 73% of a 128 x 256
 # one's, not half), and each round of split blocks' sum through distributed shared memory.
