@@ -25,8 +25,8 @@ from .kernels import Kernel, Prepared, driver_api, kernel, remember
 
 LAUNCHES_KEPT = 64  # gen.matmul's prepared launches, for all its shapes together
 FP8_FAMILY = "fp8gemm"
-# torch._scaled_mm's blockwise scales: a's outer-dim-major, b's the transpose of w's row-major blocks
 FP8_RELATIVES = ({}, {"store": "direct"}, {"bn": 128}, {"bn": 128, "store": "direct"})  # fp8_variant's, in turn
+# torch._scaled_mm's blockwise scales: a's outer-dim-major, b's the transpose of w's row-major blocks
 BLOCK_LAYOUT = ": block scales go by columns (scale_a = s_a.t().contiguous().t(), scale_b = s_w.t() for w's " \
                "row-major N/128 x K/128 s_w)"
 

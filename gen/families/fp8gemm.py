@@ -94,7 +94,6 @@ class Fp8Variant(WgmmaVariant):
                                  "as a residual (residual=add)")
         super().check_combination()
 
-
     def _check_block_scaling(self) -> None:
         sums = self.rows_per_consumer * self.bn // 128
         if 2 * sums > MAX_SUMS:
