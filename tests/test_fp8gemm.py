@@ -5,6 +5,7 @@ out by hand, the tolerance's terms, and each FP8 type, output type and scaling c
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -32,6 +33,30 @@ def test_names_round_trip_and_say_the_scaling() -> None:
                 assert FP8.variant_type.from_name(variant.name) == variant
                 assert variant.output_dtype == out
     assert {v.dtype for v in Space.default(FP8).expand().valid} == {"e4m3"}
+
+
+def test_the_space_splits_k_in_clusters_of_a_block_per_tile_only() -> None:
+    variants = Space.default(FP8).expand().valid
+    split = [v for v in variants if v.split > 1]
+    assert {v.split for v in split} == {2, 4} and {(v.schedule, v.cluster) for v in split} == {("grid", 1)}
+    assert len(variants) < 300  # what a tune's compile-ahead takes on
+    variant = FP8.variant({"split": 2, "schedule": "grid", "scaling": "rowcol"})
+    assert variant.name == "fp8gemm_e4m3_cbf16_bm128_bn256_wg2_s3_grid_g8_producer_cl1_bulk_split2_byrowcol"
+    assert FP8.variant_type.from_name(variant.name) == variant
+    assert FP8.launch(variant, FP8.parse_shape("512x4096x4096")).grid == (4 * 16 * 2, 1, 1)  # two blocks a tile
+    with pytest.raises(InvalidVariant, match="split 2 makes each tile's blocks a cluster that ends with the tile"):
+        FP8.variant_type(split=2).check()  # persistent
+
+
+@pytest.mark.parametrize("size, tiles", [("512x4096x4096", "narrow"), ("512x4096x14336", "split"),
+                                         ("512x6144x4096", "narrow"), ("512x10240x8192", "narrow"),
+                                         ("512x8192x8192", "default"), ("4096x4096x4096", "default"),
+                                         ("8192x8192x8192", "default"), ("512x57344x8192", "default")])
+def test_the_untuned_choice_fills_the_sms_where_the_default_tiles_do_not(size: str, tiles: str) -> None:
+    chosen = FP8.safe_variant(FP8.parse_shape(size), "e5m2")
+    assert chosen.dtype == "e5m2"
+    assert {"split": chosen.split > 1, "narrow": chosen.bn < 256 and chosen.split == 1,
+            "default": chosen == FP8.default_variant().with_element_type("e5m2")}[tiles], chosen.name
 
 
 def test_a_bias_is_refused_with_what_to_use_instead(capsys: pytest.CaptureFixture) -> None:
@@ -98,6 +123,30 @@ def test_the_reference_takes_b_by_columns_then_the_scales_then_the_epilogue() ->
     assert fused.reference(inputs, shape).tolist() == [[0.25 * 2.5 + 1.0, 0.0 - 1.0]]  # relu(alpha x) + R
 
 
+def test_block_scales_multiply_each_128_of_k_by_its_rows_scale_and_its_128_x_128_blocks() -> None:
+    """A = ones (1 x 129), B = ones (129 x 129, N x K): K's blocks are 128 and 1 elements, N's 128 and 1
+    columns; scale_a per block of K [2, 3], scale_b per block (N/128 x K/128) [[1, 10], [0.5, 100]]."""
+    shape = FP8.parse_shape("1x129x129:144,144,129")
+    block = FP8.problem_of(FP8.variant({"scaling": "block", "bn": 128}))
+    assert (block.arrays(shape)["scale_a"], block.arrays(shape)["scale_b"]) == ((2,), (4,))  # KB x M, NB x KB
+    inputs = {"A": np.ones((1, 144)), "B": np.ones((129, 144)), "scale_a": np.array([2.0, 3.0]),
+              "scale_b": np.array([1.0, 10.0, 0.5, 100.0])}
+    product = block.reference(inputs, shape)
+    assert product.shape == (1, 129)
+    assert set(product[0, :128].tolist()) == {128 * 2 * 1.0 + 3 * 10.0} and product[0, 128] == 128 * 2 * 0.5 + 3 * 100.0
+    assert block.arrays(FP8.parse_shape("70x300x300:304,304,300"))["scale_a"] == (3 * 70,)
+
+
+def test_block_scaling_refuses_tiles_whose_second_sums_spill_in_one_line(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(InvalidVariant, match="scaling=block keeps a second set of float32 sums: 64 rows x bn 256 need "
+                                             "256 per consumer thread, more than 128"):
+        FP8.variant_type(scaling="block").check()
+    with pytest.raises(InvalidVariant, match="scaling=block has its products waited for step by step"):
+        FP8.variant_type(scaling="block", bn=128, specialize="none").check()
+    assert_one_line_error(*run_main(capsys, ["render", "fp8gemm", "-p", "scaling=block"]),
+                          "scaling=block keeps a second set of float32 sums")
+
+
 def test_the_tolerance_is_the_fp8_sums_plus_the_outputs_rounding() -> None:
     shape = FP8.parse_shape("64x64x4096")
     f32, bf16, f16 = (FP8.problem.tolerance(out, shape) for out in ("f32", "bf16", "f16"))
@@ -117,15 +166,40 @@ COMPILED = [  # each FP8 type, output type and scaling at least once; an epilogu
 SPILL_LIMIT = 16  # bytes stored (and loaded back): a full epilogue with per-row scales spills a few (nvcc 13.0)
 
 
+SPLIT_COMPILED = [  # split-K, its sums scaled and the epilogue applied once, after the cluster's sum
+    {"split": 2, "schedule": "grid", "scaling": "tensor"},
+    {"split": 4, "schedule": "grid", "bn": 128, "scaling": "rowcol", "store": "direct", "out": "f32",
+     "scale": "alpha-beta", "act": "silu", "residual": "add"},
+    {"scaling": "block", "bn": 128, "dtype": "e5m2", "out": "f16"},  # block scales: a second set of sums
+    {"scaling": "block", "bm": 64, "consumers": 1, "bn": 128, "split": 2, "schedule": "grid", "act": "relu"},
+]
+
+
 def test_each_fp8_type_output_and_scaling_renders_and_compiles_for_sm_90a(compile_options: CompileOptions) -> None:
-    variants = [FP8.variant(params) for params in COMPILED]
+    variants = [FP8.variant(params) for params in COMPILED + SPLIT_COMPILED]
     source = render(variants[0])
     assert "m64n256k32.f32.e4m3.e4m3" in source and "*scale_a * *scale_b" in source
     assert "k32.f32.e5m2.e5m2" in render(variants[1]) and "scale_a[r] * scale_b[c]" in render(variants[1])
+    split = render(variants[-3])  # the scales after the cluster's sum: once, by the block that stores
+    assert split.index("reduce_split(d, stages") < split.index("* (scale_a[r] * scale_b[c])")
+    block = render(variants[-2])  # each step's sums into the second set, scaled; none left for the epilogue
+    assert "multiply_add(part[i]" in block and "fmaf(part[i][s], row_scale[i][s % 4 / 2], d[i][s])" in block
+    assert "scale_a[r]" not in block and "wgmma.wait_group.sync.aligned 0" in block
     results = compile_variants(variants, compile_options)
     assert not [(r.variant.name, r.log) for r in results if not r.ok] and len(results) == len(variants)
     assert all("for 'sm_90a'" in r.log for r in results)  # ptxas's report: each compiled for sm_90a
     assert all(r.resources.spill_store_bytes <= SPILL_LIMIT and r.resources.stack_bytes <= SPILL_LIMIT for r in results)
+
+
+def test_a_call_runs_the_tuned_tiles_with_its_scaling_or_their_nearest_relative_that_takes_it() -> None:
+    from gen.call.matmul import fp8_variant
+
+    pingpong = FP8.variant({"bn": 128, "schedule": "pingpong", "stages": 4, "store": "direct"})
+    assert fp8_variant(pingpong, "rowcol", "f32") == replace(pingpong, scaling="rowcol", out="f32")
+    # 128 rows a consumer: block scales' two sets of sums fit on no relative of it, so the default's on 128 columns
+    assert fp8_variant(pingpong, "block", "bf16") == replace(FP8.default_variant(), bn=128, scaling="block")
+    split = FP8.variant({"schedule": "grid", "split": 2, "dtype": "e5m2"})
+    assert fp8_variant(split, "block", "f16") == replace(split, bn=128, scaling="block", out="f16")
 
 
 class FakeTensor:
@@ -163,7 +237,11 @@ def _fp8_call(**changes) -> None:
     ({"b": FakeTensor((32, 48))}, "b must be K x N by columns, as torch._scaled_mm takes it"),
     ({"scale_b": None}, "give scale_a and scale_b together"),
     ({"scale_a": FakeTensor((64,), "float32"), "scale_b": FakeTensor((47,), "float32")},
-     "scale_a and scale_b must hold one number each (per tensor), or 64 and 48"),
+     "scale_a and scale_b must hold one number each (per tensor), 64 and 48 (per row of a, per column of b), or be "
+     "64 x 1 and 1 x 1 (per 128 of K"),
+    ({"a": FakeTensor((64, 256)), "b": FakeTensor((256, 48), stride=(1, 256)), "scale_a": FakeTensor((64, 2), "float32"),
+      "scale_b": FakeTensor((2, 1), "float32")}, "scale_a must be a column-major float32 array on the GPU, got float32 "
+                                                 "(64, 2): block scales go by columns"),
     ({"scale_a": FakeTensor((), "bfloat16")}, "scale_a must be a contiguous float32 array on the GPU"),
     ({"out_dtype": "int32"}, "out_dtype must be bfloat16, float16 or float32"),
     ({"out": FakeTensor((64, 48), "float16"), "out_dtype": "float32"}, "out must be a float32 64 x 48 matrix"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -52,6 +52,10 @@ class DeviceArray:
                 return False
             expected *= extent
         return True
+
+    def by_columns(self) -> bool:
+        """Dense, in Fortran order (a matrix's transpose is row-major)."""
+        return replace(self, shape=self.shape[::-1], strides=self.strides[::-1]).row_major()
 
 
 def describe(array: Any, name: str, dlpack_stream: int = LEGACY_STREAM) -> DeviceArray:

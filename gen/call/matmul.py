@@ -6,6 +6,7 @@ works out is kept per layout of the arrays, and a call on a layout seen before o
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import numbers
 from dataclasses import replace
@@ -17,12 +18,17 @@ from .arrays import LEGACY_STREAM, DeviceArray, describe, layout_key, output_mak
 from ..core.errors import InvalidVariant, TilegenError, UsageError
 from ..families import MatmulShape, gemm_families, get_family
 from ..families.epilogue import Epilogue, called_epilogue
-from ..families.fp8gemm import FP8_OUTPUTS
+from ..families.fp8gemm import FP8_OUTPUTS, SCALE_BLOCK
 from ..families.problem import element_type_of, numpy_dtype
+from ..families.variant import Variant
 from .kernels import Kernel, Prepared, driver_api, kernel, remember
 
 LAUNCHES_KEPT = 64  # gen.matmul's prepared launches, for all its shapes together
 FP8_FAMILY = "fp8gemm"
+FP8_RELATIVES = ({}, {"store": "direct"}, {"bn": 128}, {"bn": 128, "store": "direct"})  # fp8_variant's, in turn
+# torch._scaled_mm's blockwise scales: a's outer-dim-major, b's the transpose of w's row-major blocks
+BLOCK_LAYOUT = ": block scales go by columns (scale_a = s_a.t().contiguous().t(), scale_b = s_w.t() for w's " \
+               "row-major N/128 x K/128 s_w)"
 
 
 def matmul(a: Any, b: Any, out: Any = None, stream: Any = None, *, bias: Any = None, activation: str | None = None,
@@ -40,7 +46,8 @@ def matmul(a: Any, b: Any, out: Any = None, stream: Any = None, *, bias: Any = N
 
     FP8 (float8_e4m3fn, float8_e5m2) as torch._scaled_mm takes it: a row-major, b K x N by columns,
     `scale_a` and `scale_b` float32 on the GPU (one number each, or one per row of a and per column
-    of b), C in `out_dtype` (bfloat16 unless `out` says otherwise; float16, float32)."""
+    of b, or its blockwise ones: M x ceil(K/128) and ceil(K/128) x ceil(N/128), both column-major),
+    C in `out_dtype` (bfloat16 unless `out` says otherwise; float16, float32)."""
     inputs = _inputs_key(a, b, scale_a, scale_b, out_dtype)
     fused = () if bias is None and activation is None and residual is None and alpha is None and beta is None else \
         ((activation, alpha, beta), _extra_key(bias), _extra_key(residual))
@@ -87,7 +94,7 @@ def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any, extras: dict[str, An
     if _matrix(arrays["out"], "out") != (m, n) or arrays["out"].dtype != out_dtype:
         raise UsageError(f"out must be a {out_dtype} {m} x {n} matrix, got {arrays['out'].dtype} {arrays['out'].shape}")
     if fp8:
-        return out, _fp8_prepared(arrays, (m, n, k), dtype, _scales(scale_a, scale_b, m, n, dlpack_stream), stream)
+        return out, _fp8_prepared(arrays, (m, n, k), dtype, _scales(scale_a, scale_b, (m, n, k), dlpack_stream), stream)
     lda, ldb, ldc = (_leading(x, label) for label, x in arrays.items())
     shape = MatmulShape(m, n, k, lda, ldb, ldc)
     family = families[0] if len(families) == 1 else get_family(_matmul_family(
@@ -235,22 +242,30 @@ def _fp8_output(wanted: Any, out: Any, dlpack_stream: int) -> np.dtype:
     return dtype
 
 
-def _scales(scale_a: Any, scale_b: Any, m: int, n: int, dlpack_stream: int) -> tuple[str, dict[str, DeviceArray]]:
-    """The scaling the scales ask for (none, tensor, rowcol) and the scales as vectors."""
+def _scales(scale_a: Any, scale_b: Any, dims: tuple[int, int, int],
+            dlpack_stream: int) -> tuple[str, dict[str, DeviceArray]]:
+    """The scaling the scales ask for (none, tensor, rowcol, block) and the scales as vectors."""
     if scale_a is None and scale_b is None:
         return "none", {}
     if scale_a is None or scale_b is None:
         raise UsageError("give scale_a and scale_b together (float32 on the GPU), or neither")
+    m, n, k = dims
+    blocks_k = -(-k // SCALE_BLOCK)
     scales = {name: describe(x, name, dlpack_stream) for name, x in (("scale_a", scale_a), ("scale_b", scale_b))}
     sizes = {name: math.prod(array.shape) for name, array in scales.items()}
+    block = {"scale_a": (m, blocks_k), "scale_b": (blocks_k, -(-n // SCALE_BLOCK))}
+    by_blocks = all(scales[name].shape == shape for name, shape in block.items())
     for name, array in scales.items():
-        if array.dtype != np.float32 or array.on_host or not array.row_major():
-            raise UsageError(f"{name} must be a contiguous float32 array on the GPU, got {array.dtype} "
-                             f"{'on the host' if array.on_host else array.shape}")
-    scaling = {(1, 1): "tensor", (m, n): "rowcol"}.get((sizes["scale_a"], sizes["scale_b"]))
+        if array.dtype != np.float32 or array.on_host or not (array.by_columns() if by_blocks else array.row_major()):
+            raise UsageError(f"{name} must be a {'column-major' if by_blocks else 'contiguous'} float32 array on "
+                             f"the GPU, got {array.dtype} {'on the host' if array.on_host else array.shape}"
+                             f"{BLOCK_LAYOUT if by_blocks else ''}")
+    scaling = "block" if by_blocks else {(1, 1): "tensor", (m, n): "rowcol"}.get((sizes["scale_a"], sizes["scale_b"]))
     if scaling is None:
-        raise UsageError(f"scale_a and scale_b must hold one number each (per tensor), or {m} and {n} (per row of a, "
-                         f"per column of b); got {sizes['scale_a']} and {sizes['scale_b']}")
+        raise UsageError(f"scale_a and scale_b must hold one number each (per tensor), {m} and {n} (per row of a, per "
+                         f"column of b), or be {m} x {blocks_k} and {blocks_k} x {block['scale_b'][1]} (per 128 of K "
+                         f"of a's rows, per 128 x 128 block of b); got {scales['scale_a'].shape} and "
+                         f"{scales['scale_b'].shape}")
     return scaling, {name: replace(array, shape=(sizes[name],), strides=(4,)) for name, array in scales.items()}
 
 
@@ -263,25 +278,32 @@ def _fp8_prepared(arrays: dict[str, DeviceArray], dims: tuple[int, int, int], dt
     shape = family.problem.shape_type(m, n, k, lda, ldb, ldc)
     if reason := family.refusal(family.default_variant(), shape):
         raise UsageError(reason)
-    chosen = _fp8_kernel(str(shape), dtype, scaling, element_type_of(arrays["out"].dtype))
+    chosen = fp8_kernel(str(shape), dtype, scaling, element_type_of(arrays["out"].dtype))
     return chosen.prepared(A=_allocated(arrays["a"], m, lda), B=_allocated(arrays["b"], n, ldb),
                            C=_allocated(arrays["out"], m, ldc), **vectors, stream=stream)
 
 
 @functools.lru_cache(maxsize=64)
-def _fp8_kernel(size: str, dtype: str, scaling: str, out: str) -> Kernel:
-    """The tuned FP8 variant with this call's scaling and output type (storing from registers where
-    C's staging would not fit in shared memory; else the family's default), kept per shape and kind."""
+def fp8_kernel(size: str, dtype: str, scaling: str, out: str) -> Kernel:
+    """The tuned FP8 kernel with this call's scaling and output type (fp8_variant), kept per shape and kind."""
     tuned = _gemm_kernel(FP8_FAMILY, size, dtype, "")
-    family, wanted = tuned.family, replace(tuned.variant, scaling=scaling, out=out)
-    for variant in (wanted, replace(wanted, store="direct"), replace(family.default_variant(), dtype=dtype,
-                                                                     scaling=scaling, out=out, store="direct")):
+    return Kernel(tuned.family, fp8_variant(tuned.variant, scaling, out), tuned.shape,
+                  reason=f"{tuned.reason}, with this call's scales and output")
+
+
+def fp8_variant(tuned: Variant, scaling: str, out: str) -> Variant:
+    """The tuned FP8 variant with a call's scaling and output type: as tuned where it can; else storing
+    from registers (C's staging too large for shared memory), on 128 columns (block scales' second
+    sums too many for the registers), or both; else the family's default, so changed."""
+    default = replace(get_family(FP8_FAMILY).default_variant(), dtype=tuned.dtype)
+    for base, changes in itertools.product((tuned, default), FP8_RELATIVES):
+        variant = replace(base, scaling=scaling, out=out, **changes)
         try:
             variant.check()
         except InvalidVariant:
             continue
-        return Kernel(family, variant, tuned.shape, reason=f"{tuned.reason}, with this call's scales and output")
-    raise UsageError(f"no fp8gemm variant takes {scaling} scales and {out} output")  # the default always does
+        return variant
+    raise UsageError(f"no fp8gemm variant takes {scaling} scales and {out} output")  # the default's relatives do
 
 
 def _by_columns(b: DeviceArray) -> int:

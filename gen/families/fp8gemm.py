@@ -11,16 +11,18 @@ B's layout, the output types and the scale arguments make it another problem: wg
 and tuning stay as they are.
 
 `scaling`: none; tensor (scale_a and scale_b: one float32 each, on the GPU); rowcol (scale_a: a float32
-per row of A, scale_b: one per column of B, as torch._scaled_mm's row-wise scaling). DeepGEMM's
-per-block scales (128 along K) are not built: they need a second set of float32 sums, promoted
-once per block.
+per row of A, scale_b: one per column of B, as torch._scaled_mm's row-wise scaling); block (DeepGEMM's:
+scale_a per row of A and 128 elements of K, KB x M with KB = ceil(K / 128); scale_b per 128 x 128 block
+of B, ceil(N / 128) x KB; torch._scaled_mm's 1x128 and 128x128 blockwise scales, transposed as it takes
+them). With block scales each 128 of K is summed apart by the tensor cores, then added into a second
+set of float32 sums, times its scales.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Mapping
 
 import numpy as np
@@ -30,17 +32,31 @@ from ..core.tensor_maps import BOX, box_map
 from .epilogue import ACTIVATION_ROUNDINGS, Epilogue, EpilogueGemmProblem
 from .gemm import MatmulShape
 from .problem import GEMM_FP8, UNIT_ROUNDOFF, Ceiling, Input, numpy_dtype
-from .variant import choice
-from .wgmma import SPLITS, WgmmaFamily, WgmmaVariant
+from .family import blocks
+from .variant import Variant, choice
+from .wgmma import MAX_SUMS, PERSISTENT_BLOCKS, SPLITS, WgmmaFamily, WgmmaVariant
 
 FP8_TYPES = ("e4m3", "e5m2")
 FP8_OUTPUTS = ("bf16", "f16", "f32")
-SCALINGS = ("none", "tensor", "rowcol")
+SCALINGS = ("none", "tensor", "rowcol", "block")
 ROW_ELEMENTS = 16  # TMA's rows start on 16-byte boundaries: 16 FP8 elements
 # Hopper's FP8 tensor cores keep about 14 bits of a sum's mantissa, not float32's 24 (DeepSeek-V3's
 # technical report, 3.3.2; on an H200 the errors grow like sqrt(K), 30-50x below the tolerance this
 # gives: docs/results/h200-fp8.md): the unit roundoff of the sums, in place of float32's.
 FP8_SUM_ROUNDOFF = 2.0**-14
+BK_FP8 = 128  # K per stage: 128 one-byte elements, the 128-byte swizzle's width
+SCALE_BLOCK = BK_FP8  # block scaling's blocks, 128 of K for A's rows and 128 x 128 of B: one step each
+# gen.matmul's untuned choices (Fp8GemmFamily.safe_variant): the default, or tiles of 128 x 256, 192 or
+# 128, each whole or split along K, whichever estimated_us finishes first (the first wins a tie); those
+# with 4 stages and direct stores, as every tuned winner of the 512-token shapes on an H200 had (few
+# tiles a block: no next tile's products for bulk stores to overlap, and their staging's room a stage).
+FILLERS = ({}, *({"bn": bn, "stages": 4, "store": "direct", **split} for bn in (256, 192, 128)
+                 for split in ({}, {"schedule": "grid", "split": 2}, {"schedule": "grid", "split": 4})))
+# What estimated_us counts, fitted to an H200's 512-token Llama-3 shapes (docs/results/h200-fp8.md): a
+# block's step of 128 along K by tile width (bm = 128: a 128 x 128 tile's step costs 73% of a 128 x 256
+# one's, not half), and each round of split blocks' sum through distributed shared memory.
+STEP_US = {256: 0.89, 192: 0.74, 128: 0.65}
+SPLIT_SUM_US = 12.0
 
 
 @dataclass(frozen=True)
@@ -58,22 +74,34 @@ class Fp8Variant(WgmmaVariant):
                         help="element type of A and B: e4m3 (4 exponent bits, 3 mantissa bits) or e5m2 (5 and 2)")
     out: str = choice("bf16", FP8_OUTPUTS, tag="c", space=("bf16",), emitted=("bf16",),
                       help="C's type: bfloat16, float16 or float32")
-    split: int = choice(1, SPLITS, tag="split", omit=1, space=(1,), help="split-K: not built for FP8 yet (1 only)")
+    split: int = choice(1, SPLITS, tag="split", omit=1, space=SPLITS[:3], emitted=(1,),
+                        help="blocks per tile of C, a cluster, each multiplying its share of K; the first adds the "
+                             "others' float32 sums in their order (deterministic), then scales and stores")
     scaling: str = choice("tensor", SCALINGS, tag="by", space=("tensor",), emitted=SCALINGS,
                           help="none; tensor: the sums times scale_a * scale_b (float32 scalars on the GPU); "
-                               "rowcol: times scale_a[row] * scale_b[column] (vectors of M and N)")
+                               "rowcol: times scale_a[row] * scale_b[column] (vectors of M and N); block: each 128 of K "
+                               "times scale_a[block of K, row] * scale_b[block of 128 columns, block of K]")
 
     @property
     def output_dtype(self) -> str:
         return self.out
 
     def check_combination(self) -> None:
-        if self.split != 1:
-            raise InvalidVariant(f"fp8gemm has no split-K yet (split {self.split}): use split=1")
+        if self.scaling == "block":
+            self._check_block_scaling()
         if self.bias != "none":
             raise InvalidVariant("fp8gemm has no bias yet (its inputs' type is FP8): use bias=none and add the bias "
                                  "as a residual (residual=add)")
         super().check_combination()
+
+    def _check_block_scaling(self) -> None:
+        sums = self.rows_per_consumer * self.bn // 128
+        if 2 * sums > MAX_SUMS:
+            raise InvalidVariant(f"scaling=block keeps a second set of float32 sums: {self.rows_per_consumer} rows x bn "
+                                 f"{self.bn} need {2 * sums} per consumer thread, more than {MAX_SUMS} (use bn=128 or "
+                                 f"less, or 64 rows per consumer)")
+        if self.specialize != "producer":
+            raise InvalidVariant("scaling=block has its products waited for step by step: use specialize=producer")
 
 
 class Fp8GemmProblem(EpilogueGemmProblem):
@@ -92,7 +120,9 @@ class Fp8GemmProblem(EpilogueGemmProblem):
         self.arguments = (*self.arguments[:sizes], *scales, *self.arguments[sizes:])
 
     def arrays(self, shape: MatmulShape) -> dict[str, tuple[int, ...]]:
-        rows = {"none": (), "tensor": (1, 1), "rowcol": (shape.m, shape.n)}[self.scaling]
+        blocks_k = blocks(shape.k, SCALE_BLOCK)
+        rows = {"none": (), "tensor": (1, 1), "rowcol": (shape.m, shape.n),
+                "block": (blocks_k * shape.m, blocks(shape.n, SCALE_BLOCK) * blocks_k)}[self.scaling]
         return {**super().arrays(shape), **dict(zip(("scale_a", "scale_b"), ((r,) for r in rows)))}
 
     def tensor_maps(self, shape: MatmulShape, address: Mapping[str, int]) -> list[np.void]:
@@ -112,6 +142,8 @@ class Fp8GemmProblem(EpilogueGemmProblem):
 
     def product(self, inputs: Mapping[str, np.ndarray], shape: MatmulShape) -> np.ndarray:
         """The dequantised inputs' product, B taken by columns, times the scales."""
+        if self.scaling == "block":
+            return dequantised_a(inputs, shape) @ dequantised_b(inputs, shape).T
         product = inputs["A"][:, : shape.k] @ inputs["B"][:, : shape.k].T
         if self.scaling != "none":
             product = product * inputs["scale_a"][: shape.m, None] * inputs["scale_b"][None, : shape.n]
@@ -128,6 +160,19 @@ class Fp8GemmProblem(EpilogueGemmProblem):
 
     def ceiling(self, dtype: str) -> Ceiling:
         return GEMM_FP8
+
+
+def dequantised_a(inputs: Mapping[str, np.ndarray], shape: MatmulShape) -> np.ndarray:
+    """A (M x K) in float64, each row's blocks of 128 of K times their scale (scale_a: KB x M)."""
+    scales = inputs["scale_a"].astype(np.float64).reshape(-1, shape.m).T  # M x KB
+    return inputs["A"][: shape.m, : shape.k].astype(np.float64) * np.repeat(scales, SCALE_BLOCK, axis=1)[:, : shape.k]
+
+
+def dequantised_b(inputs: Mapping[str, np.ndarray], shape: MatmulShape) -> np.ndarray:
+    """B (N x K) in float64, each 128 x 128 block times its scale (scale_b: ceil(N / 128) x KB)."""
+    scales = inputs["scale_b"].astype(np.float64).reshape(-1, blocks(shape.k, SCALE_BLOCK))
+    spread = np.repeat(np.repeat(scales, SCALE_BLOCK, axis=0), SCALE_BLOCK, axis=1)
+    return inputs["B"][: shape.n, : shape.k].astype(np.float64) * spread[: shape.n, : shape.k]
 
 
 @functools.cache
@@ -158,3 +203,19 @@ class Fp8GemmFamily(WgmmaFamily):
 
     def sanitize_size(self, variant: Fp8Variant) -> str:
         return f"{variant.bm + 3}x{variant.bn + 8}x{2 * BOX + 48}"
+
+    def safe_variant(self, shape: MatmulShape, dtype: str | None = None) -> Variant:
+        """The default variant, or where its tiles of C leave SMs idle (512 tokens: 64-128 tiles of 128 x
+        256 for 132 SMs), the narrower tile or split of K (FILLERS) estimated to finish first."""
+        default = super().safe_variant(shape, dtype)
+        fillers = (replace(default, **changes) for changes in FILLERS)
+        return min((v for v in fillers if self.runnable(v, shape) == v), key=lambda v: estimated_us(v, shape))
+
+
+def estimated_us(variant: Fp8Variant, shape: MatmulShape) -> float:
+    """A FILLERS variant's time on a shape, in microseconds on an H200 less what every launch costs: the
+    rounds of blocks the SMs run one after another, times each block's steps along K and its split's sum."""
+    tiles = blocks(shape.m, variant.bm) * blocks(shape.n, variant.bn)
+    rounds = blocks(tiles * variant.split, PERSISTENT_BLOCKS)
+    steps = blocks(blocks(shape.k, BK_FP8), variant.split)
+    return rounds * (steps * STEP_US[variant.bn] + SPLIT_SUM_US * (variant.split > 1))
