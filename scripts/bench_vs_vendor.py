@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -85,28 +87,28 @@ def main() -> None:
     half_shapes = MODEL_SHAPES if args.models else HGEMM_SHAPES
     parts = {"sgemm": sgemm_shapes, "hgemm": half_shapes, "wgmma": half_shapes, "transpose": transpose_shapes}
     if args.only:
-        parts = {args.only: args.sizes.split(",") if args.sizes else parts[args.only]}
+        parts = {args.only: re.split(r",(?=\d+x)", args.sizes) if args.sizes else parts[args.only]}  # "MxNxK:lda,ldb,ldc" keeps its commas
     else:
         del parts["hgemm"], parts["wgmma"]
     problems = [(family, size) for family, sizes in parts.items() for size in sizes]
     dtypes = args.dtypes.split(",")
-    if args.tune:
-        tune_each(args.db, args.tune, [(f, s, d) for f, s in problems for d in (dtypes if f in HALF_FAMILIES else [None])])
     flush = l2_flusher()
-    measures: list[tuple[str, Callable[[], list[Any]]]] = []
+    measures: list[tuple[str, tuple[str, str, str | None], Callable[[], list[Any]]]] = []
     for family, size in problems:
         if family == "sgemm":
             vendor, multiply = vendor_sgemm()
-            measures.append((f"sgemm {size}", lambda s=size, m=multiply: sgemm_row(s, args.db, m, flush)))
+            measures.append((f"sgemm {size}", (family, size, None), lambda s=size, m=multiply: sgemm_row(s, args.db, m, flush)))
         elif family == "transpose":
-            measures.append((f"transpose {size}", lambda s=size: transpose_row(s, args.db, flush)))
+            measures.append((f"transpose {size}", (family, size, None), lambda s=size: transpose_row(s, args.db, flush)))
         else:
             for dtype in dtypes:
                 for name in args.variants.split(",") if args.variants else [None]:
-                    measures.append((f"{family} {dtype} {size}",
+                    measures.append((f"{family} {dtype} {size}", (family, size, dtype),
                                      lambda f=family, s=size, d=dtype, n=name: hgemm_row(f, s, d, args.db, n, flush)))
     rows = []
-    for label, measure in measures:
+    for label, problem, measure in measures:  # each shape tuned just before it is timed: a cut-off run keeps its rows
+        if args.tune:
+            tune_one(args.db, args.tune, *problem)
         try:
             rows.append(measure())
         except Exception as error:  # one shape's failure is reported in its row; the others still run
@@ -122,14 +124,16 @@ def main() -> None:
         args.markdown.write_text(markdown_table(headers, rows) + "\n\n" + summary + "\n")
 
 
-def tune_each(db: Path | None, evaluations: int, problems: list[tuple[str, str, str | None]]) -> None:
-    """Tune each problem at its own size on this GPU (Bayesian search), in tilegen's isolated workers."""
+def tune_one(db: Path | None, evaluations: int, family: str, size: str, dtype: str | None) -> None:
+    """Tune one problem at its own size on this GPU (Bayesian search), in tilegen's isolated workers,
+    as `tilegen tune` would; say how long the tune took."""
     from gen.commands.tune import TuneOptions, tune
 
-    for family, size, dtype in problems:
-        print(f"tuning {family} {dtype or ''} {size} ({evaluations} evaluations)", flush=True)
-        tune(TuneOptions(family, size, params={"dtype": [dtype]} if dtype else {}, strategy="bayes", budget=evaluations,
-                         db=db, progress=False))
+    started = time.perf_counter()
+    tune(TuneOptions(family, size, params={"dtype": [dtype]} if dtype else {}, strategy="bayes", budget=evaluations,
+                     db=db, progress=False))
+    print(f"tuned {family} {dtype or ''} {size}: {evaluations} evaluations in {time.perf_counter() - started:.1f} s",
+          flush=True)
 
 
 def geometric_means(rows: list[list[Any]]) -> str:

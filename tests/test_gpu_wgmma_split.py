@@ -3,7 +3,8 @@
 split's sum, right at odd shapes with padded rows, a shape whose K is one step (most blocks of a
 cluster multiply only zeros) and a thin model shape (16 tokens), each output NaN-poisoned before its
 launch and compared with float64 (the sweep's check); the same split launch twice gives the same
-bits; and the sanitizer finds nothing in one split variant."""
+bits; the sanitizer finds nothing in one split variant; and every variant the family names likeliest
+best at thin, few-tile and odd shapes (a tune's first picks, gen.matmul's untuned choice) is right."""
 
 from __future__ import annotations
 
@@ -71,3 +72,21 @@ def test_the_sanitizer_finds_nothing_in_a_split_variant_on_either_store_path(tmp
               "schedule": ["grid"], "split": ["2"], "store": ["direct", "bulk"]}
     rows = run(tmp_path, "wgmma", params, ["77x45x200:200,48,45"], sanitize=True)
     assert [row.status for row in rows.values()] == [Status.OK] * 2, {k: (r.status, r.message) for k, r in rows.items()}
+
+
+def test_every_likely_best_variant_is_right_at_thin_few_tile_and_odd_shapes() -> None:
+    _sm90()
+    torch = _torch()
+    wgmma = get_family("wgmma")
+    for size in ("16x6144x4096", "1x4096x14336", "128x6144x4096", "999x1001x1003:1008,1008,1001", "77x45x33:40,48,45"):
+        shape = wgmma.parse_shape(size)
+        a = torch.randn(shape.m, shape.lda, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(shape.k, shape.ldb, device="cuda", dtype=torch.bfloat16)
+        reference = a[:, :shape.k].double() @ b[:, :shape.n].double()
+        for variant in wgmma.likely_best(shape, "bf16"):
+            c = torch.full((shape.m, shape.ldc), float("nan"), device="cuda", dtype=torch.bfloat16)
+            Kernel(wgmma, variant, shape)(a, b, c)
+            torch.cuda.synchronize()
+            error = float((c[:, :shape.n].double() - reference).norm() / reference.norm())
+            assert error <= wgmma.problem.tolerance("bf16", shape), (size, variant.name, error)
+            assert not c[:, :shape.n].isnan().any(), (size, variant.name)

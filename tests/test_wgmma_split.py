@@ -1,17 +1,24 @@
 """wgmma's thin and narrow tiles and its split-K without a GPU: the default space searches bm=64
 and bn=64 and splits of 2 and 4 where the rules keep them valid, split's rules say what to use, the
 name and the launch of a split variant, and split variants rendered and compiled for sm_90a with
-every store path and an epilogue (tests/test_gpu_wgmma_split.py runs them)."""
+every store path and an epilogue (tests/test_gpu_wgmma_split.py runs them); the family's likely best
+variants per shape (a tune's first picks, gen.matmul's untuned choice) fill the SMs with thin tiles
+and splits where the default's tiles would leave them idle."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from gen.compiling.compiler import CompileOptions
 from gen.compiling.pool import compile_variants
+from gen.commands.tune import first_picks
 from gen.core.errors import InvalidVariant
 from gen.families import get_family
 from gen.families.space import Space
+from gen.core.results import GpuModel
+from gen.store.tuning_db import TuningDB, TuningKey
 
 WGMMA = get_family("wgmma")
 
@@ -64,3 +71,36 @@ def test_split_variants_render_and_compile_for_sm_90a_without_spills(compile_opt
     assert all(r.resources.spill_bytes == 0 for r in results[:-1])
     # the fused epilogue beside the sums of 128 x 128 over two consumers may spill a few bytes (nvcc 13.0: 44)
     assert results[-1].resources.spill_bytes <= FUSED_SPILL_LIMIT
+
+
+LLAMA_SHAPES = ["1x6144x4096", "16x4096x14336", "16x8192x28672", "128x6144x4096", "128x8192x28672", "512x4096x14336",
+                "512x6144x4096", "2048x28672x4096", "8192x8192x8192", "999x1001x1003:1008,1008,1001", "77x45x33:40,48,45"]
+
+
+@pytest.mark.parametrize("size", LLAMA_SHAPES)
+def test_the_likely_best_variants_fill_the_sms_and_a_tune_can_measure_each(size: str) -> None:
+    shape = WGMMA.parse_shape(size)
+    likely = WGMMA.likely_best(shape, "bf16")
+    space = set(Space.default(WGMMA, {"dtype": ["bf16"]}).expand().valid)
+    assert likely and len(set(likely)) == len(likely) and set(likely) <= space
+    assert all(WGMMA.runnable(v, shape) == v for v in likely)
+    untuned = WGMMA.safe_variant(shape, "bf16")
+    assert untuned == likely[0]
+    default_tiles = -(-shape.m // 128) * -(-shape.n // 256)
+    if default_tiles >= 66:
+        assert untuned == WGMMA.adapted_default(shape, "bf16")  # the default's tiles fill the SMs: nothing to change
+    else:  # a thinner tile and a split put more blocks on the SMs (where K is long enough to share), at most 132
+        blocks = WGMMA.launch(untuned, shape).grid[0]
+        assert default_tiles < blocks <= 132 if shape.k >= 2048 else default_tiles <= blocks <= 132
+        assert (untuned.bm == 64) == (shape.m <= 64)
+
+
+def test_a_tune_first_measures_the_familys_likely_best_then_the_nearest_tuned_shapes(tmp_path) -> None:
+    shape = WGMMA.parse_shape("16x6144x4096")
+    valid = Space.default(WGMMA, {"dtype": ["bf16"]}).expand().valid
+    problem = TuningKey(GpuModel("NVIDIA H200", "9.0", 132, 139), "wgmma", "bf16", str(shape))
+    picks = first_picks(TuningDB(tmp_path / "t.sqlite"), problem, WGMMA, shape, valid)
+    assert picks == WGMMA.likely_best(shape, "bf16")
+    matmul = get_family("matmul")  # a family that names no likely best: only the nearest tuned shape's (none here)
+    assert first_picks(TuningDB(tmp_path / "t.sqlite"), replace(problem, family="matmul", dtype="f32"), matmul,
+                       matmul.parse_shape("64x64x64"), Space.default(matmul).expand().valid) == []

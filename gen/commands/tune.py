@@ -43,7 +43,7 @@ from ..search.strategies import DEFAULT_STRATEGY, STRATEGIES, STRATEGY_TYPES, Se
 from .tune_result import TuneResult
 
 INTERLEAVED_ROUNDS = 5
-WARM_START = 10  # the nearest tuned shape's top variants, evaluated before the strategy's own picks
+WARM_START = 10  # the family's candidates and the nearest tuned shape's top, evaluated before the strategy's picks
 SPECULATE = 4000  # spaces up to this many valid points are compiled ahead of the strategy
 DEFAULT_BUDGET = 100  # evaluations of a search strategy given neither a budget nor a time
 RESUME_HINT = "tune again to go on (what is measured is not measured again)"
@@ -254,7 +254,7 @@ def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates
     # a search of the whole space, in any order, starts with the nearest shape's ranking of all of it
     whole = STRATEGY_TYPES[options.strategy].covers_space and chosen.budget >= len(chosen.variants)
     count = len(chosen.variants) if whole else WARM_START
-    warm = warm_start(db, problem, family, shape, chosen.variants, count)[:chosen.budget] if warmed else []
+    warm = first_picks(db, problem, family, shape, chosen.variants, count)[:chosen.budget] if warmed else []
     deadline = started + options.time_s if options.time_s is not None else None
     level = options.screening
     return Search(strategy, shape, chosen.budget, warm, db.measured(problem, level or FULL), deadline,
@@ -305,6 +305,16 @@ def tuned_rows(result: TuneResult, db: Path | None) -> dict[str, Row]:
     stored = TuningDB(db, create=False)
     screened = stored.measured(result.problem, result.screen) if result.screen else {}
     return {**screened, **stored.measured(result.problem)}
+
+
+def first_picks(db: TuningDB, problem: TuningKey, family: Family, shape: Any, valid: list[Variant],
+                count: int = WARM_START) -> list[Variant]:
+    """What a tune measures before its strategy picks: the family's own candidates for the shape, then
+    the nearest tuned shape's best, `count` in all."""
+    allowed = set(valid)
+    seeds = [family.with_epilogue(v, problem.epilogue) for v in family.likely_best(shape, problem.dtype)]
+    seeds = [v for v in seeds if v in allowed]
+    return list(dict.fromkeys(seeds + warm_start(db, problem, family, shape, valid, count)))[:count]
 
 
 def warm_start(db: TuningDB, problem: TuningKey, family: Family, shape: Any, valid: list[Variant],

@@ -211,9 +211,19 @@ class Family(ABC):
         return None
 
     def safe_variant(self, shape: Any, dtype: str | None = None) -> Variant:
-        """The default variant of this element type, adapted to run the shape if it must be."""
+        """What runs this shape untuned: the default variant of this element type, adapted to run the
+        shape if it must be."""
+        return self.adapted_default(shape, dtype)
+
+    def adapted_default(self, shape: Any, dtype: str | None = None) -> Variant:
         default = self.default_variant().with_element_type(self.check_dtype(dtype))
         return self.runnable(default, shape) or default
+
+    def likely_best(self, shape: Any, dtype: str | None = None) -> list[Variant]:
+        """Variants likeliest to be fastest at this shape, best guess first, each valid and able to run
+        it: a tune measures them before its strategy's own picks. None by default (a family that
+        knows its GPU names them)."""
+        return []
 
 
 def refused(family: Family, variant: Variant, shape: Any) -> str | None:

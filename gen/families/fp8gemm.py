@@ -46,10 +46,11 @@ ROW_ELEMENTS = 16  # TMA's rows start on 16-byte boundaries: 16 FP8 elements
 FP8_SUM_ROUNDOFF = 2.0**-14
 BK_FP8 = 128  # K per stage: 128 one-byte elements, the 128-byte swizzle's width
 SCALE_BLOCK = BK_FP8  # block scaling's blocks, 128 of K for A's rows and 128 x 128 of B: one step each
-# gen.matmul's untuned choices (Fp8GemmFamily.safe_variant): the default, or tiles of 128 x 256, 192 or
-# 128, each whole or split along K, whichever estimated_us finishes first (the first wins a tie); those
-# with 4 stages and direct stores, as every tuned winner of the 512-token shapes on an H200 had (few
-# tiles a block: no next tile's products for bulk stores to overlap, and their staging's room a stage).
+# A tune's first picks and gen.matmul's untuned choice (Fp8GemmFamily.likely_best): the default, or
+# tiles of 128 x 256, 192 or 128, each whole or split along K, whichever estimated_us finishes first
+# (the first wins a tie); those with 4 stages and direct stores, as every tuned winner of the 512-token
+# shapes on an H200 had (few tiles a block: no next tile's products for bulk stores to overlap, and
+# their staging's room a stage).
 FILLERS = ({}, *({"bn": bn, "stages": 4, "store": "direct", **split} for bn in (256, 192, 128)
                  for split in ({}, {"schedule": "grid", "split": 2}, {"schedule": "grid", "split": 4})))
 # What estimated_us counts, fitted to an H200's 512-token Llama-3 shapes (docs/results/h200-fp8.md): a
@@ -204,12 +205,12 @@ class Fp8GemmFamily(WgmmaFamily):
     def sanitize_size(self, variant: Fp8Variant) -> str:
         return f"{variant.bm + 3}x{variant.bn + 8}x{2 * BOX + 48}"
 
-    def safe_variant(self, shape: MatmulShape, dtype: str | None = None) -> Variant:
-        """The default variant, or where its tiles of C leave SMs idle (512 tokens: 64-128 tiles of 128 x
-        256 for 132 SMs), the narrower tile or split of K (FILLERS) estimated to finish first."""
-        default = super().safe_variant(shape, dtype)
+    def likely_best(self, shape: MatmulShape, dtype: str | None = None) -> list[Variant]:
+        """The default and the narrower tiles and splits of K (FILLERS) that fill SMs it leaves idle
+        (512 tokens: 64-128 tiles of 128 x 256 for 132 SMs), those estimated to finish first first."""
+        default = self.adapted_default(shape, dtype)
         fillers = (replace(default, **changes) for changes in FILLERS)
-        return min((v for v in fillers if self.runnable(v, shape) == v), key=lambda v: estimated_us(v, shape))
+        return sorted((v for v in fillers if self.runnable(v, shape) == v), key=lambda v: estimated_us(v, shape))
 
 
 def estimated_us(variant: Fp8Variant, shape: MatmulShape) -> float:

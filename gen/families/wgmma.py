@@ -13,7 +13,7 @@ next tile's copies overlap this one's stores), or has its two consumers take who
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..core.errors import InvalidVariant, UsageError
@@ -33,6 +33,22 @@ MAX_SUMS = 128  # float32 sums per consumer thread: beyond them, the consumers' 
 PERSISTENT_BLOCKS = 132  # SMs of an H100 SXM and of an H200: one persistent block each
 BARRIER_BYTES = 16  # two mbarriers per stage
 TURN_BYTES = 16  # two more for schedule=pingpong: whose turn it is to multiply
+# A tune's first candidates and the untuned choice (WgmmaFamily.likely_best): the tiles that won the
+# Llama-3 projections and odd shapes on an H200 (docs/results/h200-models.md), as changes to the
+# default. Where the default's 128 x 256 tiles fill half the SMs or more, it and its near relatives;
+# below, thinner tiles (a thin M: 64 rows) and K split among the blocks of a tile (FILL: see fill_split).
+FILL = 0
+MANY_TILES = ({}, {"stages": 4, "store": "direct"}, {"bm": 256, "bn": 128, "store": "direct"},
+              {"bn": 128, "stages": 5, "schedule": "pingpong", "store": "direct"})
+FEW_TILES = ({"bn": 128, "stages": 5, "schedule": "grid", "split": FILL},
+             {"stages": 4, "schedule": "grid", "store": "direct", "split": FILL},
+             {"bn": 192, "schedule": "grid", "store": "direct", "split": FILL},
+             {"bm": 64, "bn": 64, "consumers": 1, "stages": 5, "schedule": "grid", "split": FILL}, {})
+THIN_M = ({"bm": 64, "bn": 192, "consumers": 1, "stages": 5, "schedule": "grid", "store": "direct", "split": FILL},
+          {"bm": 64, "bn": 256, "stages": 4, "schedule": "pingpong", "store": "direct"},
+          {"bm": 64, "bn": 128, "consumers": 1, "stages": 5, "schedule": "grid", "split": FILL},
+          {"bm": 64, "bn": 64, "consumers": 1, "stages": 5, "schedule": "grid", "split": FILL}, {})
+MIN_SPLIT_STEPS = 32  # steps of BK each block of a split keeps: fewer, and the sum costs more than it saves
 
 
 
@@ -195,5 +211,33 @@ class WgmmaFamily(Family):
     def refusal(self, variant: WgmmaVariant, shape: MatmulShape) -> str | None:
         return TMA_GEMM.rows_refusal(shape, "hgemm")
 
+    def safe_variant(self, shape: MatmulShape, dtype: str | None = None) -> Variant:
+        """The first candidate: the default where its tiles fill the SMs, else a thinner tile or a split."""
+        return next(iter(self.likely_best(shape, dtype)), None) or self.adapted_default(shape, dtype)
+
+    def likely_best(self, shape: MatmulShape, dtype: str | None = None) -> list[Variant]:
+        default = self.adapted_default(shape, dtype)
+        if blocks(shape.m, default.bm) * blocks(shape.n, default.bn) >= PERSISTENT_BLOCKS // 2:
+            changes = MANY_TILES
+        else:
+            changes = THIN_M if shape.m <= 64 else FEW_TILES
+        chosen: list[Variant] = []
+        for change in changes:
+            if change.get("split") == FILL:
+                change = {**change, "split": fill_split(change.get("bm", default.bm), change.get("bn", default.bn), shape)}
+            variant = replace(default, **change)
+            if variant not in chosen and self.runnable(variant, shape) == variant:
+                chosen.append(variant)
+        return chosen
+
     def sanitize_size(self, variant: WgmmaVariant) -> str:
         return f"{variant.bm + 3}x{variant.bn + 8}x{BOX + 40}"
+
+
+def fill_split(bm: int, bn: int, shape: MatmulShape) -> int:
+    """The most blocks per bm x bn tile (1, 2 or 4) that still fit the SMs at once, each keeping at
+    least MIN_SPLIT_STEPS steps of K."""
+    tiles = blocks(shape.m, bm) * blocks(shape.n, bn)
+    fitting = [split for split in SPLITS[:3]
+               if tiles * split <= PERSISTENT_BLOCKS and blocks(shape.k, BK) >= split * MIN_SPLIT_STEPS]
+    return max(fitting, default=1)
