@@ -33,21 +33,28 @@ MAX_SUMS = 128  # float32 sums per consumer thread: beyond them, the consumers' 
 PERSISTENT_BLOCKS = 132  # SMs of an H100 SXM and of an H200: one persistent block each
 BARRIER_BYTES = 16  # two mbarriers per stage
 TURN_BYTES = 16  # two more for schedule=pingpong: whose turn it is to multiply
-# A tune's first candidates and the untuned choice (WgmmaFamily.likely_best): the tiles that won the
-# Llama-3 projections and odd shapes on an H200 (docs/results/h200-models.md), as changes to the
-# default. Where the default's 128 x 256 tiles fill half the SMs or more, it and its near relatives;
-# below, thinner tiles (a thin M: 64 rows) and K split among the blocks of a tile (FILL: see fill_split).
+# A tune's first picks and the untuned choice (WgmmaFamily.likely_best): the tiles that won the Llama-3
+# projections and odd shapes on an H200 (docs/results/h200-models.md: 30-evaluation tunes and brute
+# force over the space), as changes to the default. A thin M (up to 64 rows): 64-row tiles, with K
+# split among the blocks of a tile (FILL: see fill_split) unless 192-column tiles alone fill the SMs.
+# A few tiles (the default's fill less than half the SMs): narrower tiles and splits. Many: the
+# default and its relatives, in the order of wave_cost.
 FILL = 0
-MANY_TILES = ({}, {"stages": 4, "store": "direct"}, {"bm": 256, "bn": 128, "store": "direct"},
-              {"bn": 128, "stages": 5, "schedule": "pingpong", "store": "direct"})
-FEW_TILES = ({"bn": 128, "stages": 5, "schedule": "grid", "split": FILL},
-             {"stages": 4, "schedule": "grid", "store": "direct", "split": FILL},
-             {"bn": 192, "schedule": "grid", "store": "direct", "split": FILL},
-             {"bm": 64, "bn": 64, "consumers": 1, "stages": 5, "schedule": "grid", "split": FILL}, {})
 THIN_M = ({"bm": 64, "bn": 192, "consumers": 1, "stages": 5, "schedule": "grid", "store": "direct", "split": FILL},
           {"bm": 64, "bn": 256, "stages": 4, "schedule": "pingpong", "store": "direct"},
           {"bm": 64, "bn": 128, "consumers": 1, "stages": 5, "schedule": "grid", "split": FILL},
           {"bm": 64, "bn": 64, "consumers": 1, "stages": 5, "schedule": "grid", "split": FILL}, {})
+THIN_M_WIDE_N = ({"bm": 64, "bn": 256, "consumers": 1, "stages": 4, "store": "direct"},
+                 {"bm": 64, "bn": 256, "stages": 4, "schedule": "pingpong", "store": "direct"}, {})
+FEW_TILES = ({"bm": 64, "bn": 128, "consumers": 1, "stages": 5, "schedule": "grid", "store": "direct", "split": FILL},
+             {"bn": 128, "stages": 5, "schedule": "grid", "split": FILL},
+             {"stages": 4, "schedule": "grid", "store": "direct", "split": FILL},
+             {"bn": 192, "stages": 4, "schedule": "grid", "split": FILL}, {})
+MANY_TILES = ({}, {"bn": 192, "stages": 5, "store": "direct"}, {"stages": 4, "store": "direct"},
+              {"bm": 256, "bn": 128, "store": "direct"}, {"bn": 128, "stages": 5, "schedule": "pingpong", "store": "direct"})
+# wave_cost's cost of a tile's element by tile: a 128 x 256 tile (or 256 x 128) multiplies most per
+# byte it loads; narrower tiles pay for their loads (fitted to the 512-token shapes' winners)
+ELEMENT_COST = {128 * 256: 1.0, 128 * 192: 1.1, 128 * 128: 1.2}
 MIN_SPLIT_STEPS = 32  # steps of BK each block of a split keeps: fewer, and the sum costs more than it saves
 
 
@@ -217,10 +224,13 @@ class WgmmaFamily(Family):
 
     def likely_best(self, shape: MatmulShape, dtype: str | None = None) -> list[Variant]:
         default = self.adapted_default(shape, dtype)
-        if blocks(shape.m, default.bm) * blocks(shape.n, default.bn) >= PERSISTENT_BLOCKS // 2:
-            changes = MANY_TILES
+        many = shape.m > 64 and blocks(shape.m, default.bm) * blocks(shape.n, default.bn) >= PERSISTENT_BLOCKS // 2
+        if many:
+            changes = sorted(MANY_TILES, key=lambda change: wave_cost(replace(default, **change), shape))
+        elif shape.m <= 64:
+            changes = THIN_M_WIDE_N if blocks(shape.n, 192) >= PERSISTENT_BLOCKS else THIN_M
         else:
-            changes = THIN_M if shape.m <= 64 else FEW_TILES
+            changes = FEW_TILES
         chosen: list[Variant] = []
         for change in changes:
             if change.get("split") == FILL:
@@ -228,6 +238,8 @@ class WgmmaFamily(Family):
             variant = replace(default, **change)
             if variant not in chosen and self.runnable(variant, shape) == variant:
                 chosen.append(variant)
+        if not many:  # a thin M or few tiles: those whose blocks all fit the SMs at once first
+            chosen.sort(key=lambda variant: self.launch(variant, shape).grid[0] > PERSISTENT_BLOCKS)
         return chosen
 
     def sanitize_size(self, variant: WgmmaVariant) -> str:
@@ -241,3 +253,10 @@ def fill_split(bm: int, bn: int, shape: MatmulShape) -> int:
     fitting = [split for split in SPLITS[:3]
                if tiles * split <= PERSISTENT_BLOCKS and blocks(shape.k, BK) >= split * MIN_SPLIT_STEPS]
     return max(fitting, default=1)
+
+
+def wave_cost(variant: WgmmaVariant, shape: MatmulShape) -> float:
+    """A tile schedule's time, relatively: the rounds of tiles the SMs take (the last one as long as
+    a full one) times a tile's elements at ELEMENT_COST."""
+    tiles = blocks(shape.m, variant.bm) * blocks(shape.n, variant.bn)
+    return blocks(tiles, PERSISTENT_BLOCKS) * variant.bm * variant.bn * ELEMENT_COST[variant.bm * variant.bn]
