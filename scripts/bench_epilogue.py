@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """What a fused epilogue costs and saves on this GPU (issue 48): a wgmma variant with bias + GELU (tanh)
-fused, the same variant without the epilogue, and torch.matmul followed by PyTorch's bias add and GELU,
+fused (gen.matmul's untuned choice for the shape, unless --variant changes it), the same variant
+without the epilogue, and torch.matmul followed by PyTorch's bias add and GELU,
 in bfloat16, in one process on the same inputs. Each sample launches one case between CUDA events, the
 L2 flushed before it; the cases take turns, sample by sample. Each output is first compared with the
 float32 result of the same formula (PyTorch's): the relative error is printed beside the times.
 Prints a table of medians (and writes it as Markdown with --markdown FILE); asserts nothing.
 
-Usage: scripts/bench_epilogue.py [--size MxNxK ...] [--samples 30] [--variant PARAM=VALUE ...] [--markdown FILE]
+With --models, the shapes of scripts/bench_vs_vendor.py --models (those of dense arrays), and a
+summary against the issue's targets: the fused epilogue's cost over no epilogue, and its time against
+torch.matmul's then PyTorch's bias and GELU.
+
+Usage: scripts/bench_epilogue.py [--size MxNxK ... | --models] [--samples 30] [--variant PARAM=VALUE ...] [--markdown FILE]
 Needs an sm_90 GPU (H100, H200) and PyTorch.
 """
 
@@ -23,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gen.compiling.compiler import CompileOptions, compile_variant  # noqa: E402
 from gen.core.table import markdown_table, text_table  # noqa: E402
 from gen.families import get_family  # noqa: E402
+from model_shapes import MODEL_SHAPES  # noqa: E402  (scripts/, beside this one)
 
 SIZES = ["4096x4096x4096", "8192x4096x14336"]
 FUSED = {"dtype": "bf16", "bias": "col", "act": "gelu-tanh"}
@@ -36,7 +42,8 @@ def tilegen_case(params: dict[str, str], size: str, arrays: dict[str, Any]) -> t
     from gen.gpu.runtime import native
 
     family = get_family("wgmma")
-    variant, shape = family.variant(params), family.parse_shape(size)
+    shape = family.parse_shape(size)
+    variant = family.variant({**family.safe_variant(shape, "bf16").params(), **params})
     compiled = compile_variant(variant, CompileOptions.local())
     if not compiled.ok:
         raise SystemExit(f"{variant.name} did not compile: {compiled.log}")
@@ -113,20 +120,40 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=[],
                         help="a wgmma parameter of the fused variant, PARAM=VALUE (default: the family's default, "
                              "bf16, bias=col, act=gelu-tanh)")
+    parser.add_argument("--models", action="store_true", help="the model suite's shapes (scripts/model_shapes.py)")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     import torch
 
     fused = {**FUSED, **dict(item.split("=", 1) for item in args.variant)}
-    rows = [row for size in args.size or SIZES for row in measure(size, args.samples, fused)]
+    sizes = [size for size in MODEL_SHAPES if ":" not in size] if args.models else args.size or SIZES
+    rows = []
+    for size in sizes:
+        rows += measure(size, args.samples, fused)
+        print(" | ".join(map(str, rows[-3])), flush=True)
     header = ["size", "case", "median ms", "TFLOP/s", "vs no epilogue", "error vs float32"]
     title = (f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__} (CUDA {torch.version.cuda}): medians of "
              f"{args.samples} samples per case, cases alternating, L2 flushed before each")
+    summary = targets(rows)
     print(title)
     print(text_table(header, rows))
+    print(summary)
     if args.markdown:
-        args.markdown.write_text(f"{title}\n\n{markdown_table(header, rows)}\n")
+        args.markdown.write_text(f"{title}\n\n{markdown_table(header, rows)}\n\n{summary}\n")
     return 0
+
+
+def targets(rows: list[list[Any]]) -> str:
+    """Issue 48's two figures over the shapes: the fused epilogue's cost over the same variant without
+    it (at most 3%), and torch.matmul plus PyTorch's bias and GELU over the fused variant (above 1)."""
+    fused, torch_ = rows[0::3], rows[2::3]
+    costs = {row[0]: float(row[4]) for row in fused}
+    gains = {f[0]: float(t[2]) / float(f[2]) for f, t in zip(fused, torch_)}
+    worst_cost, worst_gain = max(costs, key=costs.get), min(gains, key=gains.get)
+    return (f"- fused over no epilogue: median {statistics.median(costs.values()):.3f}, highest {costs[worst_cost]:.3f} "
+            f"({worst_cost}); {sum(c <= 1.03 for c in costs.values())} of {len(costs)} within 3%\n"
+            f"- torch.matmul + bias + GELU over fused: lowest {gains[worst_gain]:.2f}x ({worst_gain}); fused faster at "
+            f"{sum(g > 1 for g in gains.values())} of {len(gains)} shapes")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from gen.call.lookup import tuned_with_reason  # noqa: E402
 from gen.core.timing import TimingOptions  # noqa: E402
 from gen.gpu.process.timing import event_samples  # noqa: E402
 from gen.core.table import markdown_table, text_table  # noqa: E402
+from model_shapes import MODEL_SHAPES  # noqa: E402  (scripts/, beside this one)
 
 SGEMM_SHAPES = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
                 "8192x128x8192", "128x8192x8192", "1000x1000x1000", "3000x5000x700"]
@@ -58,13 +59,6 @@ SUITE_SGEMM = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x
 SUITE_TRANSPOSE = ["4096x4096", "8192x8192", "16384x16384", "32768x32768", "8192x16384", "16384x8192"]
 HGEMM_SHAPES = ["4096x4096x4096", "8192x8192x8192", "2000x7000x3000", "8192x1024x8192", "12288x12288x1024",
                 "1000x1000x1000"]
-# (N, K) of each projection: Llama-3-8B (hidden 4096, intermediate 14336, 8 KV heads of 128) and 70B
-# (hidden 8192, intermediate 28672, 8 KV heads of 128)
-PROJECTIONS = {"8B qkv": (6144, 4096), "8B gate-up": (28672, 4096), "8B down": (4096, 14336),
-               "70B qkv": (10240, 8192), "70B gate-up": (57344, 8192), "70B down": (8192, 28672)}
-TOKENS = (1, 16, 128, 512, 2048, 8192)
-MODEL_SHAPES = [f"{m}x{n}x{k}" for n, k in PROJECTIONS.values() for m in TOKENS] + [
-    "3000x5000x1000", "2000x7000x3000", "1000x1000x1000", "999x1001x1003:1008,1008,1001"]
 MEMORY_BOUND_TOKENS = 16  # up to this many rows of A, a GEMM reads B once at HBM speed: its share is said
 HALF_FAMILIES = ("hgemm", "wgmma")
 SAMPLES = 50
