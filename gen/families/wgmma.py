@@ -219,7 +219,7 @@ class WgmmaFamily(Family):
         return TMA_GEMM.rows_refusal(shape, "hgemm")
 
     def safe_variant(self, shape: MatmulShape, dtype: str | None = None) -> Variant:
-        """The first candidate: the default where its tiles fill the SMs, else a thinner tile or a split."""
+        """The first of likely_best (the adapted default where none runs the shape as it is)."""
         return next(iter(self.likely_best(shape, dtype)), None) or self.adapted_default(shape, dtype)
 
     def likely_best(self, shape: MatmulShape, dtype: str | None = None) -> list[Variant]:
