@@ -2,7 +2,8 @@
 and its resources or a compile error with the compiler's diagnostic, under a key that names the
 source, the options, and the compiler and its version (`compiler.cache_key`). Every entry is proven
 before it is trusted (its record names its key, its kernel and its compile level, its cubin's sha256); one that fails the proof is removed, with a note on stderr, and compiled
-again. Only tilegen's own files here are ever removed (and a folder under one of their names, which
+again. Beside the entries, `by-variant/` keeps each variant's key (what determines its source) with the
+key its compile is kept under, so a warm run finds it without rendering. Only tilegen's own files here are ever removed (and a folder under one of their names, which
 would block that entry).
 """
 
@@ -29,6 +30,8 @@ from .verdict import has_diagnostic
 
 CACHE_FORMAT = 4  # part of every cache key: records of another format are never read as entries
 
+BY_VARIANT = "by-variant"  # the folder of each variant's key (`remember`), which entries' surveys pass over
+_KEY = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_NAME = re.compile(r"^[0-9a-f]{32}\.json$")
 _CUBIN_NAME = re.compile(r"^[0-9a-f]{32}\.cubin$")
 # Every name tilegen gives a file in the cache: records, cubins, older tilegens' batch cubins, and
@@ -96,6 +99,19 @@ class CompileCache:
                     self._remove(path)
             return None
 
+    def key_for(self, variant_key: str) -> str | None:
+        """The key a variant's compile was kept under (`remember`), by the variant's own key: what
+        determines its source, without rendering it (compiler.variant_key); None when not known."""
+        try:
+            key = (self.folder / BY_VARIANT / variant_key).read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return key if _KEY.fullmatch(key) else None
+
+    def remember(self, variant_key: str, key: str) -> None:
+        """Keep the key a variant's compile is kept under, for `key_for`."""
+        self._write(self.folder / BY_VARIANT / variant_key, key.encode())
+
     def put_cubin(self, cubin: bytes) -> CubinFile:
         digest = hashlib.sha256(cubin).hexdigest()
         named = CubinFile(f"{digest[:32]}.cubin", digest, len(cubin))
@@ -126,7 +142,7 @@ class CompileCache:
         """Remove every file tilegen wrote here, and nothing else: how many entries it held, and
         how many other files stay."""
         _, _, _, own, others = self._survey()
-        for path in own:
+        for path in [*own, self.folder / BY_VARIANT]:
             self._remove(path)
         return sum(bool(_RECORD_NAME.match(p.name)) for p in own), len(others)
 
@@ -224,7 +240,7 @@ class CompileCache:
         if path.is_dir() and not path.is_symlink():
             self._remove(path)  # a folder under the name would block this entry for good
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, data)
         except OSError as error:
             if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
