@@ -283,6 +283,9 @@ class FakeExecutor:
     def __init__(self, delay_s: float = 0.0):
         self.delay_s, self.ran, self.killed, self.closed = delay_s, [], False, False
 
+    def start(self) -> None:
+        pass
+
     def devices(self) -> list[DeviceInfo]:
         return [FAKE_DEVICE]
 

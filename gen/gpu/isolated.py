@@ -180,8 +180,12 @@ class IsolatedWorker:
         return self._child is not None and self._child.alive
 
     def stop(self) -> None:
-        """Ask the worker to finish, then make sure it has."""
+        """Ask the worker to finish, then make sure it has; one still starting has nothing to finish,
+        and is stopped at once."""
         child = self._child  # a kill from another thread may clear it
+        if self._messages is None:
+            self.kill()
+            return
         if child is not None and child.alive:
             try:
                 child.connection.send(None)
