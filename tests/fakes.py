@@ -203,13 +203,16 @@ def wait_for_gate(connection: Connection) -> None:
 
 
 SERVICE_S = "TILEGEN_FAKE_SERVICE_S"  # timed_worker's service time per job, in seconds
+START_S = "TILEGEN_FAKE_START_S"  # and its start, before it is ready (a real worker's: python, pycuda, a context)
 
 
 def timed_worker(connection: Connection, index: int) -> None:
     """A simulated GPU of any index (scripts/bench_scale.py): every job ok after $TILEGEN_FAKE_SERVICE_S
     seconds (default 0.01), reporting the phases a real worker reports for a job that is checked and
-    timed, as it does (a phase is told only once it lasts: gen.gpu.process.worker.HeldPhases)."""
+    timed, as it does (a phase is told only once it lasts: gen.gpu.process.worker.HeldPhases); it is
+    ready after $TILEGEN_FAKE_START_S seconds (default 0)."""
     seconds = float(os.environ.get(SERVICE_S, "0.01"))
+    time.sleep(float(os.environ.get(START_S, "0")))
     device = replace(FAKE_DEVICE, index=index)
     connection.send(("ready", device))
     phases = HeldPhases(connection)

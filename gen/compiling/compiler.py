@@ -102,8 +102,7 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions, children
     results = _known(variants, options, cache)  # found without rendering
     sources = {v: render(v) for v in variants if v not in results}
     keys = {v: cache_key(source, options) for v, source in sources.items()}
-    for variant, variant_key in variant_keys(list(sources), options).items():
-        cache.remember(variant_key, keys[variant])
+    for variant in sources:
         entry = cache.load(keys[variant], variant.name, options.level)
         if entry is not None:
             results[variant] = _compiled(variant, options, cache, entry, cached=True)
@@ -113,6 +112,7 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions, children
         results.update(_compile_together(together, sources, keys, options, cache, children))
     for variant in (v for v in missing if v not in results):
         results[variant] = _compile_alone(variant, sources[variant], keys[variant], options, cache, children)
+    _remember(list(sources), keys, options, cache)
     return [results[v] for v in variants]
 
 
@@ -181,6 +181,14 @@ def _known(variants: Sequence[Variant], options: CompileOptions, cache: CompileC
         if entry is not None:
             found[variant] = _compiled(variant, options, cache, entry, cached=True)
     return found
+
+
+def _remember(variants: list[Variant], keys: dict[Variant, str], options: CompileOptions, cache: CompileCache) -> None:
+    """Each variant's key, for `_known`, beside the entry the cache now proves for it: none for a
+    compile cut short, which left nothing in the cache."""
+    for variant, variant_key in variant_keys(variants, options).items():
+        if cache.load(keys[variant], variant.name, options.level) is not None:
+            cache.remember(variant_key, keys[variant])
 
 
 def _compile_alone(variant: Variant, source: str, key: str, options: CompileOptions, cache: CompileCache,
