@@ -177,6 +177,21 @@ def gated_start_worker(connection: Connection, index: int) -> None:
     steady_worker(connection, index, seconds_per_job=0.0)
 
 
+def gated_stop_worker(connection: Connection, index: int) -> None:
+    """steady_worker at no delay, which, told to stop, announces "stopping INDEX" and waits at the gate
+    ($TILEGEN_TEST_GATE: one "go" each), then announces "stopped INDEX" and ends: a test hears every
+    GPU stop before it opens the gate only if the workers are told to stop together (one at a time,
+    the first is killed at the gate once its grace is over, and never says it stopped)."""
+    steady_worker(connection, index, seconds_per_job=0.0)
+    announce(f"stopping {index}")
+    gate = os.open(os.environ[GATE_ENV], os.O_RDONLY)
+    try:
+        os.read(gate, len(b"go\n"))  # one opening each
+    finally:
+        os.close(gate)
+    announce(f"stopped {index}")
+
+
 def announce(line: str) -> None:
     """A line on the FIFO $TILEGEN_TEST_ANNOUNCE, if one is named and the test still holds it."""
     if path := os.environ.get(ANNOUNCE_ENV):
@@ -204,13 +219,15 @@ def wait_for_gate(connection: Connection) -> None:
 
 SERVICE_S = "TILEGEN_FAKE_SERVICE_S"  # timed_worker's service time per job, in seconds
 START_S = "TILEGEN_FAKE_START_S"  # and its start, before it is ready (a real worker's: python, pycuda, a context)
+EXIT_S = "TILEGEN_FAKE_EXIT_S"  # and its end, once told to stop (a real worker's: its modules, its context)
 
 
 def timed_worker(connection: Connection, index: int) -> None:
     """A simulated GPU of any index (scripts/bench_scale.py): every job ok after $TILEGEN_FAKE_SERVICE_S
     seconds (default 0.01), reporting the phases a real worker reports for a job that is checked and
     timed, as it does (a phase is told only once it lasts: gen.gpu.process.worker.HeldPhases); it is
-    ready after $TILEGEN_FAKE_START_S seconds (default 0)."""
+    ready after $TILEGEN_FAKE_START_S seconds, and ends $TILEGEN_FAKE_EXIT_S seconds after it is told
+    to stop (each 0 by default)."""
     seconds = float(os.environ.get(SERVICE_S, "0.01"))
     time.sleep(float(os.environ.get(START_S, "0")))
     device = replace(FAKE_DEVICE, index=index)
@@ -222,6 +239,7 @@ def timed_worker(connection: Connection, index: int) -> None:
         phases("time")
         time.sleep(seconds)
         phases.send(("done", replace(fake_measurement(job), device=device)))
+    time.sleep(float(os.environ.get(EXIT_S, "0")))
 
 
 def phase_hanging_worker(connection: Connection, index: int) -> None:

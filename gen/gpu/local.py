@@ -75,6 +75,8 @@ class LocalExecutor:
         return None
 
     def close(self) -> None:
+        for worker in self.workers:  # every GPU's worker asked first: they end together
+            worker.finish()
         for worker in self.workers:
             worker.stop()
 
