@@ -2,8 +2,9 @@
 and its resources or a compile error with the compiler's diagnostic, under a key that names the
 source, the options, and the compiler and its version (`compiler.cache_key`). Every entry is proven
 before it is trusted (its record names its key, its kernel and its compile level, its cubin's sha256); one that fails the proof is removed, with a note on stderr, and compiled
-again. Beside the entries, `by-variant/` keeps each variant's key (what determines its source) with the
-key its compile is kept under, so a warm run finds it without rendering. Only tilegen's own files here are ever removed (and a folder under one of their names, which
+again. Beside the entries, `by-variant/` keeps, under each variant's key (what determines its source:
+`compiler.variant_keys`), the key its compile is kept under, so a warm run finds it without rendering.
+Only tilegen's own files here are ever removed (and a folder under one of their names, which
 would block that entry).
 """
 
@@ -101,7 +102,7 @@ class CompileCache:
 
     def key_for(self, variant_key: str) -> str | None:
         """The key a variant's compile was kept under (`remember`), by the variant's own key: what
-        determines its source, without rendering it (compiler.variant_key); None when not known."""
+        determines its source, without rendering it (compiler.variant_keys); None when not known."""
         try:
             key = (self.folder / BY_VARIANT / variant_key).read_text()
         except (OSError, UnicodeDecodeError):

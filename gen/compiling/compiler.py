@@ -3,7 +3,8 @@
 Needs no GPU. A variant's compile is cached under a hash of its source, the options, and the
 compiler's name and version, so a repeated run compiles nothing (cache.py proves each entry before
 trusting it); and it is found without rendering the variant again, by a key of what determines its
-source (its parameters, the family's templates and code: `variant_keys`), so a warm sweep renders nothing. The compiler is the options' (`CompileOptions.compiler`: NVRTC where installed, else nvcc,
+source (its parameters, the family's templates and code: `variant_keys`), so a warm sweep renders
+nothing. The compiler is the options' (`CompileOptions.compiler`: NVRTC where installed, else nvcc,
 unless told otherwise; compilers.Compiler says what one must do). Variants of families that allow it
 (`Family.compile_together`) are compiled several to one run where the compiler batches (each in a
 namespace of its own, which halves nvcc's cost per variant); a batch that fails is compiled again one

@@ -16,6 +16,7 @@ import hashlib
 import re
 import sys
 import traceback
+import uuid
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -205,7 +206,10 @@ def rendering_hash(family: Family) -> str:
 @functools.cache
 def _code_hash(*types: type) -> str:
     """The Python files of the folders whose modules define `types` and tilegen's families, with this
-    module and the C types': hashed once a process, as the code it runs was read once."""
+    module and the C types': hashed once a process, as the code it runs was read once. Code from no
+    file (a notebook's) cannot be hashed: its hash is this process's own, found by no other."""
+    if any(getattr(sys.modules.get(kind.__module__), "__file__", None) is None for kind in types):
+        return uuid.uuid4().hex
     folders = {_file_of(sys.modules[kind.__module__]).parent for kind in types} | {_file_of(families).parent}
     files = sorted({*(path for folder in folders for path in folder.glob("*.py")), _file_of(sys.modules[__name__]),
                     _file_of(limits)})
