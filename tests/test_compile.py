@@ -15,7 +15,7 @@ import pytest
 from gen.compiling import compiler, nvcc
 from gen.compiling.compiler import (CompileOptions, Compiled, compile_batch, compile_variant, nvcc_version, parse_ptxas,
                                 provenance)
-from gen.compiling.cache import clear_cache
+from gen.compiling.cache import BY_VARIANT, clear_cache
 from gen.compiling.pool import CompilePool, compile_variants
 from gen.core.processes import ProcessGroup
 from gen.compiling.nvcc import Nvcc
@@ -261,3 +261,5 @@ def test_a_warm_compile_renders_nothing_and_a_changed_template_or_option_compile
     assert compile_variant(variant, options).cached and len(counted.runs) == 4
     clear_cache(options.cache)
     assert not list(options.cache.iterdir())  # the variants' keys went with the entries
+    (options.cache / BY_VARIANT).write_text("not a folder")  # the keys cannot be kept: the cache is still read
+    assert not compile_variant(variant, options).cached and compile_variant(variant, options).cached

@@ -110,8 +110,14 @@ class CompileCache:
         return key if _KEY.fullmatch(key) else None
 
     def remember(self, variant_key: str, key: str) -> None:
-        """Keep the key a variant's compile is kept under, for `key_for`."""
-        self._write(self.folder / BY_VARIANT / variant_key, key.encode())
+        """Keep the key a variant's compile is kept under, for `key_for`; only a shortcut: a cache
+        where it cannot be written (read-only, full) is still read as before."""
+        path = self.folder / BY_VARIANT / variant_key
+        try:
+            path.parent.mkdir(exist_ok=True)
+            write_atomically(path, key.encode())
+        except OSError:
+            pass
 
     def put_cubin(self, cubin: bytes) -> CubinFile:
         digest = hashlib.sha256(cubin).hexdigest()
@@ -241,7 +247,7 @@ class CompileCache:
         if path.is_dir() and not path.is_symlink():
             self._remove(path)  # a folder under the name would block this entry for good
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            self.folder.mkdir(parents=True, exist_ok=True)
             write_atomically(path, data)
         except OSError as error:
             if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
