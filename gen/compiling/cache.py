@@ -139,9 +139,10 @@ class CompileCache:
         return CacheSummary(self.folder, len(proven), len(failed), len(damaged), sum(size_of(p) for p in own))
 
     def purge_failed(self) -> tuple[int, int]:
-        """Remove the compile errors and the damaged entries (and stray files); their counts."""
+        """Remove the compile errors and the damaged entries (and stray files); their counts. The
+        variants' keys go too (some led to those entries): the next run makes them again."""
         _, failed, damaged, _, _ = self._survey()
-        for path in failed + damaged:
+        for path in [*failed, *damaged, self.folder / BY_VARIANT]:
             self._remove(path)
         return len(failed), len(damaged)
 
