@@ -169,11 +169,7 @@ def gated_start_worker(connection: Connection, index: int) -> None:
     ($TILEGEN_TEST_GATE: one "go" each) before it says it is ready: a test hears every GPU start
     before any is ready only if the workers start together."""
     announce(f"starting {index}")
-    gate = os.open(os.environ[GATE_ENV], os.O_RDONLY)
-    try:
-        os.read(gate, len(b"go\n"))  # one opening each
-    finally:
-        os.close(gate)
+    pass_gate()
     steady_worker(connection, index, seconds_per_job=0.0)
 
 
@@ -184,12 +180,17 @@ def gated_stop_worker(connection: Connection, index: int) -> None:
     the first is killed at the gate once its grace is over, and never says it stopped)."""
     steady_worker(connection, index, seconds_per_job=0.0)
     announce(f"stopping {index}")
+    pass_gate()
+    announce(f"stopped {index}")
+
+
+def pass_gate() -> None:
+    """Wait for one opening of the gate ($TILEGEN_TEST_GATE: one "go" each)."""
     gate = os.open(os.environ[GATE_ENV], os.O_RDONLY)
     try:
-        os.read(gate, len(b"go\n"))  # one opening each
+        os.read(gate, len(b"go\n"))
     finally:
         os.close(gate)
-    announce(f"stopped {index}")
 
 
 def announce(line: str) -> None:
