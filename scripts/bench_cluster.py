@@ -8,8 +8,13 @@ whether the killed run lost or duplicated a row. Prints tables and writes them a
 asserts nothing.
 
 Usage: scripts/bench_cluster.py [--family sgemm] [--size 512x512x512] [--filter PATTERN] [--gpus 0,1]
-                                [--timing-budget 0.05] [--parts compile,one,local,cluster,killed]
+                                [--timing-budget 0.05] [--parts compile,one,local,cluster,killed,tunes]
                                 [--out DIR] [--markdown FILE]
+
+The part `tunes` times three cold tunes of the 180-point sgemm space at 2048^3 (scripts/bench_cold.py's
+sgemm180, brute force): one GPU, every GPU with the local executor, every GPU on a local Dask cluster,
+each `tilegen tune` from an empty compile cache and database (the GPU's ceilings kept, as bench_cold.py
+keeps them).
 
 Each part keeps its rows in DIR/<part>/ and its wall time in DIR/<part>.json, so the parts can run
 in separate calls (a lent machine's 10-minute limit) and the report is made from those present. The
@@ -22,6 +27,7 @@ import argparse
 import collections
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_cold's space
 
 
 def main() -> None:
@@ -60,6 +67,10 @@ def main() -> None:
         save(args.out, "cluster", sweep(args, "cluster", ["--gpus", args.gpus, "--cluster", "local"]))
     if "killed" in parts:
         save(args.out, "killed", killed_sweep(args))
+    if "tunes" in parts:
+        for name, extra in (("one-gpu", ["--gpus", first_gpu]), ("local", ["--gpus", args.gpus]),
+                            ("cluster", ["--gpus", args.gpus, "--cluster", "local"])):
+            save(args.out, f"tune-{name}", {"wall_s": cold_tune(args, f"tune-{name}", extra)})
     text = report(args)
     print(text)
     if args.markdown:
@@ -85,6 +96,12 @@ def report(args: argparse.Namespace) -> str:
             one, two = found["one-gpu"], found[name]
             lines.append(f"- throughput of {words} over one GPU: "
                          f"**{(two['ok'] / two['wall_s']) / (one['ok'] / one['wall_s']):.2f}x** (target >= 1.8x)")
+    tunes = {name: json.loads((args.out / f"tune-{name}.json").read_text())["wall_s"]
+             for name in ("one-gpu", "local", "cluster") if (args.out / f"tune-{name}.json").exists()}
+    if tunes:
+        lines += ["", "cold 180-point brute-force tune (sgemm 2048^3): " + ", ".join(
+            f"{name} {wall:.1f} s" + (f" ({tunes['one-gpu'] / wall:.2f}x)" if "one-gpu" in tunes else "")
+            for name, wall in tunes.items())]
     if "killed" in found and "one-gpu" in found:
         killed, expected = runs[-1], keys(rows_of(args.out / "one-gpu"))
         lines += [f"- the killed run: worker {killed['victim']} killed after {killed['killed_after']} rows; lost rows: "
@@ -103,11 +120,29 @@ def save(out: Path, name: str, result: dict) -> None:
     (out / f"{name}.json").write_text(json.dumps({k: v for k, v in result.items() if k != "rows"}) + "\n")
 
 
-def timed(command: list[str], log: Path) -> float:
+def timed(command: list[str], log: Path, env: dict[str, str] | None = None) -> float:
     started = time.perf_counter()
     with log.open("w") as output:
-        subprocess.run([sys.executable, "-m", "gen", *command], stdout=output, stderr=subprocess.STDOUT, check=True)
+        subprocess.run([sys.executable, "-m", "gen", *command], stdout=output, stderr=subprocess.STDOUT, check=True,
+                       env=env)
     return time.perf_counter() - started
+
+
+def cold_tune(args: argparse.Namespace, name: str, extra: list[str]) -> float:
+    """The whole `tilegen tune` of bench_cold.py's sgemm180 space, from an empty compile cache and database."""
+    from bench_cold import SGEMM_180
+
+    from gen.core.paths import cache_dir
+
+    cold = args.out / name
+    shutil.rmtree(cold, ignore_errors=True)
+    cold.mkdir(parents=True)
+    if (cache_dir() / "ceilings.json").exists():
+        shutil.copy(cache_dir() / "ceilings.json", cold / "ceilings.json")
+    space = [word for key, values in SGEMM_180.items() for word in ("-p", f"{key}={','.join(map(str, values))}")]
+    return timed(["tune", "sgemm", "--size", "2048x2048x2048", *space, "--strategy", "brute", "--arch", "sm_90",
+                  "--db", str(cold / "tuning.sqlite"), *extra], args.out / f"{name}.log",
+                 dict(os.environ, TILEGEN_CACHE=str(cold)))
 
 
 def sweep(args: argparse.Namespace, name: str, extra: list[str]) -> dict:

@@ -169,12 +169,28 @@ def gated_start_worker(connection: Connection, index: int) -> None:
     ($TILEGEN_TEST_GATE: one "go" each) before it says it is ready: a test hears every GPU start
     before any is ready only if the workers start together."""
     announce(f"starting {index}")
+    pass_gate()
+    steady_worker(connection, index, seconds_per_job=0.0)
+
+
+def gated_stop_worker(connection: Connection, index: int) -> None:
+    """steady_worker at no delay, which, told to stop, announces "stopping INDEX" and waits at the gate
+    ($TILEGEN_TEST_GATE: one "go" each), then announces "stopped INDEX" and ends: a test hears every
+    GPU stop before it opens the gate only if the workers are told to stop together (one at a time,
+    the first is killed at the gate once its grace is over, and never says it stopped)."""
+    steady_worker(connection, index, seconds_per_job=0.0)
+    announce(f"stopping {index}")
+    pass_gate()
+    announce(f"stopped {index}")
+
+
+def pass_gate() -> None:
+    """Wait for one opening of the gate ($TILEGEN_TEST_GATE: one "go" each)."""
     gate = os.open(os.environ[GATE_ENV], os.O_RDONLY)
     try:
-        os.read(gate, len(b"go\n"))  # one opening each
+        os.read(gate, len(b"go\n"))
     finally:
         os.close(gate)
-    steady_worker(connection, index, seconds_per_job=0.0)
 
 
 def announce(line: str) -> None:
@@ -203,13 +219,18 @@ def wait_for_gate(connection: Connection) -> None:
 
 
 SERVICE_S = "TILEGEN_FAKE_SERVICE_S"  # timed_worker's service time per job, in seconds
+START_S = "TILEGEN_FAKE_START_S"  # and its start, before it is ready (a real worker's: python, pycuda, a context)
+EXIT_S = "TILEGEN_FAKE_EXIT_S"  # and its end, once told to stop (a real worker's: its modules, its context)
 
 
 def timed_worker(connection: Connection, index: int) -> None:
     """A simulated GPU of any index (scripts/bench_scale.py): every job ok after $TILEGEN_FAKE_SERVICE_S
     seconds (default 0.01), reporting the phases a real worker reports for a job that is checked and
-    timed, as it does (a phase is told only once it lasts: gen.gpu.process.worker.HeldPhases)."""
+    timed, as it does (a phase is told only once it lasts: gen.gpu.process.worker.HeldPhases); it is
+    ready after $TILEGEN_FAKE_START_S seconds, and ends $TILEGEN_FAKE_EXIT_S seconds after it is told
+    to stop (each 0 by default)."""
     seconds = float(os.environ.get(SERVICE_S, "0.01"))
+    time.sleep(float(os.environ.get(START_S, "0")))
     device = replace(FAKE_DEVICE, index=index)
     connection.send(("ready", device))
     phases = HeldPhases(connection)
@@ -219,6 +240,7 @@ def timed_worker(connection: Connection, index: int) -> None:
         phases("time")
         time.sleep(seconds)
         phases.send(("done", replace(fake_measurement(job), device=device)))
+    time.sleep(float(os.environ.get(EXIT_S, "0")))
 
 
 def phase_hanging_worker(connection: Connection, index: int) -> None:
@@ -282,6 +304,9 @@ class FakeExecutor:
 
     def __init__(self, delay_s: float = 0.0):
         self.delay_s, self.ran, self.killed, self.closed = delay_s, [], False, False
+
+    def start(self) -> None:
+        pass
 
     def devices(self) -> list[DeviceInfo]:
         return [FAKE_DEVICE]

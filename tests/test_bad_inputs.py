@@ -822,6 +822,7 @@ def test_a_sweep_whose_every_compile_fails_exits_1_without_calling_rows_compiled
     from gen.compiling import compiler
 
     monkeypatch.setattr(compiler, "render", lambda variant: f"broken {variant.name};\n")
+    monkeypatch.setenv("TILEGEN_CACHE", str(place / "cache"))  # of its own: these are not the variants' sources
     code, out, err = run_main(capsys, ["sweep", "matmul", "-p", "tile=8,64", "-p", "padding=0", "--size", "64x64x64",
                                        "--out", "broken", "--arch", "sm_90", "--gpus", "0"])
     assert code == 1 and "Traceback" not in out + err

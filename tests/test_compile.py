@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import runpy
+import shutil
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,11 +15,13 @@ import pytest
 from gen.compiling import compiler, nvcc
 from gen.compiling.compiler import (CompileOptions, Compiled, compile_batch, compile_variant, nvcc_version, parse_ptxas,
                                 provenance)
+from gen.compiling.cache import BY_VARIANT, clear_cache
 from gen.compiling.pool import CompilePool, compile_variants
 from gen.core.processes import ProcessGroup
 from gen.compiling.nvcc import Nvcc
 from gen.core.errors import ToolMissing
 from gen.families import builtin_families, get_family, MatmulVariant, TransposeVariant
+from gen.families.registry import add_family_path
 from gen.families.space import Space
 
 from .conftest import REPO
@@ -141,9 +145,9 @@ def test_a_pool_gives_each_variant_a_run_of_its_own_where_the_compiler_batches_n
     assert runs == [[name] for run in runs for name in run] and len(runs) == 6
 
 
-def test_a_compile_error_is_a_result_with_the_log(compile_options, monkeypatch) -> None:
-    monkeypatch.setattr(compiler, "render", lambda variant: "this is not CUDA;\n")
-    result = compile_variant(MatmulVariant(tile=8, padding=7), compile_options)
+def test_a_compile_error_is_a_result_with_the_log(compile_options, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(compiler, "render", lambda variant: "this is not CUDA;\n")  # not its source: a cache of its own
+    result = compile_variant(MatmulVariant(tile=8, padding=7), replace(compile_options, cache=tmp_path))
     assert not result.ok and result.cubin is None and result.resources is None
     assert "error" in result.log
 
@@ -229,3 +233,33 @@ def test_the_whole_default_hgemm_space_compiles_without_error(compile_options) -
     results = compile_variants(variants, compile_options)
     assert len(results) == len(variants) > 300
     assert not [(r.variant.name, r.log) for r in results if not r.ok]
+
+
+def test_a_warm_compile_renders_nothing_and_a_changed_template_or_option_compiles_again(
+        tmp_path: Path, own_family_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "family"
+    shutil.copytree(REPO / "docs" / "examples" / "reduction", folder)
+    add_family_path(folder)
+    variant = get_family("reduce").default_variant()
+    counted = OtherCompiler()
+    options = CompileOptions(arch="sm_90", cache=tmp_path / "cache", compiler=counted)
+    first = compile_variant(variant, options)
+    assert first.ok and not first.cached and len(counted.runs) == 1
+    real_render = compiler.render
+    monkeypatch.setattr(compiler, "render", lambda v: pytest.fail(f"{v.name} was rendered"))
+    again = compile_variant(variant, options)
+    assert again.cached and again.cubin == first.cubin and len(counted.runs) == 1
+    monkeypatch.setattr(compiler, "render", real_render)
+    assert not compile_variant(variant, replace(options, flags=(*options.flags, "-DFASTER"))).cached
+    assert not compile_variant(variant, replace(options, arch="sm_80")).cached
+    template = folder / "reduce.cu.j2"
+    original = template.read_text()
+    template.write_text(original + "// changed\n")
+    changed = compile_variant(variant, options)
+    assert not changed.cached and len(counted.runs) == 4
+    template.write_text(original)
+    assert compile_variant(variant, options).cached and len(counted.runs) == 4
+    clear_cache(options.cache)
+    assert not list(options.cache.iterdir())  # the variants' keys went with the entries
+    (options.cache / BY_VARIANT).write_text("not a folder")  # the keys cannot be kept: the cache is still read
+    assert not compile_variant(variant, options).cached and compile_variant(variant, options).cached

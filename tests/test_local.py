@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from gen.core.results import Status
 from gen.gpu.process.jobs import Job
 from gen.gpu.local import LocalExecutor
 from gen.gpu.sanitize import sanitizer_path
+from gen.evaluate.options import RunOptions
+from gen.evaluate.session import Session
 
 from . import fakes
 from .waits import patient
@@ -189,3 +192,53 @@ def test_the_workers_of_every_gpu_start_together(tmp_path: Path, monkeypatch: py
         gate.close()
     assert heard == {"starting 0", "starting 1"}
     assert [device.index for device in devices] == [0, 1]
+
+
+def test_the_workers_of_every_gpu_stop_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker takes a while to end (its modules, its context): stopped one after another, two GPUs
+    ended a run that much later than one. Each fake GPU here, told to stop, announces it and waits at
+    the gate before it ends: the test hears both before it opens the gate, and then both end, only
+    when the executor tells them together (one at a time, the first is killed at the gate)."""
+    monkeypatch.setenv(fakes.ANNOUNCE_ENV, str(tmp_path / "announce"))
+    monkeypatch.setenv(fakes.GATE_ENV, str(tmp_path / "gate"))
+    said, gate = fakes.Announcements(tmp_path / "announce"), fakes.Gate(tmp_path / "gate")
+    executor = LocalExecutor([0, 1], target="tests.fakes:gated_stop_worker")
+    closing = threading.Thread(target=executor.close, daemon=True)
+    try:
+        assert [device.index for device in executor.devices()] == [0, 1]
+        closing.start()
+        asked = {said.until("stopping", timeout=60), said.until("stopping", timeout=60)}
+        gate.open()
+        gate.open()
+        ended = {said.until("stopped", timeout=60), said.until("stopped", timeout=60)}
+    finally:
+        closing.join(patient(60))
+        executor.kill()
+        said.close()
+        gate.close()
+    assert asked == {"stopping 0", "stopping 1"} and ended == {"stopped 0", "stopped 1"}
+    assert not any(worker.alive for worker in executor.workers)
+
+@pytest.mark.parametrize("ends", ["ready", "interrupted"])
+def test_a_session_starts_its_gpu_workers_before_anything_asks_for_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                          ends: str) -> None:
+    """A command plans while its GPU workers start: the session starts them when it is made, and
+    waits for none. Interrupted while they start, it leaves none running."""
+    monkeypatch.setenv(fakes.ANNOUNCE_ENV, str(tmp_path / "announce"))
+    monkeypatch.setenv(fakes.GATE_ENV, str(tmp_path / "gate"))
+    said, gate = fakes.Announcements(tmp_path / "announce"), fakes.Gate(tmp_path / "gate")
+    executor = LocalExecutor([0, 1], target="tests.fakes:gated_start_worker")
+    try:
+        with pytest.raises(KeyboardInterrupt) if ends == "interrupted" else nullcontext():
+            with Session(RunOptions(arch="sm_90", gpus=[0, 1]), executor):
+                heard = {said.until("starting", timeout=60), said.until("starting", timeout=60)}
+                if ends == "interrupted":
+                    raise KeyboardInterrupt
+                gate.open()
+                gate.open()
+                assert [device.index for device in executor.devices()] == [0, 1]
+    finally:
+        said.close()
+        gate.close()
+    assert heard == {"starting 0", "starting 1"}
+    assert not any(worker.alive for worker in executor.workers)

@@ -92,6 +92,7 @@ def test_a_compile_error_is_a_row_that_names_the_line(tmp_path: Path, compile_op
     real_render = compiler.render
     broken = "matmul_f32_t16_p0_guard_both"
     monkeypatch.setattr(compiler, "render", lambda v: "\n\nbroken;\n" if v.name == broken else real_render(v))
+    monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path / "cache"))  # of its own: the broken source is not the variant's
     code = main(["compile", "matmul", "-p", "tile=8,16", "-p", "padding=0", "-p", "bounds=guard", "--compiler",
                  "nvrtc", "--out", str(tmp_path / "run")])
     capsys.readouterr()

@@ -211,9 +211,11 @@ def test_compile_counts_what_filter_left_out(capsys) -> None:
     assert code == 0 and "1 compiled" in out and "1 left out by --filter" in out, out
 
 
-def test_compile_exits_1_when_any_variant_fails_to_compile(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compile_exits_1_when_any_variant_fails_to_compile(capsys, monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
     original = compiler.render
     monkeypatch.setattr(compiler, "render", lambda v: "this is not CUDA;\n" if v.tile == 8 else original(v))
+    monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path / "cache"))  # of its own: the broken source is not the variant's
     code, out, _ = run_main(capsys, ["compile", "matmul", *SMALL, "--compiler", "nvcc"])
     assert code == 1 and "1 compiled" in out and "1 failed" in out, out
 

@@ -221,6 +221,7 @@ def test_a_compile_error_is_a_row_and_the_sweep_goes_on(tmp_path: Path, compile_
     real_render = compiler.render
     monkeypatch.setattr(compiler, "render",
                         lambda v: "broken;\n" if v.name == "matmul_f32_t16_p1_guard_both" else real_render(v))
+    monkeypatch.setenv("TILEGEN_CACHE", str(tmp_path / "cache"))  # of its own: the broken source is not the variant's
     sweep(SweepOptions("matmul", tmp_path, params={"tile": ["16"], "bounds": ["guard", "split"]}, sizes=["64x64x64"],
                        progress=False), executor=fakes.FakeExecutor())
     rows = {r.name: r for r in read_rows(tmp_path / "results.jsonl")}

@@ -159,14 +159,14 @@ def preview(options: TuneOptions) -> str:
 
 
 def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneResult]:
-    """Tune on every GPU model among the executor's GPUs; one result per model. Compiling starts at
-    once, while the GPU workers start."""
+    """Tune on every GPU model among the executor's GPUs; one result per model. The GPU workers start
+    first, and compiling at once, while they start."""
     family = get_family(options.family)
     shape = family.parse_shape(options.size)
-    chosen = candidates(family, shape, options)
-    db_path = checked_db_path(options.db, create=True)  # a bad --db is refused now; made once a GPU answers
     started = time.monotonic()
     with Session(replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31)), executor) as session:
+        chosen = candidates(family, shape, options)  # planned while the workers start
+        db_path = checked_db_path(options.db, create=True)  # a bad --db is refused now; made once a GPU answers
         if len(chosen.variants) <= SPECULATE:
             session.pool.prefetch(chosen.variants, options.screening)
         try:

@@ -2,7 +2,9 @@
 and its resources or a compile error with the compiler's diagnostic, under a key that names the
 source, the options, and the compiler and its version (`compiler.cache_key`). Every entry is proven
 before it is trusted (its record names its key, its kernel and its compile level, its cubin's sha256); one that fails the proof is removed, with a note on stderr, and compiled
-again. Only tilegen's own files here are ever removed (and a folder under one of their names, which
+again. Beside the entries, `by-variant/` keeps, under each variant's key (what determines its source:
+`compiler.variant_keys`), the key its compile is kept under, so a warm run finds it without rendering.
+Only tilegen's own files here are ever removed (and a folder under one of their names, which
 would block that entry).
 """
 
@@ -29,6 +31,8 @@ from .verdict import has_diagnostic
 
 CACHE_FORMAT = 4  # part of every cache key: records of another format are never read as entries
 
+BY_VARIANT = "by-variant"  # the folder of each variant's key (`remember`), which entries' surveys pass over
+_KEY = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_NAME = re.compile(r"^[0-9a-f]{32}\.json$")
 _CUBIN_NAME = re.compile(r"^[0-9a-f]{32}\.cubin$")
 # Every name tilegen gives a file in the cache: records, cubins, older tilegens' batch cubins, and
@@ -96,6 +100,25 @@ class CompileCache:
                     self._remove(path)
             return None
 
+    def key_for(self, variant_key: str) -> str | None:
+        """The key a variant's compile was kept under (`remember`), by the variant's own key: what
+        determines its source, without rendering it (compiler.variant_keys); None when not known."""
+        try:
+            key = (self.folder / BY_VARIANT / variant_key).read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return key if _KEY.fullmatch(key) else None
+
+    def remember(self, variant_key: str, key: str) -> None:
+        """Keep the key a variant's compile is kept under, for `key_for`; only a shortcut: a cache
+        where it cannot be written (read-only, full) is still read as before."""
+        path = self.folder / BY_VARIANT / variant_key
+        try:
+            path.parent.mkdir(exist_ok=True)
+            write_atomically(path, key.encode())
+        except OSError:
+            pass
+
     def put_cubin(self, cubin: bytes) -> CubinFile:
         digest = hashlib.sha256(cubin).hexdigest()
         named = CubinFile(f"{digest[:32]}.cubin", digest, len(cubin))
@@ -116,9 +139,10 @@ class CompileCache:
         return CacheSummary(self.folder, len(proven), len(failed), len(damaged), sum(size_of(p) for p in own))
 
     def purge_failed(self) -> tuple[int, int]:
-        """Remove the compile errors and the damaged entries (and stray files); their counts."""
+        """Remove the compile errors and the damaged entries (and stray files); their counts. The
+        variants' keys go too (some led to those entries): the next run makes them again."""
         _, failed, damaged, _, _ = self._survey()
-        for path in failed + damaged:
+        for path in [*failed, *damaged, self.folder / BY_VARIANT]:
             self._remove(path)
         return len(failed), len(damaged)
 
@@ -126,7 +150,7 @@ class CompileCache:
         """Remove every file tilegen wrote here, and nothing else: how many entries it held, and
         how many other files stay."""
         _, _, _, own, others = self._survey()
-        for path in own:
+        for path in [*own, self.folder / BY_VARIANT]:
             self._remove(path)
         return sum(bool(_RECORD_NAME.match(p.name)) for p in own), len(others)
 

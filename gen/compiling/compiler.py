@@ -2,7 +2,9 @@
 
 Needs no GPU. A variant's compile is cached under a hash of its source, the options, and the
 compiler's name and version, so a repeated run compiles nothing (cache.py proves each entry before
-trusting it). The compiler is the options' (`CompileOptions.compiler`: NVRTC where installed, else nvcc,
+trusting it); and it is found without rendering the variant again, by a key of what determines its
+source (its parameters, the family's templates and code: `variant_keys`), so a warm sweep renders
+nothing. The compiler is the options' (`CompileOptions.compiler`: NVRTC where installed, else nvcc,
 unless told otherwise; compilers.Compiler says what one must do). Variants of families that allow it
 (`Family.compile_together`) are compiled several to one run where the compiler batches (each in a
 namespace of its own, which halves nvcc's cost per variant); a batch that fails is compiled again one
@@ -38,7 +40,7 @@ from .cache import CACHE_FORMAT, CacheEntry, CompileCache, cache_summary, clear_
 from .nvcc import nvcc_path, nvcc_version, require_nvcc
 from .options import DEFAULT_ARCH, CompileOptions, check_arch, usable_cores
 from .ptxas import Resources, kernel_logs, parse_ptxas
-from .render import render, template_hash
+from .render import render, rendering_hash, require_variant, template_hash
 from .verdict import Attempt, Outcome, judge, judged
 
 # Names others import from here, wherever they are defined.
@@ -83,23 +85,24 @@ def compile_variant(variant: Variant, options: CompileOptions) -> Compiled:
 
 
 def compile_batch(variants: Sequence[Variant], options: CompileOptions, children: ProcessGroup) -> list[Compiled]:
-    """Render the variants, take what the cache proves, and compile the rest: together in one run
-    where their family and the compiler allow it, else one by one. Results in the order of `variants`."""
+    """Take what the cache proves, found by each variant's key (`variant_keys`: nothing rendered), render
+    the rest, take what the cache proves of them, and compile what is left: together in one run where
+    their family and the compiler allow it, else one by one. Results in the order of `variants`."""
     checks.instance(options, CompileOptions, "options")
     check_arch(options.arch, options.compiler)
     by_arch: dict[str, list[Variant]] = {}
     for variant in variants:
-        arch = family_arch(get_family(variant.family), options.arch) if isinstance(variant, Variant) else options.arch
-        by_arch.setdefault(arch, []).append(variant)  # not a variant: render() says so below
+        require_variant(variant)
+        by_arch.setdefault(family_arch(get_family(variant.family), options.arch), []).append(variant)
     if set(by_arch) != {options.arch} and variants:  # a family of its own architecture: compile each part for its own
         results = {v: c for arch, part in by_arch.items() for v, c in
                    zip(part, compile_batch(part, replace(options, arch=arch), children))}
         return [results[v] for v in variants]
-    sources = {v: render(v) for v in variants}  # each checked to be a variant first
     options = with_level_flags(with_family_flags(options, variants))
     cache = CompileCache(options.cache)
+    results = _known(variants, options, cache)  # found without rendering
+    sources = {v: render(v) for v in variants if v not in results}
     keys = {v: cache_key(source, options) for v, source in sources.items()}
-    results: dict[Variant, Compiled] = {}
     for variant in sources:
         entry = cache.load(keys[variant], variant.name, options.level)
         if entry is not None:
@@ -110,6 +113,7 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions, children
         results.update(_compile_together(together, sources, keys, options, cache, children))
     for variant in (v for v in missing if v not in results):
         results[variant] = _compile_alone(variant, sources[variant], keys[variant], options, cache, children)
+    _remember(list(sources), keys, options, cache)
     return [results[v] for v in variants]
 
 
@@ -155,6 +159,37 @@ def cache_key(source: str, options: CompileOptions) -> str:
     text = "\0".join([source, options.arch, *options.flags, f"compiler {compiler.name} {compiler.version()}",
                       f"cache format {CACHE_FORMAT}"])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def variant_keys(variants: Sequence[Variant], options: CompileOptions) -> dict[Variant, str]:
+    """Each variant's key by what determines its source (render.rendering_hash, its parameters) and
+    what else determines its compile (as `cache_key`): how the cache finds its compile without rendering."""
+    compiler = options.compiler
+    common = [*options.flags, options.arch, options.level, f"compiler {compiler.name} {compiler.version()}",
+              f"cache format {CACHE_FORMAT}"]
+    rendered = {name: rendering_hash(get_family(name)) for name in {v.family for v in variants}}
+    return {v: hashlib.sha256("\0".join([rendered[v.family], type(v).__qualname__, v.name,
+                                          repr(sorted(v.params().items())), *common]).encode()).hexdigest()[:32]
+            for v in variants}
+
+
+def _known(variants: Sequence[Variant], options: CompileOptions, cache: CompileCache) -> dict[Variant, Compiled]:
+    """The variants whose compiles the cache proves, found by their variant keys: none rendered."""
+    found = {}
+    for variant, variant_key in variant_keys(variants, options).items():
+        key = cache.key_for(variant_key)
+        entry = cache.load(key, variant.name, options.level) if key else None
+        if entry is not None:
+            found[variant] = _compiled(variant, options, cache, entry, cached=True)
+    return found
+
+
+def _remember(variants: list[Variant], keys: dict[Variant, str], options: CompileOptions, cache: CompileCache) -> None:
+    """Each variant's key, for `_known`, beside the entry the cache now proves for it: none for a
+    compile cut short, which left nothing in the cache."""
+    for variant, variant_key in variant_keys(variants, options).items():
+        if cache.load(keys[variant], variant.name, options.level) is not None:
+            cache.remember(variant_key, keys[variant])
 
 
 def _compile_alone(variant: Variant, source: str, key: str, options: CompileOptions, cache: CompileCache,

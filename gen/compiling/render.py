@@ -14,8 +14,11 @@ import difflib
 import functools
 import hashlib
 import re
+import sys
 import traceback
+import uuid
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 import jinja2
@@ -23,9 +26,11 @@ import jinja2.meta
 
 from ..core.version import __version__
 from ..core.errors import TemplateProblem, UsageError
+from .. import families
 from ..families import get_family
 from ..families.family import Family
 from ..families.problem import signature
+from ..core import limits
 from ..core.limits import INPUT_CTYPE
 from ..core.paths import builtin_templates_dir
 from ..families.registry import family_path_of
@@ -50,8 +55,7 @@ CONTEXT_NAMES = ("v", "name", "ctype", "params", "signature", "template", "templ
 
 def render(variant: Variant) -> str:
     """The complete .cu source of a validated variant (InvalidVariant if it breaks a rule)."""
-    if not isinstance(variant, Variant):
-        raise UsageError(f"a variant is needed, like gen.variant('matmul', tile=16); got {variant!r}")
+    require_variant(variant)
     variant.check()
     family = get_family(variant.family)
     try:
@@ -71,6 +75,11 @@ def render(variant: Variant) -> str:
             from error
     except jinja2.TemplateError as error:
         raise TemplateProblem(f"{_template_location(error)}: {error}") from error
+
+
+def require_variant(variant: object) -> None:
+    if not isinstance(variant, Variant):
+        raise UsageError(f"a variant is needed, like gen.variant('matmul', tile=16); got {variant!r}")
 
 
 def context(family: Family, variant: Variant) -> dict[str, Any]:
@@ -180,6 +189,38 @@ def template_hash(family: Family) -> str:
         return [path for _, path in closure], hashed.hexdigest()[:12]
 
     return _while_unchanged(("hash", dirs, template), digest)
+
+
+def rendering_hash(family: Family) -> str:
+    """What a family's rendered sources depend on, but for the variant, in one hash: its templates
+    (`template_hash`), where they and the family were found, tilegen's version, and the code that makes
+    the names a template gets (the Python files beside the family's modules, of its variant type and
+    problem too, and this module's). Of two renders of one variant, the same hash means the same source:
+    the compile cache finds a variant's cubin by it without rendering (compiler.py)."""
+    where = (family.name, family.template, *map(str, family.template_dirs), str(family_path_of(family)), __version__)
+    return hashlib.sha256("\0".join([*where, template_hash(family), _code_hash(type(family), family.variant_type,
+                                                                           type(family.problem))]).encode()
+                          ).hexdigest()[:32]
+
+
+@functools.cache
+def _code_hash(*types: type) -> str:
+    """The Python files of the folders whose modules define `types` and tilegen's families, with this
+    module and the C types': hashed once a process, as the code it runs was read once. Code from no
+    file (a notebook's) cannot be hashed: its hash is this process's own, found by no other."""
+    if any(getattr(sys.modules.get(kind.__module__), "__file__", None) is None for kind in types):
+        return uuid.uuid4().hex
+    folders = {_file_of(sys.modules[kind.__module__]).parent for kind in types} | {_file_of(families).parent}
+    files = sorted({*(path for folder in folders for path in folder.glob("*.py")), _file_of(sys.modules[__name__]),
+                    _file_of(limits)})
+    hashed = hashlib.sha256()
+    for path in files:
+        hashed.update(str(path).encode() + b"\0" + path.read_bytes())
+    return hashed.hexdigest()
+
+
+def _file_of(module: ModuleType) -> Path:
+    return Path(str(module.__file__))
 
 
 # What is worked out from a family's templates (their mistakes, their hash), by what it was worked out

@@ -20,12 +20,20 @@ from .options import RunOptions, make_executor
 
 class Session:
     """`run`: how points are evaluated; `executor`: the GPUs (None: made from `run`, unless `gpus`
-    is False, a compile only); the session closes it when it ends."""
+    is False, a compile only), started at once, so that they start while the command plans; the
+    session closes it when it ends."""
 
     def __init__(self, run: RunOptions, executor: Executor | None = None, gpus: bool = True):
-        self.run, self.compiling = run, run.compile_options()  # --arch, --jobs, --compiler, the cache
-        self.pool = CompilePool(self.compiling)
         self.executor = (executor or make_executor(run)) if gpus else None
+        try:
+            if self.executor is not None:
+                self.executor.start()
+            self.run, self.compiling = run, run.compile_options()  # --arch, --jobs, --compiler, the cache
+        except BaseException:  # a bad --arch, say, or Ctrl-C: no worker is left starting
+            if self.executor is not None:
+                self.executor.kill()
+            raise
+        self.pool = CompilePool(self.compiling)
         seed = run.seed if run.seed is not None else random.randrange(1, 2**31)
         self.checking = Checking(seed, run.timing if self.executor is not None else None, run.sanitize)
 

@@ -83,6 +83,9 @@ class DaskExecutor:
 
     # ---- the Executor interface --------------------------------------------------------------
 
+    def start(self) -> None:
+        """Nothing more: the cluster was reached when this executor was made."""
+
     def devices(self) -> list[DeviceInfo]:
         if self._devices is None:
             self._devices = self._first_devices()

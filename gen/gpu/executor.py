@@ -37,6 +37,10 @@ class GpuUnavailable(TilegenError):
 
 
 class Executor(Protocol):
+    def start(self) -> None:
+        """Begin starting the workers without waiting for them (`devices` waits): a command starts
+        them as soon as it knows its GPUs, so that they start while it plans. Again: nothing more."""
+
     def devices(self) -> list[DeviceInfo]:
         """Start the workers (if need be) and say which GPUs they hold; GpuUnavailable if none."""
 

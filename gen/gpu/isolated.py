@@ -56,6 +56,7 @@ class IsolatedWorker:
         self.device: DeviceInfo | None = None
         self._last_child: Child | None = None  # the process started last (its stderr says why it died)
         self.starts = 0
+        self._finishing = False  # asked to finish (`finish`)
 
     @property
     def restarts(self) -> int:
@@ -79,7 +80,7 @@ class IsolatedWorker:
         """Start the worker's process, without waiting for it: `ready` waits. Several workers spawned
         first, then waited for, start together (each takes a second or two: python, pycuda, a context)."""
         self.starts += 1
-        self.died_unstarted = False
+        self.died_unstarted = self._finishing = False
         gpu, target = str(self.physical_index), self.target
         self._child = self._last_child = Child(
             lambda fd: [sys.executable, "-m", MODULE, "--serve", str(fd), gpu, target], self.environment())
@@ -179,14 +180,24 @@ class IsolatedWorker:
     def alive(self) -> bool:
         return self._child is not None and self._child.alive
 
-    def stop(self) -> None:
-        """Ask the worker to finish, then make sure it has."""
+    def finish(self) -> None:
+        """Ask the worker to finish, without waiting for it (`stop` waits): several asked first,
+        then stopped, end together (each takes a while: its modules, its context)."""
         child = self._child  # a kill from another thread may clear it
-        if child is not None and child.alive:
+        if child is not None and child.alive and self._messages is not None and not self._finishing:
+            self._finishing = True
             try:
                 child.connection.send(None)
             except OSError:
                 pass
+
+    def stop(self) -> None:
+        """Ask the worker to finish (unless `finish` did), then make sure it has; one still starting
+        has nothing to finish, and is stopped at once."""
+        if self._messages is None:
+            self.kill()
+            return
+        self.finish()
         self._end(1.0)
 
     def kill(self) -> None:

@@ -28,16 +28,23 @@ class LocalExecutor:
     def __init__(self, gpus: Sequence[int] = (0,), silence_s: float = 30.0, target: str = WORKER):
         self.workers = [IsolatedWorker(index, silence_s, target) for index in gpus]
         self._devices: list[DeviceInfo] | None = None
+        self._spawned = False
         self._killed = threading.Event()
         self._children = ProcessGroup()  # compute-sanitizer runs
 
-    def devices(self) -> list[DeviceInfo]:
-        if self._devices is None:
+    def start(self) -> None:
+        if not self._spawned:
+            self._spawned = True
             for worker in self.workers:  # every GPU's worker starts at once
                 worker.spawn()
+
+    def devices(self) -> list[DeviceInfo]:
+        if self._devices is None:
+            self.start()
             try:
                 self._devices = [worker.ready() for worker in self.workers]
             except BaseException:  # one could not start (or Ctrl-C): none is left running
+                self._spawned = False
                 for worker in self.workers:
                     worker.kill()
                 raise
@@ -68,6 +75,8 @@ class LocalExecutor:
         return None
 
     def close(self) -> None:
+        for worker in self.workers:  # every GPU's worker asked first: they end together
+            worker.finish()
         for worker in self.workers:
             worker.stop()
 

@@ -259,9 +259,7 @@ def _mend(path: Path, torn: bytes) -> None:
 def write_csv(rows: Iterable[Row], path: Path) -> None:
     """`path` with every row, written whole or not at all."""
     flat = [row.flat() for row in rows]
-    columns: list[str] = []
-    for entry in flat:
-        columns.extend(k for k in entry if k not in columns)
+    columns = list(dict.fromkeys(k for entry in flat for k in entry))  # each in the order it first comes
     text = io.StringIO(newline="")
     writer = csv.DictWriter(text, fieldnames=columns)
     writer.writeheader()
