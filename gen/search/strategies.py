@@ -349,12 +349,11 @@ class Portfolio(Strategy):
     whose proposals have lately most often improved the best time (Thompson sampling of a Beta(1 +
     improved, 1 + not) per member, from the strategy's seed, the counts multiplied by FORGET at every
     result told, so that the last ten or so weigh most: the member that leads changes as the search
-    moves from sampling to refining). Every member is told every result, failures included, so the
-    trend's screen and the annealing walk refine what the genetic algorithm found, and none proposes a
-    point another has measured or is measuring."""
+    moves from sampling to refining). Every member is told every result, failures included, so each
+    climbs from what the others found, and none proposes a point another has measured or is measuring."""
 
     name = "portfolio"
-    MEMBERS = ("trend", "genetic", "anneal")
+    MEMBERS = ("local", "trend", "anneal")
     FORGET = 0.9
 
     def __init__(self, space: SearchSpace, seed: int = 0):
@@ -375,7 +374,7 @@ class Portfolio(Strategy):
         return None
 
     def likely_next(self, count: int) -> list[Variant]:
-        """What its members expect to propose next, the first member's first."""
+        """What its members expect to propose next, the local search's first."""
         return list(dict.fromkeys(v for member in self.members for v in member.likely_next(count)))[:count]
 
     def _learn(self, variant: Variant, time_ms: float | None) -> None:
