@@ -260,9 +260,9 @@ class GeneticAlgorithm(Strategy):
 
 class Trend(Strategy):
     """A model's screen after INITIAL random points: each proposal is the fastest guess, by a quadratic
-    trend of log time over the parameters' positions (gen.search.surrogates) fitted on every point told
-    (a failure as twice the worst time), of up to NEAR unseen points one or two parameter steps from the
-    best found and DRAWN random unseen points: a few points already say which way each parameter is faster."""
+    trend over the parameters' positions (gen.search.surrogates) of every told point's rank (a failure
+    last: ranks, so a few very slow points do not outweigh the rest), of up to NEAR unseen points one or
+    two steps from the best found and DRAWN random unseen ones: a few points say which way is faster."""
 
     name = "trend"
     INITIAL, NEAR, DRAWN, RIDGE = 2, 8, 32, 0.1
@@ -278,9 +278,10 @@ class Trend(Strategy):
         pool = list(dict.fromkeys(near[:self.NEAR] + [v for v in drawn if self._unseen(v)][:self.DRAWN]))
         if not pool:
             return self.random_unseen()
-        told, worst = list(self.results), max(self.results[v] for v in measured)
-        log_times = np.log([2 * worst if self.results[v] is None else self.results[v] for v in told])
-        guesses = quadratic_trend(self.space.encoded(told), log_times, self.space.encoded(pool), self.RIDGE)
+        told = list(self.results)
+        times = [math.inf if self.results[v] is None else self.results[v] for v in told]
+        ranks = np.argsort(np.argsort(times, kind="stable"), kind="stable") / max(len(told) - 1, 1)
+        guesses = quadratic_trend(self.space.encoded(told), ranks, self.space.encoded(pool), self.RIDGE)
         return pool[int(np.argmin(guesses))]
 
 

@@ -1,7 +1,7 @@
 """Cheap models of a space fitted on what was measured, to guess which unmeasured points are fast
 before any is run: the strategies screen many candidates with them and propose the best guess.
-Each takes the measured points' scaled positions (SearchSpace.encoded), their log times, and the
-candidates' positions, and returns a guessed log time per candidate (lower is faster)."""
+Each takes the measured points' scaled positions (SearchSpace.encoded), a value per point (lower is
+faster: a log time, a rank) and the candidates' positions, and returns a guessed value per candidate."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ def nearest_mean(positions: np.ndarray, log_times: np.ndarray, candidates: np.nd
     return log_times[closest].mean(axis=1)
 
 
-def quadratic_trend(positions: np.ndarray, log_times: np.ndarray, candidates: np.ndarray, ridge: float) -> np.ndarray:
-    """Each candidate's guess by a trend over the whole space: log time as a quadratic in each
+def quadratic_trend(positions: np.ndarray, values: np.ndarray, candidates: np.ndarray, ridge: float) -> np.ndarray:
+    """Each candidate's guess by a trend over the whole space: the value as a quadratic in each
     parameter's position (no cross terms), fitted by least squares with a ridge penalty on all but the
     constant, so a few points already say which way each parameter is faster."""
     def terms(x: np.ndarray) -> np.ndarray:
@@ -26,5 +26,5 @@ def quadratic_trend(positions: np.ndarray, log_times: np.ndarray, candidates: np
     design = terms(positions)
     penalty = ridge * np.eye(design.shape[1])
     penalty[-1, -1] = 0.0
-    weights = np.linalg.solve(design.T @ design + penalty, design.T @ log_times)
+    weights = np.linalg.solve(design.T @ design + penalty, design.T @ values)
     return terms(candidates) @ weights
