@@ -1,5 +1,5 @@
-"""Search strategies over a space's valid points: brute force, random, simulated annealing, a
-genetic algorithm and Bayesian optimisation (a Gaussian process with expected improvement).
+"""Search strategies over a space's valid points: brute force, random, annealing, local search, a genetic
+algorithm, a trend model's screen, Bayesian optimisation (a Gaussian process) and a portfolio.
 
 Every strategy works on the list of valid variants and proposes only members of it, so none
 can propose an invalid point: neighbourhoods, crossover and mutation are repaired onto that
@@ -19,6 +19,7 @@ import numpy as np
 from ..families.variant import Variant
 from .gaussian_process import Posterior, log_likelihood, normal_cdf, normal_pdf
 from .space import SearchSpace
+from .surrogates import nearest_mean, quadratic_trend
 
 
 class Strategy(ABC):
@@ -45,7 +46,7 @@ class Strategy(ABC):
             variant = self._propose()
             if variant is None:
                 break
-            if variant not in self.results and variant not in self.pending:
+            if self._unseen(variant):
                 self.pending.add(variant)
                 proposals.append(variant)
         return proposals
@@ -63,7 +64,10 @@ class Strategy(ABC):
         return []
 
     def unseen(self) -> list[Variant]:
-        return [v for v in self.space.variants if v not in self.results and v not in self.pending]
+        return [v for v in self.space.variants if self._unseen(v)]
+
+    def _unseen(self, variant: Variant) -> bool:
+        return variant not in self.results and variant not in self.pending
 
     def random_unseen(self) -> Variant | None:
         unseen = self.unseen()
@@ -140,13 +144,9 @@ class SimulatedAnnealing(Strategy):
         measured = [(v, t) for v, t in self.results.items() if t is not None]
         if len(drawn) < 2 or len(measured) < self.NEAREST:
             return drawn[0] if drawn else None
-        positions = self.space.encoded([v for v, _ in measured])
-        log_times = np.log([t for _, t in measured])
-
-        def guess(candidate: Variant) -> float:
-            distances = np.abs(positions - self.space.encoded([candidate])[0]).sum(axis=1)
-            return float(log_times[np.argsort(distances, kind="stable")[:self.NEAREST]].mean())
-        return min(drawn, key=guess)
+        guesses = nearest_mean(self.space.encoded([v for v, _ in measured]), np.log([t for _, t in measured]),
+                               self.space.encoded(drawn), self.NEAREST)
+        return drawn[int(np.argmin(guesses))]
 
     def _draw(self, rng: random.Random) -> Variant | None:
         assert self.current is not None
@@ -156,7 +156,7 @@ class SimulatedAnnealing(Strategy):
                         for size, at in zip(sizes, self.space.position(self.current))]
             candidate = self.space.at([min(max(at + rng.choice((-1, 0, 1)), 0), size - 1)
                                        for size, at in zip(sizes, position)])
-            if candidate is not None and candidate not in self.results and candidate not in self.pending:
+            if candidate is not None and self._unseen(candidate):
                 return candidate
         unseen = self.unseen()
         return rng.choice(unseen) if unseen else None
@@ -202,7 +202,7 @@ class LocalSearch(Strategy):
         if self.current is None:
             return self.random_draws(count) if len(self.results) < self.INITIAL else []
         near = [v for neighbourhood in self._neighbourhoods(self.current) for v in neighbourhood]
-        return [v for v in dict.fromkeys(near) if v not in self.results and v not in self.pending][:count]
+        return [v for v in dict.fromkeys(near) if self._unseen(v)][:count]
 
     def _fresh(self, variant: Variant) -> list[Variant]:
         """Its unseen neighbours, each neighbourhood in random order, the nearer first."""
@@ -210,7 +210,7 @@ class LocalSearch(Strategy):
         for neighbourhood in self._neighbourhoods(variant):
             self.rng.shuffle(neighbourhood)
             near += neighbourhood
-        return [v for v in dict.fromkeys(near) if v not in self.results and v not in self.pending]
+        return [v for v in dict.fromkeys(near) if self._unseen(v)]
 
     def _neighbourhoods(self, variant: Variant) -> list[list[Variant]]:
         return [self.space.neighbours(variant), self.space.pair_steps(variant), self.space.other_values(variant)]
@@ -258,6 +258,33 @@ class GeneticAlgorithm(Strategy):
         return min(contenders, key=lambda v: self.results[v])
 
 
+class Trend(Strategy):
+    """A model's screen after INITIAL random points: each proposal is the fastest guess, by a quadratic
+    trend over the parameters' positions (gen.search.surrogates) of every told point's rank (a failure
+    last: ranks, so a few very slow points do not outweigh the rest), of up to NEAR unseen points one or
+    two steps from the best found and DRAWN random unseen ones: a few points say which way is faster."""
+
+    name = "trend"
+    INITIAL, NEAR, DRAWN, RIDGE = 2, 8, 32, 0.1
+
+    def _propose(self) -> Variant | None:
+        measured = [v for v, t in self.results.items() if t is not None]
+        if len(self.results) < self.INITIAL or not measured:
+            return self.random_unseen()
+        best = min(measured, key=lambda v: self.results[v])
+        near = [v for v in self.space.neighbours(best) + self.space.pair_steps(best) if self._unseen(v)]
+        self.rng.shuffle(near)
+        drawn = (self.space.variants[self.rng.randrange(len(self.space.variants))] for _ in range(2 * self.DRAWN))
+        pool = list(dict.fromkeys(near[:self.NEAR] + [v for v in drawn if self._unseen(v)][:self.DRAWN]))
+        if not pool:
+            return self.random_unseen()
+        told = list(self.results)
+        times = [math.inf if self.results[v] is None else self.results[v] for v in told]
+        ranks = np.argsort(np.argsort(times, kind="stable"), kind="stable") / max(len(told) - 1, 1)
+        guesses = quadratic_trend(self.space.encoded(told), ranks, self.space.encoded(pool), self.RIDGE)
+        return pool[int(np.argmin(guesses))]
+
+
 class BayesianOptimisation(Strategy):
     """A Gaussian process on log time (RBF kernel over the scaled parameter positions, length scale
     chosen by marginal likelihood) proposes the unseen point of highest expected improvement; every
@@ -288,7 +315,7 @@ class BayesianOptimisation(Strategy):
         predict = self._model()
         if (len(self.results) + len(self.pending)) % self.LOCAL_EVERY == 0:
             incumbent = min(measured, key=lambda v: self.results[v])
-            local = [v for v in self.space.neighbours(incumbent) if v not in self.results and v not in self.pending]
+            local = [v for v in self.space.neighbours(incumbent) if self._unseen(v)]
             if local:
                 mu, _ = predict(local)
                 return local[int(np.argmin(mu))]
@@ -304,7 +331,7 @@ class BayesianOptimisation(Strategy):
         ranked highest after the one it proposed (no model is fitted for this)."""
         if self._ranked is None:
             return self.random_draws(count)
-        return [v for v in self._ranked if v not in self.results and v not in self.pending][:count]
+        return [v for v in self._ranked if self._unseen(v)][:count]
 
     def _model(self) -> Posterior:
         told, pending = list(self.results), list(self.pending)
@@ -323,12 +350,11 @@ class Portfolio(Strategy):
     whose proposals have lately most often improved the best time (Thompson sampling of a Beta(1 +
     improved, 1 + not) per member, from the strategy's seed, the counts multiplied by FORGET at every
     result told, so that the last ten or so weigh most: the member that leads changes as the search
-    moves from sampling to refining). Every member is told every result, failures included, so a
-    local search refines what the genetic algorithm found, and neither proposes a point the other has
-    measured or is measuring."""
+    moves from sampling to refining). Every member is told every result, failures included, so each
+    climbs from what the others found, and none proposes a point another has measured or is measuring."""
 
     name = "portfolio"
-    MEMBERS = ("local", "genetic", "anneal")
+    MEMBERS = ("local", "trend", "anneal")
     FORGET = 0.9
 
     def __init__(self, space: SearchSpace, seed: int = 0):
@@ -362,7 +388,7 @@ class Portfolio(Strategy):
 
 
 STRATEGY_TYPES: dict[str, type[Strategy]] = {c.name: c for c in (  # --strategy's choices, in this order
-    BruteForce, RandomSampling, SimulatedAnnealing, LocalSearch, GeneticAlgorithm, BayesianOptimisation, Portfolio)}
+    BruteForce, RandomSampling, SimulatedAnnealing, LocalSearch, GeneticAlgorithm, Trend, BayesianOptimisation, Portfolio)}
 STRATEGIES = tuple(STRATEGY_TYPES)
 DEFAULT_STRATEGY = "bayes"  # the portfolio replays better on public spaces, not on sgemm: docs/results/search-replay.md
 
