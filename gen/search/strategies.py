@@ -265,7 +265,7 @@ class Trend(Strategy):
     two steps from the best found and DRAWN random unseen ones: a few points say which way is faster."""
 
     name = "trend"
-    INITIAL, NEAR, DRAWN, RIDGE = 2, 8, 32, 0.1
+    INITIAL, NEAR, DRAWN, RIDGE = 2, 8, 256, 0.1
 
     def _propose(self) -> Variant | None:
         measured = [v for v, t in self.results.items() if t is not None]
