@@ -277,17 +277,8 @@ def test_the_trend_proposes_where_its_model_of_five_points_says_time_falls_beyon
     """A 10 x 10 grid whose time falls towards a = 9, b = 0, five points told in its middle, none
     among its ten fastest: the next proposal is one of those ten for nearly every seed, several steps
     beyond the best told; a random draw would be one time in ten."""
-    grid = [({"a": a, "b": b}, float(np.exp(0.3 * (9 - a) + 0.2 * b)), 1.0) for a in range(10) for b in range(10)]
-    measured = read_measured(_t4(tmp_path / "grid.json", grid))
-    by_key = {measured.space.key(v): v for v in measured.space.variants}
-    fastest = sorted(measured.space.variants, key=lambda v: measured.time_ms[v.name])[:10]
-    among_fastest = 0
-    for seed in range(10):
-        trend = make_strategy("trend", measured.space, seed)
-        for key in [(2, 5), (4, 7), (3, 3), (5, 6), (2, 8)]:
-            trend.tell(by_key[key], measured.time_ms[by_key[key].name])
-        among_fastest += trend.ask(1)[0] in fastest
-    assert among_fastest >= 9
+    told = [(2, 5), (4, 7), (3, 3), (5, 6), (2, 8)]
+    assert _trend_proposals_among_fastest(tmp_path, 10, (0.3, 0.2), told, 10) >= 9
 
 
 def test_the_trend_proposes_faster_points_than_random_draws_on_the_measured_slice() -> None:
@@ -308,14 +299,24 @@ def test_the_trend_screens_enough_draws_to_propose_from_a_narrow_fast_corner(tmp
     proposal is among the grid's fastest 1% (16 points, far from any told point's neighbours) for
     most seeds, since the screen draws enough random points to hold one of them nearly always (32
     draws would, about one time in four)."""
-    grid = [({"a": a, "b": b}, float(np.exp(0.1 * (39 - a) + 0.08 * b)), 1.0) for a in range(40) for b in range(40)]
+    told = [(15, 20), (20, 25), (18, 12), (25, 22), (14, 28)]
+    assert _trend_proposals_among_fastest(tmp_path, 40, (0.1, 0.08), told, 16) >= 7
+
+
+def _trend_proposals_among_fastest(tmp_path: Path, side: int, slopes: tuple[float, float],
+                                   told: list[tuple[int, int]], fastest_count: int) -> int:
+    """Of 10 seeds, how often the trend's first proposal is among the `fastest_count` fastest points of a
+    side x side grid whose time falls towards a = side - 1, b = 0 (exp of `slopes`), once told the
+    points `told`."""
+    grid = [({"a": a, "b": b}, float(np.exp(slopes[0] * (side - 1 - a) + slopes[1] * b)), 1.0)
+            for a in range(side) for b in range(side)]
     measured = read_measured(_t4(tmp_path / "grid.json", grid))
     by_key = {measured.space.key(v): v for v in measured.space.variants}
-    fastest = sorted(measured.space.variants, key=lambda v: measured.time_ms[v.name])[:16]
+    fastest = sorted(measured.space.variants, key=lambda v: measured.time_ms[v.name])[:fastest_count]
     among_fastest = 0
     for seed in range(10):
         trend = make_strategy("trend", measured.space, seed)
-        for key in [(15, 20), (20, 25), (18, 12), (25, 22), (14, 28)]:
+        for key in told:
             trend.tell(by_key[key], measured.time_ms[by_key[key].name])
         among_fastest += trend.ask(1)[0] in fastest
-    assert among_fastest >= 7
+    return among_fastest
