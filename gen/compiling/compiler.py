@@ -100,7 +100,8 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions, children
         return [results[v] for v in variants]
     options = with_level_flags(with_family_flags(options, variants))
     cache = CompileCache(options.cache)
-    results = _known(variants, options, cache)  # found without rendering
+    by_variant = variant_keys(variants, options)
+    results = _known(by_variant, options, cache)  # found without rendering
     sources = {v: render(v) for v in variants if v not in results}
     keys = {v: cache_key(source, options) for v, source in sources.items()}
     for variant in sources:
@@ -113,7 +114,7 @@ def compile_batch(variants: Sequence[Variant], options: CompileOptions, children
         results.update(_compile_together(together, sources, keys, options, cache, children))
     for variant in (v for v in missing if v not in results):
         results[variant] = _compile_alone(variant, sources[variant], keys[variant], options, cache, children)
-    _remember(list(sources), keys, options, cache)
+    _remember({v: by_variant[v] for v in sources}, keys, options, cache)
     return [results[v] for v in variants]
 
 
@@ -155,28 +156,31 @@ def compiled_row(compiled: Compiled, shape: str = "", **extra: object) -> Row:
 
 def cache_key(source: str, options: CompileOptions) -> str:
     """The cache's key of a compile: the source, the architecture and flags, the compiler and its version."""
+    return hashlib.sha256("\0".join([source, *_compile_terms(options)]).encode()).hexdigest()[:32]
+
+
+def _compile_terms(options: CompileOptions) -> list[str]:
+    """What besides the source determines a compile: the architecture, the flags, the compiler and its
+    version, the cache's format."""
     compiler = options.compiler
-    text = "\0".join([source, options.arch, *options.flags, f"compiler {compiler.name} {compiler.version()}",
-                      f"cache format {CACHE_FORMAT}"])
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return [options.arch, *options.flags, f"compiler {compiler.name} {compiler.version()}",
+            f"cache format {CACHE_FORMAT}"]
 
 
 def variant_keys(variants: Sequence[Variant], options: CompileOptions) -> dict[Variant, str]:
     """Each variant's key by what determines its source (render.rendering_hash, its parameters) and
     what else determines its compile (as `cache_key`): how the cache finds its compile without rendering."""
-    compiler = options.compiler
-    common = [*options.flags, options.arch, options.level, f"compiler {compiler.name} {compiler.version()}",
-              f"cache format {CACHE_FORMAT}"]
+    common = [*_compile_terms(options), options.level]
     rendered = {name: rendering_hash(get_family(name)) for name in {v.family for v in variants}}
     return {v: hashlib.sha256("\0".join([rendered[v.family], type(v).__qualname__, v.name,
                                           repr(sorted(v.params().items())), *common]).encode()).hexdigest()[:32]
             for v in variants}
 
 
-def _known(variants: Sequence[Variant], options: CompileOptions, cache: CompileCache) -> dict[Variant, Compiled]:
+def _known(by_variant: dict[Variant, str], options: CompileOptions, cache: CompileCache) -> dict[Variant, Compiled]:
     """The variants whose compiles the cache proves, found by their variant keys: none rendered."""
     found = {}
-    for variant, variant_key in variant_keys(variants, options).items():
+    for variant, variant_key in by_variant.items():
         key = cache.key_for(variant_key)
         entry = cache.load(key, variant.name, options.level) if key else None
         if entry is not None:
@@ -184,10 +188,11 @@ def _known(variants: Sequence[Variant], options: CompileOptions, cache: CompileC
     return found
 
 
-def _remember(variants: list[Variant], keys: dict[Variant, str], options: CompileOptions, cache: CompileCache) -> None:
+def _remember(by_variant: dict[Variant, str], keys: dict[Variant, str], options: CompileOptions,
+              cache: CompileCache) -> None:
     """Each variant's key, for `_known`, beside the entry the cache now proves for it: none for a
     compile cut short, which left nothing in the cache."""
-    for variant, variant_key in variant_keys(variants, options).items():
+    for variant, variant_key in by_variant.items():
         if cache.load(keys[variant], variant.name, options.level) is not None:
             cache.remember(variant_key, keys[variant])
 
