@@ -175,6 +175,15 @@ def test_the_counter_gives_power_from_its_updates_and_power_readings_their_mean(
     assert average_watts([Reading(0.0, 300.0), Reading(0.1, 310.0)], counter=False) == pytest.approx(305.0)
 
 
+def test_an_update_the_host_saw_late_does_not_move_the_power() -> None:
+    # the counter rises 30 J every 0.1 s (300 W); a host busy with other work saw two updates late,
+    # the last one 40 ms late: the rise over the host's own times would read 270 W
+    seen = [0.02, 0.1, 0.2, 0.33, 0.4, 0.5, 0.64]
+    readings = [Reading(seconds, 1000.0 + 300.0 * round(seconds, 1)) for seconds in seen]
+    assert (readings[-1].value - readings[1].value) / (readings[-1].seconds - readings[1].seconds) < 280
+    assert average_watts(readings, counter=True) == pytest.approx(300.0)
+
+
 class FakeNvml(types.ModuleType):
     """pynvml with a GPU that has no energy counter but reports its power, or neither."""
 

@@ -4,7 +4,10 @@ only: tilegen never sets clocks, power limits or any other setting of the GPU.
 NVML's total-energy counter (millijoules since the driver loaded; Volta and later) advances only
 every few milliseconds (scripts/bench_energy.py measures by how much and how often), so a
 variant is run back to back for ENERGY_WINDOW_S or more, and the GPU's average power is the
-counter's rise between two of its updates divided by the time between them. Where the counter is
+counter's rise between two of its updates divided by the time between them: as many of the counter's
+update periods as fit between the two, each period the median gap between updates the host saw (a
+host slowed by other work sees an update late, which stretches one gap and shortens the next, but
+moves no median). Where the counter is
 missing, the average of NVML's power readings over the window stands in. Energy per launch is
 that power times the time per launch of the same back-to-back loop (for a kernel shorter than
 the host takes to launch it, the loop's time includes the GPU's waits for the host).
@@ -16,6 +19,7 @@ The SM clock and NVML's clock event (throttle) reasons are read with a variant's
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ ENERGY_WARMUP_S = 0.1  # before: the GPU's power settles under the new load
 MIN_UPDATES = 5  # counter updates within the window, at least
 MAX_WINDOW_S = 5.0  # a counter that does not advance this long is no counter
 BATCH_MS = 5.0  # launches are queued in batches of about this much GPU work
+BATCHES_AHEAD = 4  # batches queued behind the one running: the GPU stays busy while the host is slowed
 NO_NVML = "NVML is not installed (pip install nvidia-ml-py, or tilegen[cuda])"
 CLOCK_STEADY = 0.01  # two SM clock readings this close, relatively, are a steady clock
 CLOCK_READ_MS = 20.0  # GPU work queued between two readings while the clock settles
@@ -130,22 +135,24 @@ def settle_clock(call: Callable[[], Any], meter: Meter, limit_s: float = CLOCK_S
 def average_watts(readings: list[Reading], counter: bool) -> float | None:
     """The GPU's average power over the readings (each a change from the one before; the first is
     where reading began): the counter's rise from its first update to its last over the time
-    between them, or the mean of the power readings. None where the counter updated fewer than
-    twice."""
+    between them, counted in whole update periods of the median gap between updates; or the mean
+    of the power readings. None where the counter updated fewer than twice."""
     if not counter:
         return sum(r.value for r in readings) / len(readings) if readings else None
     updates = readings[1:]
     if len(updates) < 2 or updates[-1].seconds <= updates[0].seconds:
         return None
-    return (updates[-1].value - updates[0].value) / (updates[-1].seconds - updates[0].seconds)
+    period = statistics.median(later.seconds - earlier.seconds for earlier, later in zip(updates, updates[1:]))
+    periods = max(1, round((updates[-1].seconds - updates[0].seconds) / period))
+    return (updates[-1].value - updates[0].value) / (periods * period)
 
 
 def energy_per_launch(call: Callable[[], Any], meter: Meter, seconds_per_launch: float,
                       window_s: float = ENERGY_WINDOW_S) -> tuple[float, float] | str:
     """(joules per launch, average watts) of `call` run back to back, for ENERGY_WARMUP_S and then
     `window_s` or more (until the counter updated MIN_UPDATES times); or why not, in a few words.
-    The meter is read only while a batch of launches waits behind the one running: the GPU is busy
-    throughout. `seconds_per_launch` sizes the batches."""
+    The meter is read only while BATCHES_AHEAD batches of launches wait behind the one running: the
+    GPU is busy throughout. `seconds_per_launch` sizes the batches."""
     batch = max(1, round(BATCH_MS / 1e3 / max(seconds_per_launch, 1e-7)))
     readings: list[Reading] = []
     queued: deque[Any] = deque()
@@ -161,7 +168,7 @@ def energy_per_launch(call: Callable[[], Any], meter: Meter, seconds_per_launch:
             call()
         launches += batch if first is not None else 0
         queued.append(event(recorded=True))
-        while len(queued) > 1:
+        while len(queued) > BATCHES_AHEAD:
             if queued[0].query():
                 queued.popleft()
             elif first is not None:
