@@ -15,6 +15,7 @@ from gen.compiling.pool import compile_variants
 from gen.compiling.render import render
 from gen.core.errors import InvalidVariant
 from gen.families import get_family
+from gen.families.epilogue import ACTIVATION_ROUNDINGS
 from gen.families.problem import numpy_dtype
 from gen.families.space import Space
 
@@ -154,7 +155,7 @@ def test_the_tolerance_is_the_fp8_sums_plus_the_outputs_rounding() -> None:
     assert math.isclose(2 * FP8.problem.tolerance("f32", FP8.parse_shape("64x64x1024")), f32)  # grows like sqrt(K)
     assert f32 == 16 * 2.0**-14 * 64 < 0.1  # a dropped k32 piece or a wrong row is off by far more
     fused = FP8.problem_of(FP8.variant({"act": "relu"}))
-    assert math.isclose(fused.tolerance("f32", shape), 2 * f32 + 8 * 2.0**-24)
+    assert math.isclose(fused.tolerance("f32", shape), 2 * f32 + ACTIVATION_ROUNDINGS * 2.0**-24)
 
 
 COMPILED = [  # each FP8 type, output type and scaling at least once; an epilogue; both stores and two schedules
