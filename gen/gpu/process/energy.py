@@ -32,7 +32,8 @@ ENERGY_WARMUP_S = 0.1  # before: the GPU's power settles under the new load
 MIN_UPDATES = 5  # counter updates within the window, at least
 MAX_WINDOW_S = 5.0  # a counter that does not advance this long is no counter
 BATCH_MS = 5.0  # launches are queued in batches of about this much GPU work
-BATCHES_AHEAD = 4  # batches queued behind the one running: the GPU stays busy while the host is slowed
+BATCHES_AHEAD = 20  # batches queued behind the one running (100 ms): a host slowed by other work for less
+# leaves the GPU busy (an idle GPU's watts would count in the variant's joules)
 NO_NVML = "NVML is not installed (pip install nvidia-ml-py, or tilegen[cuda])"
 CLOCK_STEADY = 0.01  # two SM clock readings this close, relatively, are a steady clock
 CLOCK_READ_MS = 20.0  # GPU work queued between two readings while the clock settles
