@@ -47,8 +47,8 @@ def test_a_variants_launch_has_a_thread_per_8_columns_of_each_group_and_a_cluste
 
 def test_more_rows_than_a_variant_computes_are_refused_in_one_line_naming_what_to_use() -> None:
     one = GEMV.default_variant()
-    assert GEMV.refusal(one, GEMV.parse_shape("3x4096x4096")) == ("rows 1 computes at most 1 rows of A; 3x4096x4096 has "
-                                                                   "M = 3 (use rows=4)")
+    assert GEMV.refusal(one, GEMV.parse_shape("3x4096x4096")) == (
+        "rows 1 computes at most 1 rows of A; 3x4096x4096 has M = 3 (use rows=4)")
     assert GEMV.refusal(GEMV.variant({"rows": 8}), GEMV.parse_shape("9x4096x4096")) == (
         "rows 8 computes at most 8 rows of A; 9x4096x4096 has M = 9 (use wgmma or hgemm)")
     assert GEMV.refusal(one, GEMV.parse_shape("1x77x45")) == ("copy=vector reads B 16 bytes at a time: ldb must be a "

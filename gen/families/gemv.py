@@ -74,7 +74,7 @@ class GemvFamily(Family):
     """The half-precision GEMM for a few rows of A, bound by reading B: CUDA cores, 16-byte loads."""
 
     name = "gemv"
-    summary = "C = A·B for 1 to 8 rows of A in float16 or bfloat16: B read once at HBM speed, K shared by warps and clusters"
+    summary = "C = A·B for 1 to 8 rows of A in float16 or bfloat16: B read once, K shared by warps and clusters"
     variant_type = GemvVariant
     problem = HALF_GEMM
     template = "gemv.cu.j2"
@@ -89,7 +89,8 @@ class GemvFamily(Family):
     def refusal(self, variant: GemvVariant, shape: MatmulShape) -> str | None:
         if shape.m > variant.rows:
             fitting = next((f"rows={rows}" for rows in ROWS if rows >= shape.m), "wgmma or hgemm")
-            return f"rows {variant.rows} computes at most {variant.rows} rows of A; {shape} has M = {shape.m} (use {fitting})"
+            return (f"rows {variant.rows} computes at most {variant.rows} rows of A; {shape} has M = {shape.m} "
+                    f"(use {fitting})")
         if variant.copy == "vector" and shape.ldb % CHUNK:
             return (f"copy=vector reads B 16 bytes at a time: ldb must be a multiple of {CHUNK}; {shape} is not "
                     f"(use copy=scalar)")
@@ -97,7 +98,8 @@ class GemvFamily(Family):
 
     def arch_refusal(self, variant: GemvVariant, arch: str) -> str | None:
         if variant.split > 1 and not self.runs_on(arch_cc(arch)):
-            return f"split {variant.split} shares K in a cluster of blocks, sm_90 or later; this run compiles for {arch} (use split=1)"
+            return (f"split {variant.split} shares K in a cluster of blocks, sm_90 or later; this run compiles for "
+                    f"{arch} (use split=1)")
         return None
 
     def runs_on(self, cc: str) -> bool:
