@@ -18,6 +18,7 @@ from gen.families import get_family
 
 from .test_gpu import _only_skipped_and_ok, run, runnable, skip_unless_gpu
 from .test_gpu_call_path import _torch
+from .test_gpu_wgmma_split import assert_the_same_bits_twice
 
 pytestmark = pytest.mark.gpu
 
@@ -64,21 +65,8 @@ def test_every_likely_best_variant_is_right_with_its_output_poisoned_first() -> 
 
 def test_the_same_split_launch_twice_gives_the_same_bits() -> None:
     _sm90()
-    torch = _torch()
-    shape = GEMV.parse_shape("4x8192x28672")
     variant = GEMV.variant({"dtype": "bf16", "rows": 4, "kgroups": 32, "unroll": 8, "split": 8})
-    kernel = Kernel(GEMV, variant, shape)
-    a = torch.randn(4, 28672, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(28672, 8192, device="cuda", dtype=torch.bfloat16)
-    outputs = []
-    for _ in range(2):
-        c = torch.full((4, 8192), float("nan"), device="cuda", dtype=torch.bfloat16)
-        kernel(a, b, c)
-        outputs.append(c)
-    torch.cuda.synchronize()
-    assert torch.equal(outputs[0].view(torch.int16), outputs[1].view(torch.int16))
-    reference = a.double() @ b.double()
-    assert float((outputs[0].double() - reference).norm() / reference.norm()) <= GEMV.problem.tolerance("bf16", shape)
+    assert_the_same_bits_twice(GEMV, variant, "4x8192x28672")
 
 
 def test_the_sanitizer_finds_nothing_in_a_split_variant_on_either_read_path(tmp_path: Path) -> None:
