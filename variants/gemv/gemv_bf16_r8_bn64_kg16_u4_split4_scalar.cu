@@ -8,7 +8,7 @@
 //   unroll    4
 //   split     4
 //   copy      scalar
-//   template  gemv.cu.j2 (sha256 2b37cf2ae7da)
+//   template  gemv.cu.j2 (sha256 7b1e8f4326c3)
 //
 // Reproduce with:
 //   tilegen render gemv -p dtype=bf16 -p rows=8 -p bn=64 -p kgroups=16 -p unroll=4 -p split=4 -p copy=scalar
@@ -62,13 +62,13 @@ __device__ __forceinline__ unsigned short from_float(float x)
 }
 
 // Row k's 8 elements from column n on, as 4 words of two elements each (the lower column in the low half).
-__device__ __forceinline__ uint4 load_row(const unsigned short* B, int ldb, int N, int k, int n)
+__device__ __forceinline__ uint4 load_row(const unsigned short* __restrict__ B, int ldb, int N, int k, int n)
 {
     unsigned words[4];
     #pragma unroll
     for (int j = 0; j < 8; j += 2) {
         const unsigned short* const row = B + static_cast<long long>(k) * ldb + n + j;
-        const unsigned lo = n + j < N ? __ldg(row) : 0, hi = n + j + 1 < N ? __ldg(row + 1) : 0;
+        const unsigned lo = n + j < N ? row[0] : 0, hi = n + j + 1 < N ? row[1] : 0;
         words[j / 2] = lo | hi << 16;
     }
     return make_uint4(words[0], words[1], words[2], words[3]);
@@ -96,8 +96,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) __cluster_dims__(4, 1, 1) 
     int M, int N, int K, int lda, int ldb, int ldc)
 {
     __shared__ __align__(16) float partial[KGROUPS][ROWS * BN];  // each group's sums, row by row
-    const unsigned short* const a = reinterpret_cast<const unsigned short*>(A);
-    const unsigned short* const b = reinterpret_cast<const unsigned short*>(B);
+    const unsigned short* __restrict__ const a = reinterpret_cast<const unsigned short*>(A);
+    const unsigned short* __restrict__ const b = reinterpret_cast<const unsigned short*>(B);
     const int column = threadIdx.x % (BN / 8) * 8, group = threadIdx.x / (BN / 8);
     const int first_n = blockIdx.x / SPLIT * BN, n = first_n + column;
     const int rank = blockIdx.x % SPLIT;  // a cluster is SPLIT consecutive blocks: this one's place in it
@@ -120,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) __cluster_dims__(4, 1, 1) 
                 #pragma unroll
                 for (int r = 0; r < ROWS; ++r) {
                     // A's element, the same for every thread of a warp: one read through the read-only path
-                    const float x = r < M && k0 + u < K ? to_float(__ldg(a + r * lda + k0 + u)) : 0.0f;
+                    const float x = r < M && k0 + u < K ? to_float(a[r * lda + k0 + u]) : 0.0f;
                     #pragma unroll
                     for (int j = 0; j < 8; ++j)
                         sum[r][j] += x * row[j];
