@@ -29,7 +29,7 @@ def test_the_default_space_is_valid_and_renders_deterministic_sums() -> None:
     assert len(variants) <= 300  # what a tune's compile-ahead takes on
     for variant in variants[::7]:
         source = render(variant)
-        assert "atomic" not in source and "void __launch_bounds__(THREADS)" in source
+        assert "atomic" not in source and f"void __launch_bounds__({variant.threads_per_block})" in source
         assert ("__cluster_dims__(%d, 1, 1)" % variant.split in source) == (variant.split > 1)
     with pytest.raises(InvalidVariant, match="kgroups 64 x rows 8 x bn 64 float32 sums needs 131072 bytes of static"):
         GEMV.variant_type(rows=8, kgroups=64).check()

@@ -8,7 +8,7 @@
 //   unroll    4
 //   split     1
 //   copy      vector
-//   template  gemv.cu.j2 (sha256 7b1e8f4326c3)
+//   template  gemv.cu.j2 (sha256 7eb6bcf2ef0b)
 //
 // Reproduce with:
 //   tilegen render gemv -p dtype=f16 -p rows=8 -p bn=64 -p kgroups=16 -p unroll=4 -p split=1 -p copy=vector
@@ -73,7 +73,7 @@ __device__ __forceinline__ uint4 load_row(const unsigned short* __restrict__ B, 
     return bits;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) gemv_f16_r8_bn64_kg16_u4(
+extern "C" __global__ void __launch_bounds__(128) gemv_f16_r8_bn64_kg16_u4(
     const __half* __restrict__ A, const __half* __restrict__ B, __half* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc)
 {

@@ -8,7 +8,7 @@
 //   unroll    4
 //   split     4
 //   copy      vector
-//   template  gemv.cu.j2 (sha256 7b1e8f4326c3)
+//   template  gemv.cu.j2 (sha256 7eb6bcf2ef0b)
 //
 // Reproduce with:
 //   tilegen render gemv -p dtype=f16 -p rows=8 -p bn=64 -p kgroups=16 -p unroll=4 -p split=4 -p copy=vector
@@ -92,7 +92,7 @@ __device__ __forceinline__ float cluster_load(const float* local, unsigned rank)
     return x;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) __cluster_dims__(4, 1, 1) gemv_f16_r8_bn64_kg16_u4_split4(
+extern "C" __global__ void __launch_bounds__(128) __cluster_dims__(4, 1, 1) gemv_f16_r8_bn64_kg16_u4_split4(
     const __half* __restrict__ A, const __half* __restrict__ B, __half* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc)
 {
