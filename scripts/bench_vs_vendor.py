@@ -13,8 +13,9 @@ non-square shape; transpose >= 97% of the copy at 8192^2 and 16384^2.
 --suite (issue 13) measures the fixed shape suite instead, with its geometric mean; --tune N first
 tunes each of its shapes at its own size on this GPU (Bayesian search, N evaluations) into --db.
 --only hgemm (issue 30) measures the half-precision suite in each --dtypes, --only wgmma (issue 34)
-the same with the Hopper family; --variants NAME,... times each of those variants instead of the
-tuned one (each checked first, NaN-poisoned).
+the same with the Hopper family, --only gemv (issue 48) with the family for one to eight rows of A (its
+shapes given with --sizes); --variants NAME,... times each of those variants instead of the tuned one
+(each checked first, NaN-poisoned).
 
 --models (issue 48) measures every GEMM of a model instead, with --only hgemm or wgmma: Llama-3-8B's
 and Llama-3-70B's projections (qkv, gate-and-up, down; hidden 4096 and 8192, intermediate 14336 and
@@ -60,7 +61,7 @@ SUITE_TRANSPOSE = ["4096x4096", "8192x8192", "16384x16384", "32768x32768", "8192
 HGEMM_SHAPES = ["4096x4096x4096", "8192x8192x8192", "2000x7000x3000", "8192x1024x8192", "12288x12288x1024",
                 "1000x1000x1000"]
 MEMORY_BOUND_TOKENS = 16  # up to this many rows of A, a GEMM reads B once at HBM speed: its share is said
-HALF_FAMILIES = ("hgemm", "wgmma")
+HALF_FAMILIES = ("hgemm", "wgmma", "gemv")
 SAMPLES = 50
 FLUSH_BYTES = 512 * 2**20
 
@@ -69,21 +70,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, help="tuning database (default: the user's)")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
-    parser.add_argument("--only", choices=("sgemm", "hgemm", "wgmma", "transpose"), help="run one part of the table")
+    parser.add_argument("--only", choices=("sgemm", *HALF_FAMILIES, "transpose"), help="run one part of the table")
     parser.add_argument("--suite", action="store_true", help="the fixed shape suite of issue 13")
     parser.add_argument("--tune", type=int, metavar="N", help="first tune each shape (N evaluations)")
     parser.add_argument("--dtypes", default="f16,bf16", help="hgemm: the element types (default f16,bf16)")
     parser.add_argument("--sizes", help="replace the shapes (comma-separated)")
     parser.add_argument("--variants", help="hgemm: time these variants (comma-separated names) instead of the tuned one")
-    parser.add_argument("--models", action="store_true", help="hgemm, wgmma: a model's GEMMs (issue 48)")
+    parser.add_argument("--models", action="store_true", help="hgemm, wgmma, gemv: a model's GEMMs (issue 48)")
     args = parser.parse_args()
     sgemm_shapes, transpose_shapes = (SUITE_SGEMM, SUITE_TRANSPOSE) if args.suite else (SGEMM_SHAPES, TRANSPOSE_SHAPES)
     half_shapes = MODEL_SHAPES if args.models else HGEMM_SHAPES
-    parts = {"sgemm": sgemm_shapes, "hgemm": half_shapes, "wgmma": half_shapes, "transpose": transpose_shapes}
+    parts = {"sgemm": sgemm_shapes, "hgemm": half_shapes, "wgmma": half_shapes, "gemv": half_shapes,
+             "transpose": transpose_shapes}
     if args.only:
         parts = {args.only: re.split(r",(?=\d+x)", args.sizes) if args.sizes else parts[args.only]}  # "MxNxK:lda,ldb,ldc" keeps its commas
     else:
-        del parts["hgemm"], parts["wgmma"]
+        del parts["hgemm"], parts["wgmma"], parts["gemv"]
     problems = [(family, size) for family, sizes in parts.items() for size in sizes]
     dtypes = args.dtypes.split(",")
     flush = l2_flusher()

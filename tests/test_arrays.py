@@ -114,7 +114,7 @@ def test_streams_come_from_the_caller(monkeypatch) -> None:
 def test_matmul_asks_the_registry_which_family_multiplies_a_type() -> None:
     assert [f.name for f in gemm_families(np.dtype("float32"))] == ["sgemm"]
     assert [f.name for f in gemm_families(np.dtype("float64"))] == ["matmul"]
-    assert [f.name for f in gemm_families(np.dtype("float16"))] == ["wgmma", "hgemm"]  # Hopper's first, where it runs
+    assert [f.name for f in gemm_families(np.dtype("float16"))] == ["gemv", "wgmma", "hgemm"]  # a few rows, then Hopper's
     with pytest.raises(gen.UsageError, match=r"^no registered family multiplies int32 matrices; gen.matmul "
                                              r"multiplies .*float32 \(sgemm\)"):
         gen.matmul(FakeDeviceArray((4, 4), "<i4"), FakeDeviceArray((4, 4), "<i4"))

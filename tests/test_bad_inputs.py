@@ -274,7 +274,7 @@ CLI_CASES = [
     case("sweep matmul --out x --gpus +1", "--gpus '+1' must be 'all' or GPU indices like 0,1"),
     case("compile matmul -p sync=sometimes", "sync 'sometimes' is not one of"),
     # families and sizes
-    case("render conv", "unknown family 'conv'; families: matmul, sgemm, hgemm, wgmma, fp8gemm, transpose, copy"),
+    case("render conv", "unknown family 'conv'; families: matmul, sgemm, hgemm, wgmma, fp8gemm, gemv, transpose, copy"),
     case("list conv", "unknown family 'conv'"),
     case("sweep conv --out x", "unknown family 'conv'"),
     case("tune conv --size 64", "unknown family 'conv'"),

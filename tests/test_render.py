@@ -31,7 +31,8 @@ def test_banner_names_the_variant_every_parameter_and_how_to_reproduce_it(varian
     family = builtin_families()[variant.family]
     assert f"template  {family.template} (sha256 {template_hash(family)})" in banner
     assert f"//   {variant.render_command()}" in banner
-    assert re.search(rf'extern "C" __global__ void (__launch_bounds__\(\d+(, 1)?\) )?{variant.name}\(', source)
+    assert re.search(rf'extern "C" __global__ void (__launch_bounds__\(\d+(, 1)?\) )?(__cluster_dims__\(\d, 1, 1\) )?'
+                     rf'{variant.name}\(', source)
 
 
 def _positions(source: str, marker: str) -> list[int]:

@@ -97,10 +97,12 @@ def _matmul_prepared(a: Any, b: Any, out: Any, stream: Any, extras: dict[str, An
         return out, _fp8_prepared(arrays, (m, n, k), dtype, _scales(scale_a, scale_b, (m, n, k), dlpack_stream), stream)
     lda, ldb, ldc = (_leading(x, label) for label, x in arrays.items())
     shape = MatmulShape(m, n, k, lda, ldb, ldc)
-    family = families[0] if len(families) == 1 else get_family(_matmul_family(
+    native = driver_api()
+    family = families[0] if len(families) == 1 else get_family(matmul_family(
         str(arrays["a"].dtype), str(shape), dtype, str(arrays["out"].dtype),
         tuple(arrays[label].pointer for label in ("a", "b", "out")),
-        driver_api().current_context(arrays["a"].device)[1]))
+        native.compute_capability(native.current_context(arrays["a"].device)[1]),
+        "" if epilogue is None else epilogue.text))
     views = [_allocated(arrays[label], rows, lead) for label, rows, lead in (("a", m, lda), ("b", k, ldb),
                                                                             ("out", m, ldc))]
     if epilogue is None:
@@ -126,19 +128,21 @@ def output_dtype(element: np.dtype) -> np.dtype:
 
 
 @functools.lru_cache(maxsize=256)
-def _matmul_family(element: str, size: str, dtype: str, out_dtype: str, pointers: tuple[int, int, int],
-                   device: int) -> str:
+def matmul_family(element: str, size: str, dtype: str, out_dtype: str, pointers: tuple[int, int, int], cc: str,
+                  epilogue: str) -> str:
     """gen.matmul's family for these arrays (their element type, shape, output type and addresses)
-    on GPU `device`, decided once per such call: of the families that declare the type, the first
-    that runs on the GPU's architecture, writes the output's type, does not refuse the shape and
-    takes the arrays where they start (gemm_families says in which order they are tried)."""
+    and epilogue on a GPU of compute capability `cc`, decided once per such call: of the families
+    that declare the type, the first that runs on the GPU, writes the output's type, fuses the
+    epilogue, runs the shape (its default, or a relative of it: Family.runnable) and takes the
+    arrays where they start (gemm_families says in which order they are tried)."""
     families = gemm_families(np.dtype(element))
     for family in families[:-1]:
-        if family.target_arch is not None and not family.runs_on(driver_api().compute_capability(device)):
+        if not family.runs_on(cc):
             continue
         variant = family.default_variant().with_element_type(dtype)
         shape = family.parse_shape(size)
-        if str(numpy_dtype(variant.output_dtype)) != out_dtype or family.refusal(variant, shape) is not None:
+        if (str(numpy_dtype(variant.output_dtype)) != out_dtype or family.with_epilogue(variant, epilogue) is None
+                or family.runnable(variant, shape) is None):
             continue
         try:
             family.problem_of(variant).kernel_arguments(shape, dict(zip(("A", "B", "C"), pointers)))

@@ -134,12 +134,13 @@ def element_type(name: str) -> str:
 
 def gemm_families(dtype: np.dtype) -> list[Family]:
     """The families gen.matmul may multiply `dtype` matrices with, in the order it tries them: those
-    that declare the element type in their `matmul_dtypes`, the ones made for one architecture
-    (Family.target_arch: wgmma) before the others, each group in the order registered."""
+    that declare the element type in their `matmul_dtypes`; first the ones made for a few rows of A
+    (Family.matmul_rows: gemv), then the ones made for one architecture (Family.target_arch: wgmma),
+    then the others, each group in the order registered. The last runs everywhere (hgemm)."""
     element = element_type_of(dtype)
     families = all_families().values()
     found = [f for f in families if element is not None and element in f.matmul_dtypes]
     if not found:
         known = ", ".join(f"{numpy_dtype(d)} ({f.name})" for f in families for d in f.matmul_dtypes)
         raise UsageError(f"no registered family multiplies {dtype} matrices; gen.matmul multiplies {known}")
-    return sorted(found, key=lambda f: f.target_arch is None)
+    return sorted(found, key=lambda f: (f.matmul_rows is None, f.target_arch is None))

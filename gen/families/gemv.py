@@ -1,0 +1,144 @@
+"""gemv: C = A·B for one to eight rows of A (a model's tokens), A and B in float16 or bfloat16, sums in
+float32 on the CUDA cores, C in the inputs' type: hgemm's problem, for shapes where reading B once is the
+whole cost and a tensor-core tile of 64 rows would mostly multiply zeros.
+
+Each thread owns 8 consecutive columns of C and reads B one row's 8 columns (16 bytes) at a time, `unroll`
+rows in flight. The `kgroups` groups of threads of a block share K, row chunk by row chunk, and add their
+float32 sums in shared memory in a fixed order; with `split`, the blocks of a cluster share K too, and the
+first adds the others' sums through distributed shared memory in rank order. No float atomics: the same
+inputs give the same bits every run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from ..core.errors import InvalidVariant
+from .family import Family, Launch, arch_cc, blocks, check_shared_bytes, check_threads
+from .gemm import MatmulShape
+from .hgemm import CHUNK, HALF_GEMM
+from .variant import Variant, choice
+
+ROWS = (1, 2, 4, 8)
+SPLITS = (1, 2, 4, 8)  # blocks of a cluster sharing K: 8 the most a cluster portably holds
+SMS = 132  # an H100 SXM's and an H200's
+# likely_best's aim: enough threads that each SM keeps about 64 KiB of B in flight (HBM's latency
+# times its share of 4.8 TB/s, twice over), and enough rows of K per thread that the sums' reduction
+# stays a small part of the time.
+BYTES_IN_FLIGHT = SMS * 64 * 1024
+MIN_STEPS = 2  # chunks of `unroll` rows each thread reads at least
+BLOCKS = ((64, 32), (64, 16), (128, 16), (256, 8))  # (bn, kgroups) likely_best tries, 256 or 512 threads
+
+
+@dataclass(frozen=True, order=True)
+class GemvVariant(Variant):
+    family: ClassVar[str] = "gemv"
+
+    dtype: str = choice("f16", ("f16", "bf16"), space=("f16",), emitted=("f16", "bf16"),
+                        help="element type of A, B and C: float16 or bfloat16")
+    rows: int = choice(1, ROWS, tag="r", space=ROWS, emitted=(8,),
+                       help="rows of A (and C) a block computes: the shape's M must be at most this")
+    bn: int = choice(64, (64, 128, 256), tag="bn", space=(64, 128, 256), emitted=(64,),
+                     help="columns of C per block, 8 per thread")
+    kgroups: int = choice(16, (1, 2, 4, 8, 16, 32, 64), tag="kg", space=(8, 16, 32), emitted=(16,),
+                          help="groups of bn / 8 threads per block, each summing its share of K")
+    unroll: int = choice(4, (1, 2, 4, 8), tag="u", space=(2, 4, 8), emitted=(4,),
+                         help="rows of B each thread has in flight (16 bytes each)")
+    split: int = choice(1, SPLITS, tag="split", omit=1, space=SPLITS, emitted=(1, 4),
+                        help="blocks of a cluster sharing K; the first adds the others' sums in rank order (sm_90)")
+    copy: str = choice("vector", ("vector", "scalar"), omit="vector", space=("vector",), emitted=("vector", "scalar"),
+                       help="vector: B read 16 bytes at a time (ldb a multiple of 8, B on a 16-byte boundary); "
+                            "scalar: element by element, any stride and alignment")
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.bn // CHUNK * self.kgroups
+
+    @property
+    def static_shared_bytes(self) -> int:
+        """Every group's float32 sums, rows x bn each, added in a fixed order."""
+        return 4 * self.kgroups * self.rows * self.bn
+
+    def check_combination(self) -> None:
+        check_threads(self.threads_per_block, f"bn {self.bn} with kgroups {self.kgroups}")
+        check_shared_bytes("static", self.static_shared_bytes,
+                           f"kgroups {self.kgroups} x rows {self.rows} x bn {self.bn} float32 sums")
+        if self.rows * self.unroll > 32:
+            raise InvalidVariant(f"rows {self.rows} x unroll {self.unroll} values of A held with each thread's "
+                                 f"{8 * self.rows} sums spill out of registers; keep rows x unroll at most 32")
+
+
+class GemvFamily(Family):
+    """The half-precision GEMM for a few rows of A, bound by reading B: CUDA cores, 16-byte loads."""
+
+    name = "gemv"
+    summary = "C = A·B for 1 to 8 rows of A in float16 or bfloat16: B read once, K shared by warps and clusters"
+    variant_type = GemvVariant
+    problem = HALF_GEMM
+    template = "gemv.cu.j2"
+    heatmap_axes = ("bn", "kgroups")
+    heatmap_panels = "split"
+    matmul_dtypes = ("f16", "bf16")
+    matmul_rows = max(ROWS)
+
+    def launch(self, variant: GemvVariant, shape: MatmulShape) -> Launch:
+        return Launch(grid=(blocks(shape.n, variant.bn) * variant.split,), block=(variant.threads_per_block,))
+
+    def refusal(self, variant: GemvVariant, shape: MatmulShape) -> str | None:
+        if shape.m > variant.rows:
+            fitting = next((f"rows={rows}" for rows in ROWS if rows >= shape.m), "wgmma or hgemm")
+            return (f"rows {variant.rows} computes at most {variant.rows} rows of A; {shape} has M = {shape.m} "
+                    f"(use {fitting})")
+        if variant.copy == "vector" and shape.ldb % CHUNK:
+            return (f"copy=vector reads B 16 bytes at a time: ldb must be a multiple of {CHUNK}; {shape} is not "
+                    f"(use copy=scalar)")
+        return None
+
+    def arch_refusal(self, variant: GemvVariant, arch: str) -> str | None:
+        if variant.split > 1 and not self.runs_on(arch_cc(arch)):
+            return (f"split {variant.split} shares K in a cluster of blocks, sm_90 or later; this run compiles for "
+                    f"{arch} (use split=1)")
+        return None
+
+    def runs_on(self, cc: str) -> bool:
+        """sm_90 and later: the GPUs it was made and measured on, where its likeliest best variants'
+        clusters run (a split=1 variant runs on sm_80 too, through gen.kernel)."""
+        return int(cc.split(".")[0]) >= 9
+
+    def adaptations(self, variant: GemvVariant) -> list[GemvVariant]:
+        """More rows (up to the shape's M), then element-by-element reads of B as well."""
+        wider = [replace(variant, rows=rows) for rows in ROWS if rows >= variant.rows]
+        return wider[1:] + [replace(v, copy="scalar") for v in wider]
+
+    def unaligned(self, variant: GemvVariant) -> GemvVariant | None:
+        return replace(variant, copy="scalar") if variant.copy == "vector" else None
+
+    def sanitize_size(self, variant: GemvVariant) -> str:
+        return f"{variant.rows}x77x45:45,{80 if variant.copy == 'vector' else 77},77"
+
+    def safe_variant(self, shape: MatmulShape, dtype: str | None = None) -> Variant:
+        """The first of likely_best (the adapted default where none runs the shape as it is)."""
+        return next(iter(self.likely_best(shape, dtype)), None) or self.adapted_default(shape, dtype)
+
+    def likely_best(self, shape: MatmulShape, dtype: str | None = None) -> list[Variant]:
+        """For each block of BLOCKS, the fewest blocks per cluster that keep BYTES_IN_FLIGHT of B in
+        flight, counting only the K lanes that read at least MIN_STEPS chunks: those that reach it
+        first, then the others, most in flight first."""
+        rows = next((rows for rows in ROWS if rows >= shape.m), None)
+        if rows is None:
+            return []
+        default, unroll = self.adapted_default(shape, dtype), min(8, 32 // rows)
+        chosen: dict[Variant, float] = {}
+        for bn, kgroups in BLOCKS:
+            for split in SPLITS:
+                variant = replace(default, rows=rows, bn=bn, kgroups=kgroups, unroll=unroll, split=split)
+                if self.runnable(variant, shape) != variant:
+                    continue
+                lanes = min(kgroups * split, max(1, shape.k // (unroll * MIN_STEPS)))
+                in_flight = blocks(shape.n, bn) * bn // CHUNK * lanes * unroll * 16
+                chosen.setdefault(variant, max(0.0, math.log2(BYTES_IN_FLIGHT / in_flight)))
+                if in_flight >= BYTES_IN_FLIGHT or lanes < kgroups * split:
+                    break  # more blocks per cluster would add nothing
+        return sorted(chosen, key=chosen.__getitem__)[:4]
