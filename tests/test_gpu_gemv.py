@@ -71,7 +71,8 @@ def test_the_same_split_launch_twice_gives_the_same_bits() -> None:
 
 def test_the_sanitizer_finds_nothing_in_a_split_variant_on_either_read_path(tmp_path: Path) -> None:
     _sm90()
-    params = {"dtype": ["bf16"], "rows": ["4"], "kgroups": ["4"], "split": ["4"], "copy": ["vector", "scalar"]}
+    params = {"dtype": ["bf16"], "rows": ["4"], "bn": ["64"], "kgroups": ["4"], "unroll": ["2"], "split": ["4"],
+              "copy": ["vector", "scalar"]}
     rows = run(tmp_path, "gemv", params, ["3x77x200:200,80,77"], sanitize=True)
     assert [row.status for row in rows.values()] == [Status.OK] * 2, {k: (r.status, r.message) for k, r in rows.items()}
 
