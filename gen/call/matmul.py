@@ -132,15 +132,16 @@ def matmul_family(element: str, size: str, dtype: str, out_dtype: str, pointers:
                   epilogue: str) -> str:
     """gen.matmul's family for these arrays (their element type, shape, output type and addresses)
     and epilogue on a GPU of compute capability `cc`, decided once per such call: of the families
-    that declare the type, the first that runs on the GPU, writes the output's type, fuses the
-    epilogue, runs the shape (its default, or a relative of it: Family.runnable) and takes the
-    arrays where they start (gemm_families says in which order they are tried)."""
+    that declare the type, the first that runs on the GPU, is made for the shape's rows of A
+    (Family.matmul_rows), writes the output's type, fuses the epilogue, runs the shape (its
+    default, or a relative of it: Family.runnable) and takes the arrays where they start
+    (gemm_families says in which order they are tried)."""
     families = gemm_families(np.dtype(element))
     for family in families[:-1]:
-        if not family.runs_on(cc):
+        shape = family.parse_shape(size)
+        if not family.runs_on(cc) or (family.matmul_rows or shape.m) < shape.m:
             continue
         variant = family.default_variant().with_element_type(dtype)
-        shape = family.parse_shape(size)
         if (str(numpy_dtype(variant.output_dtype)) != out_dtype or family.with_epilogue(variant, epilogue) is None
                 or family.runnable(variant, shape) is None):
             continue

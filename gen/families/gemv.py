@@ -11,7 +11,6 @@ inputs give the same bits every run.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -23,13 +22,12 @@ from .variant import Variant, choice
 
 ROWS = (1, 2, 4, 8)
 SPLITS = (1, 2, 4, 8)  # blocks of a cluster sharing K: 8 the most a cluster portably holds
-SMS = 132  # an H100 SXM's and an H200's
-# likely_best's aim: enough threads that each SM keeps about 64 KiB of B in flight (HBM's latency
-# times its share of 4.8 TB/s, twice over), and enough rows of K per thread that the sums' reduction
-# stays a small part of the time.
-BYTES_IN_FLIGHT = SMS * 64 * 1024
+# likely_best's aim: at least this many threads reading B at once (about 500 per SM of an H200), each keeping
+# MIN_STEPS chunks of `unroll` rows of K; measured best at the six one-token Llama-3 shapes on an H200
+# (96-114% of cuBLAS there, docs/results/h200-models.md)
+THREADS_READING = 1 << 16
 MIN_STEPS = 2  # chunks of `unroll` rows each thread reads at least
-BLOCKS = ((64, 32), (64, 16), (128, 16), (256, 8))  # (bn, kgroups) likely_best tries, 256 or 512 threads
+BLOCKS = ((128, 32), (128, 64), (64, 32), (256, 16), (64, 16))  # (bn, kgroups) likely_best tries, in turn
 
 
 @dataclass(frozen=True, order=True)
@@ -42,7 +40,7 @@ class GemvVariant(Variant):
                        help="rows of A (and C) a block computes: the shape's M must be at most this")
     bn: int = choice(64, (64, 128, 256), tag="bn", space=(64, 128, 256), emitted=(64,),
                      help="columns of C per block, 8 per thread")
-    kgroups: int = choice(16, (1, 2, 4, 8, 16, 32, 64), tag="kg", space=(8, 16, 32), emitted=(16,),
+    kgroups: int = choice(16, (1, 2, 4, 8, 16, 32, 64), tag="kg", space=(16, 32, 64), emitted=(16,),
                           help="groups of bn / 8 threads per block, each summing its share of K")
     unroll: int = choice(4, (1, 2, 4, 8), tag="u", space=(2, 4, 8), emitted=(4,),
                          help="rows of B each thread has in flight (16 bytes each)")
@@ -81,7 +79,9 @@ class GemvFamily(Family):
     heatmap_axes = ("bn", "kgroups")
     heatmap_panels = "split"
     matmul_dtypes = ("f16", "bf16")
-    matmul_rows = max(ROWS)
+    # gen.matmul's choice for one row of A only: on an H200 it ties wgmma at two rows and loses at four
+    # and eight, where the float32 sums on the CUDA cores, not B's bytes, set the pace
+    matmul_rows = 1
 
     def launch(self, variant: GemvVariant, shape: MatmulShape) -> Launch:
         return Launch(grid=(blocks(shape.n, variant.bn) * variant.split,), block=(variant.threads_per_block,))
@@ -123,22 +123,18 @@ class GemvFamily(Family):
         return next(iter(self.likely_best(shape, dtype)), None) or self.adapted_default(shape, dtype)
 
     def likely_best(self, shape: MatmulShape, dtype: str | None = None) -> list[Variant]:
-        """For each block of BLOCKS, the fewest blocks per cluster that keep BYTES_IN_FLIGHT of B in
-        flight, counting only the K lanes that read at least MIN_STEPS chunks: those that reach it
-        first, then the others, most in flight first."""
+        """For each block of BLOCKS, in turn, the fewest blocks per cluster that have THREADS_READING
+        threads read B, each keeping MIN_STEPS chunks of K (the most that do, where none reaches it)."""
         rows = next((rows for rows in ROWS if rows >= shape.m), None)
         if rows is None:
             return []
         default, unroll = self.adapted_default(shape, dtype), min(8, 32 // rows)
-        chosen: dict[Variant, float] = {}
+        chosen: list[Variant] = []
         for bn, kgroups in BLOCKS:
-            for split in SPLITS:
-                variant = replace(default, rows=rows, bn=bn, kgroups=kgroups, unroll=unroll, split=split)
-                if self.runnable(variant, shape) != variant:
-                    continue
-                lanes = min(kgroups * split, max(1, shape.k // (unroll * MIN_STEPS)))
-                in_flight = blocks(shape.n, bn) * bn // CHUNK * lanes * unroll * 16
-                chosen.setdefault(variant, max(0.0, math.log2(BYTES_IN_FLIGHT / in_flight)))
-                if in_flight >= BYTES_IN_FLIGHT or lanes < kgroups * split:
-                    break  # more blocks per cluster would add nothing
-        return sorted(chosen, key=chosen.__getitem__)[:4]
+            splits = [split for split in SPLITS if kgroups * split * unroll * MIN_STEPS <= max(shape.k, 1)] or [1]
+            split = next((split for split in splits if blocks(shape.n, CHUNK) * kgroups * split >= THREADS_READING),
+                         splits[-1])
+            variant = replace(default, rows=rows, bn=bn, kgroups=kgroups, unroll=unroll, split=split)
+            if self.runnable(variant, shape) == variant and variant not in chosen:
+                chosen.append(variant)
+        return chosen
