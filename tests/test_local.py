@@ -4,6 +4,7 @@ GPU that hangs, crashes or runs compute-sanitizer first holds none of the others
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from contextlib import nullcontext
 from dataclasses import replace
@@ -246,6 +247,15 @@ def test_workers_started_early_that_no_command_takes_are_killed(monkeypatch: pyt
     assert len(for_other_gpus) == 2 and left_after_the_command_asked == set()
     assert not any(worker.alive for worker in fresh.workers)  # a fresh executor, not started yet
     assert len(never_asked) == 1 and _children() & never_asked == set()
+
+
+def test_workers_that_cannot_start_early_leave_the_start_to_the_command(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting early is only sooner: when no process can be made then, nothing is left started, and
+    the command starts its workers itself (and says what fails)."""
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    early.start([0], target="tests.fakes:timed_worker")
+    assert early.take([0], 5.0) is None
 
 
 def test_the_workers_of_every_gpu_stop_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,10 +18,14 @@ _started: list[tuple[LocalExecutor, list[dict[str, str]]]] = []  # each with its
 
 
 def start(gpus: Sequence[int], target: str = WORKER) -> None:
-    """Begin starting a worker on each of `gpus`, without waiting for any."""
+    """Begin starting a worker on each of `gpus`, without waiting for any. A start that fails here
+    (no process could be made) leaves nothing: the command starts them itself, and says what fails."""
     executor = LocalExecutor(gpus, target=target)
     _started.append((executor, [worker.environment() for worker in executor.workers]))  # killed by `stop` if need be
-    executor.start()
+    try:
+        executor.start()
+    except Exception:
+        stop()
 
 
 def take(gpus: Sequence[int], silence_s: float) -> LocalExecutor | None:
