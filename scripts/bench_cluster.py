@@ -2,13 +2,17 @@
 """A sweep on one GPU against the same sweep on a local Dask cluster of every GPU, on one host,
 then the cluster sweep again with one Dask worker killed (SIGKILL) in the middle.
 
+The part `running` times the sweep on a Dask cluster already running, as a Dask user runs it: a
+scheduler and `tilegen worker` on every GPU, started (and their GPU processes asked once, as an
+earlier run would have) before the clock starts; `cluster` times `--cluster local`, its start included.
+
 The compile cache is warmed first (and timed), so both sweeps measure the GPU side: jobs, rows,
 the coordinator's work. Reports rows per second, the speed-up, how the jobs were shared, and
 whether the killed run lost or duplicated a row. Prints tables and writes them as Markdown;
 asserts nothing.
 
 Usage: scripts/bench_cluster.py [--family sgemm] [--size 512x512x512] [--filter PATTERN] [--gpus 0,1]
-                                [--timing-budget 0.05] [--parts compile,one,local,cluster,killed,tunes]
+                                [--timing-budget 0.05] [--parts compile,one,local,cluster,running,killed,tunes]
                                 [--out DIR] [--markdown FILE]
 
 The part `tunes` times three cold tunes of the 180-point sgemm space at 2048^3 (scripts/bench_cold.py's
@@ -29,6 +33,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -65,6 +70,8 @@ def main() -> None:
         save(args.out, "local", sweep(args, "local", ["--gpus", args.gpus]))
     if "cluster" in parts:
         save(args.out, "cluster", sweep(args, "cluster", ["--gpus", args.gpus, "--cluster", "local"]))
+    if "running" in parts:
+        save(args.out, "running", running_cluster_sweep(args))
     if "killed" in parts:
         save(args.out, "killed", killed_sweep(args))
     if "tunes" in parts:
@@ -82,16 +89,16 @@ def report(args: argparse.Namespace) -> str:
     from gen.core.table import markdown_table
 
     found = {name: json.loads((args.out / f"{name}.json").read_text())
-             for name in ("compile", "one-gpu", "local", "cluster", "killed") if (args.out / f"{name}.json").exists()}
-    runs = [dict(found[name], rows=rows_of(args.out / name)) for name in ("one-gpu", "local", "cluster", "killed")
-            if name in found]
+             for name in ("compile", *RUNS) if (args.out / f"{name}.json").exists()}
+    runs = [dict(found[name], rows=rows_of(args.out / name)) for name in RUNS if name in found]
     compiled = f", {found['compile']['wall_s']:.1f} s to compile it cold" if "compile" in found else ""
     lines = [f"{args.family} {args.size}{f' --filter {args.filter}' if args.filter else ''}, timing budget "
              f"{args.timing_budget} s per variant, compile cache warmed first{compiled}", "",
              markdown_table(["run", "wall s", "ok rows", "ok rows/s", "jobs per GPU index", "rows", "distinct"],
                             [[r["run"], f"{r['wall_s']:.1f}", r["ok"], f"{r['ok'] / r['wall_s']:.1f}",
                               r["shares"], len(r["rows"]), len(keys(r["rows"]))] for r in runs]), ""]
-    for name, words in (("local", "the local executor on every GPU"), ("cluster", "the cluster")):
+    for name, words in (("local", "the local executor on every GPU"), ("cluster", "the cluster"),
+                        ("running", "the cluster already running")):
         if "one-gpu" in found and name in found and found["one-gpu"]["ok"]:
             one, two = found["one-gpu"], found[name]
             lines.append(f"- throughput of {words} over one GPU: "
@@ -110,6 +117,9 @@ def report(args: argparse.Namespace) -> str:
                   f"- statuses the same as on one GPU: "
                   f"{statuses(rows_of(args.out / 'one-gpu')) == statuses(killed['rows'])} ({statuses(killed['rows'])})"]
     return "\n".join(lines)
+
+
+RUNS = ("one-gpu", "local", "cluster", "running", "killed")  # the sweeps, in the report's order
 
 
 def space(args: argparse.Namespace) -> list[str]:
@@ -150,6 +160,35 @@ def sweep(args: argparse.Namespace, name: str, extra: list[str]) -> dict:
     wall = timed(["sweep", args.family, "--size", args.size, "--out", str(out), "--arch", "sm_90",
                   "--timing-budget", args.timing_budget, *space(args), *extra], args.out / f"{name}.log")
     return summary(name, out, wall)
+
+
+def running_cluster_sweep(args: argparse.Namespace) -> dict:
+    """The cluster sweep on a Dask scheduler and `tilegen worker` started beforehand, each GPU process
+    asked for its GPU once (what an earlier run leaves), so that only the command is timed."""
+    from distributed import Client
+
+    from gen.gpu.dask_cluster import GPU
+    from gen.gpu.dask_worker import device_task
+    from gen.gpu.process.worker import WORKER
+
+    with socket.socket() as probe:  # a free port for the scheduler
+        probe.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    with (args.out / "running-cluster.log").open("w") as log:
+        started = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                                     "--port", address.rsplit(":", 1)[1], "--no-dashboard"], stdout=log, stderr=log)]
+        try:
+            started.append(subprocess.Popen([sys.executable, "-m", "gen", "worker", address, "--gpus", args.gpus],
+                                            stdout=log, stderr=log))
+            with Client(address, timeout=60) as client:
+                client.wait_for_workers(len(args.gpus.split(",")), timeout=120)
+                client.gather([client.submit(device_task, 30.0, WORKER, workers=[worker], resources={GPU: 1},
+                                             pure=False) for worker in client.scheduler_info(n_workers=-1)["workers"]])
+            return sweep(args, "running", ["--gpus", args.gpus, "--cluster", address])
+        finally:
+            for process in reversed(started):  # the workers first (tilegen worker stops its Dask workers)
+                process.terminate()
+                process.wait()
 
 
 def killed_sweep(args: argparse.Namespace) -> dict:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gen.cli.entry import early_gpus
 from gen.cli.main import main
 from gen.store.export import EXPORTERS
 from gen.store.report import REPORT_STYLES
@@ -21,6 +22,27 @@ def test_list_shows_parameters_values_and_defaults(capsys) -> None:
     assert main(["list", "transpose"]) == 0
     out = capsys.readouterr().out
     assert "method" in out and "naive, shared" in out and "default variant: transpose_f32_shared_t32_r8_p1_guard_both" in out
+
+
+@pytest.mark.parametrize("words, gpus", [
+    (["sweep", "sgemm", "--out", "o"], [0]),
+    (["sweep", "sgemm", "--gpus", "0,1", "--out", "o"], [0, 1]),
+    (["tune", "sgemm", "--size", "512x512x512", "--gpus=2, 3"], [2, 3]),
+    (["sweep", "sgemm", "--gpus", "all"], None),  # nvidia-smi's answer: later, by the command
+    (["sweep", "sgemm", "--gpus", "0,0"], None),  # the parser's to refuse
+    (["sweep", "sgemm", "--gpus", "\u00b2"], None),
+    (["sweep", "sgemm", "--gpus"], None),
+    (["sweep", "sgemm", "--gpu", "1"], None),  # argparse's abbreviation, not read here
+    (["sweep", "sgemm", "--cluster", "local"], None),  # Dask's workers
+    (["sweep", "sgemm", "--clu=local"], None),
+    (["sweep", "sgemm", "--dry-run"], None),
+    (["tune", "sgemm", "-h"], None),
+    (["sweep", "sgemm", "--family-path", "plugins"], None),  # what the worker must load is not known yet
+    (["compile", "sgemm"], None),
+    ([], None),
+])
+def test_a_sweep_or_tune_names_the_gpus_to_start_before_its_command_line_is_read(words, gpus) -> None:
+    assert early_gpus(words) == gpus
 
 
 def test_render_prints_the_variant(capsys) -> None:

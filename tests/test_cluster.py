@@ -112,6 +112,28 @@ def test_a_local_cluster_spreads_a_sweep_over_its_workers_and_writes_each_row_on
     assert set(used) == {0, 1, 2} and min(used.values()) >= 3, used  # every worker took a share
 
 
+def test_a_local_clusters_gpu_processes_start_with_its_dask_workers(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each Dask worker starts its GPU process as it starts (a second or more: python, pycuda, a
+    context), not when the coordinator first asks for its GPU. The fake GPUs announce that they
+    start, then wait at the gate: the test hears both before it asks for any device."""
+    monkeypatch.setenv(fakes.ANNOUNCE_ENV, str(tmp_path / "announce"))
+    monkeypatch.setenv(fakes.GATE_ENV, str(tmp_path / "gate"))
+    said, gate = Announcements(tmp_path / "announce"), Gate(tmp_path / "gate")
+    executor = DaskExecutor("local", gpus=[0, 1], silence_s=patient(30), target="tests.fakes:gated_start_worker")
+    try:
+        heard = {said.until("starting", timeout=patient(60)), said.until("starting", timeout=patient(60))}
+        gate.open()
+        gate.open()
+        devices = _within(executor, executor.devices)
+    finally:
+        executor.close()
+        said.close()
+        gate.close()
+    assert heard == {"starting 0", "starting 1"}
+    assert sorted(device.index for device in devices) == [0, 1]
+
+
 def test_a_worker_killed_mid_sweep_loses_no_row_and_is_named(tmp_path: Path) -> None:
     executor = DaskExecutor("local", gpus=[0, 1, 2], silence_s=patient(30), target=FAKE)
     sweeping = _InThread(executor, _sweep, tmp_path, executor)

@@ -4,6 +4,7 @@ GPU that hangs, crashes or runs compute-sanitizer first holds none of the others
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from contextlib import nullcontext
 from dataclasses import replace
@@ -15,7 +16,8 @@ from gen.core.results import Status
 from gen.gpu.process.jobs import Job
 from gen.gpu.local import LocalExecutor
 from gen.gpu.sanitize import sanitizer_path
-from gen.evaluate.options import RunOptions
+from gen.evaluate import early
+from gen.evaluate.options import RunOptions, make_executor
 from gen.evaluate.session import Session
 
 from . import fakes
@@ -192,6 +194,68 @@ def test_the_workers_of_every_gpu_start_together(tmp_path: Path, monkeypatch: py
         gate.close()
     assert heard == {"starting 0", "starting 1"}
     assert [device.index for device in devices] == [0, 1]
+
+
+def test_a_command_takes_the_workers_started_before_its_command_line_was_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tilegen sweep` and `tune` start their GPU workers before they import the command line
+    (gen.cli.entry), which takes about as long: the executor the command then makes for the same
+    GPUs is the one already starting (its workers alive before it is started), with the command's
+    silence. The fake GPUs wait at the gate until the test has heard both start."""
+    monkeypatch.setenv(fakes.ANNOUNCE_ENV, str(tmp_path / "announce"))
+    monkeypatch.setenv(fakes.GATE_ENV, str(tmp_path / "gate"))
+    said, gate = fakes.Announcements(tmp_path / "announce"), fakes.Gate(tmp_path / "gate")
+    early.start([0, 1], target="tests.fakes:gated_start_worker")
+    executor = None
+    try:
+        heard = {said.until("starting", timeout=60), said.until("starting", timeout=60)}
+        executor = make_executor(RunOptions(gpus=[0, 1], silence_s=7.0))
+        alive = [worker.alive for worker in executor.workers]
+        gate.open()
+        gate.open()
+        devices = executor.devices()
+    finally:
+        early.stop()
+        if executor is not None:
+            executor.close()
+        said.close()
+        gate.close()
+    assert heard == {"starting 0", "starting 1"}
+    assert alive == [True, True]
+    assert [device.index for device in devices] == [0, 1]
+    assert [worker.silence_s for worker in executor.workers] == [7.0, 7.0]
+
+
+def _children() -> set[int]:
+    """This process's child processes now."""
+    return {int(pid) for path in Path(f"/proc/{os.getpid()}/task").glob("*/children") for pid in path.read_text().split()}
+
+
+def test_workers_started_early_that_no_command_takes_are_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers started early for GPUs other than those the command asks for are killed when it makes
+    its own; those no command asked for, when it ends (gen.cli.entry calls `stop`). Each simulated
+    GPU here would take a minute to start."""
+    monkeypatch.setenv(fakes.START_S, "60")
+    before = _children()
+    early.start([0, 1], target="tests.fakes:timed_worker")
+    for_other_gpus = _children() - before
+    fresh = make_executor(RunOptions(gpus=[1]))
+    left_after_the_command_asked = _children() & for_other_gpus
+    early.start([0], target="tests.fakes:timed_worker")
+    never_asked = _children() - before
+    early.stop()
+    assert len(for_other_gpus) == 2 and left_after_the_command_asked == set()
+    assert not any(worker.alive for worker in fresh.workers)  # a fresh executor, not started yet
+    assert len(never_asked) == 1 and _children() & never_asked == set()
+
+
+def test_workers_that_cannot_start_early_leave_the_start_to_the_command(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting early is only sooner: when no process can be made then, nothing is left started, and
+    the command starts its workers itself (and says what fails)."""
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    early.start([0], target="tests.fakes:timed_worker")
+    assert early.take([0], 5.0) is None
 
 
 def test_the_workers_of_every_gpu_stop_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -66,7 +66,24 @@ def test_the_driver_version_is_nvidia_smis_else_the_api_version_the_binding_read
     def never() -> int:
         raise AssertionError("the driver was asked though nvidia-smi answered")
 
+    monkeypatch.setattr(nvidia_smi, "DRIVER_VERSION_FILE", tmp_path / "no-kernel-module")
     _fake_nvidia_smi(tmp_path, monkeypatch, 'printf "580.159.04\\n"')
     assert nvidia_smi.driver_version(0, never) == "580.159.04"
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     assert nvidia_smi.driver_version(0, lambda: 13010) == "CUDA 13.1"
+
+
+@pytest.mark.parametrize("line", [
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  2 17:01:30 UTC 2025",
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22)  Thu Oct",
+    "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.159.04  Release Build  (dvs-builder@U22)  Thu",
+])
+def test_the_driver_version_is_read_from_the_kernel_module_without_nvidia_smi(tmp_path: Path, monkeypatch,
+                                                                              line: str) -> None:
+    """Each GPU worker asks as it starts: /proc's line is read at once, where nvidia-smi takes a while."""
+    (tmp_path / "version").write_text(f"{line}\nGCC version:  gcc version 12.3.0\n")
+    monkeypatch.setattr(nvidia_smi, "DRIVER_VERSION_FILE", tmp_path / "version")
+    _fake_nvidia_smi(tmp_path, monkeypatch, 'printf "999.0\\n"')
+    assert nvidia_smi.driver_version(0, lambda: 13010) == "580.159.04"
+    (tmp_path / "version").write_text("NVRM version: something else\n")
+    assert nvidia_smi.driver_version(0, lambda: 13010) == "999.0"  # nvidia-smi's, as before

@@ -8,13 +8,16 @@ machine without it (or whose driver does not answer) is an answer too: nothing.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+from pathlib import Path
 from typing import Callable, Sequence
 
 from .checks import whole_text
 from .errors import UsageError
 from .processes import ProcessGroup
 
+DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")  # "NVRM version: NVIDIA UNIX ... Kernel Module  580.159.04 ..."
 NVIDIA_SMI_TIMEOUT_S = 20.0  # a driver that does not answer within this is taken as no driver
 
 
@@ -60,10 +63,23 @@ def parse_gpus(text: str) -> list[int]:
 
 
 def driver_version(gpu: int, api_version: Callable[[], int]) -> str:
-    """The driver's version as nvidia-smi prints it (580.159.04), else the CUDA API version it
-    serves, which `api_version` asks the driver for (through whichever CUDA binding the caller has)."""
-    listed = query(["driver_version"], gpu=gpu)
+    """The driver's version as nvidia-smi prints it (580.159.04): its kernel module's, read where
+    Linux shows it (every GPU worker asks as it starts, and nvidia-smi takes a while to start), else
+    nvidia-smi's answer; else the CUDA API version it serves, which `api_version` asks the driver for
+    (through whichever CUDA binding the caller has)."""
+    listed = [found] if (found := _kernel_module_version()) else query(["driver_version"], gpu=gpu)
     if listed:
         return listed[0]
     api = api_version()
     return f"CUDA {api // 1000}.{api % 1000 // 10}"
+
+
+def _kernel_module_version() -> str | None:
+    """The NVIDIA kernel module's version (the driver's: its libraries refuse to work with another),
+    None where it cannot be read."""
+    try:
+        text = DRIVER_VERSION_FILE.read_text(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)\s", text)
+    return found.group(1) if found else None

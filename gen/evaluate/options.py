@@ -17,6 +17,7 @@ from ..core.timing import TimingOptions, checked_timing
 from ..gpu.executor import Executor
 from ..gpu.local import LocalExecutor
 from ..gpu.sanitize import sanitizer_path
+from . import early
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,11 @@ def _gpu_indices(gpus: object) -> tuple[int, ...]:
     return tuple(int(g) for g in listed)
 
 
+def _local(options: RunOptions) -> Executor:
+    """This host's GPU workers: those started before the command line was read (gen.evaluate.early), else new."""
+    return early.take(options.gpus, options.silence_s) or LocalExecutor(options.gpus, options.silence_s)
+
+
 def _dask(options: RunOptions) -> Executor:
     from ..gpu.dask import DaskExecutor  # distributed is imported only for a cluster
 
@@ -79,7 +85,7 @@ def _dask(options: RunOptions) -> Executor:
 
 
 EXECUTORS: dict[str, Callable[[RunOptions], Executor]] = {  # "cluster" where RunOptions.cluster names one
-    "local": lambda options: LocalExecutor(options.gpus, options.silence_s), "cluster": _dask}
+    "local": _local, "cluster": _dask}
 
 
 def make_executor(options: RunOptions) -> Executor:

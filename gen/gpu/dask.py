@@ -66,7 +66,7 @@ class DaskExecutor:
             self._cluster, self._client, self._owner = _parent._cluster, _parent._client, False
             return
         self._owner = True
-        self._cluster = local_cluster(gpus) if address == "local" else None
+        self._cluster = local_cluster(gpus, target) if address == "local" else None
         try:
             self._client = connect(self._cluster.scheduler_address if self._cluster else address)
             if self._cluster:

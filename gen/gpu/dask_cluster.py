@@ -14,12 +14,15 @@ from typing import Any, Sequence
 
 from ..core.checks import env_seconds
 from ..core.errors import Interrupted, UsageError
+from .process.worker import WORKER
 
 GPU = "GPU"  # the Dask worker resource: one per GPU, so one job per GPU at a time
 CONNECT_TIMEOUT_ENV = "TILEGEN_CONNECT_TIMEOUT"
 CONNECT_TIMEOUT_S = 10.0  # how long a scheduler is tried before it counts as unreachable, unless set
 GATHER_TIMEOUT_S = 10.0  # a gather of finished jobs' results that takes longer lost one with its worker
 STOP_POLL_S = 0.05  # how soon a gather waited on notices that the run stopped
+PRELOAD = "gen.gpu.dask_worker"  # what a Dask worker loads as it starts (Dask's `dask_setup` hook)
+GPU_TARGET_ENV = "TILEGEN_GPU_TARGET"  # what its GPU process runs, started with the Dask worker ("module:function")
 
 
 def import_distributed() -> Any:
@@ -53,12 +56,14 @@ def check_reachable(address: str) -> None:
     connect(address).close()
 
 
-def local_cluster(gpus: Sequence[int]) -> Any:
-    """A scheduler and one Dask worker process per GPU on this host, each pinned to its GPU."""
+def local_cluster(gpus: Sequence[int], target: str = WORKER) -> Any:
+    """A scheduler and one Dask worker process per GPU on this host, each pinned to its GPU, each
+    starting its GPU process (running `target`) as it starts (gen.gpu.dask_worker's preload)."""
     distributed = import_distributed()
     workers = {f"gpu{gpu}": {"cls": distributed.Nanny,
                              "options": {"nthreads": 1, "resources": {GPU: 1}, "host": "127.0.0.1",
-                                         "env": {"CUDA_VISIBLE_DEVICES": str(gpu)}, "silence_logs": logging.CRITICAL}}
+                                         "env": {"CUDA_VISIBLE_DEVICES": str(gpu), GPU_TARGET_ENV: target},
+                                         "preload": [PRELOAD], "silence_logs": logging.CRITICAL}}
                for gpu in gpus}
     scheduler = {"cls": distributed.Scheduler, "options": {"host": "127.0.0.1", "port": 0, "dashboard": False,
                                                           "dashboard_address": ":0"}}  # no fixed port 8787

@@ -26,12 +26,22 @@ from ..core.nvidia_smi import visible_gpus
 from ..core.own_files import write_atomically
 from ..core.processes import ProcessGroup, visible_devices_for
 from ..core.results import DeviceInfo, Measurement
-from .dask_cluster import GPU, check_reachable
+from .dask_cluster import GPU, GPU_TARGET_ENV, PRELOAD, check_reachable
 from .isolated import IsolatedWorker
 from .process.jobs import Job
+from .process.worker import WORKER
 from .local import run_job
 
 _held: dict[str, IsolatedWorker] = {}  # this Dask worker's GPU subprocess per target, kept between jobs
+
+
+def dask_setup(dask_worker: object) -> None:
+    """Dask's preload hook, as a Dask worker of tilegen's starts: its GPU subprocess (of the target
+    $TILEGEN_GPU_TARGET names) starts now, while the cluster and the coordinator still start, rather
+    than with the first task (a second or more: python, pycuda, a context)."""
+    target = os.environ.get(GPU_TARGET_ENV)
+    if target:
+        _held_worker(target).spawn()
 
 
 def device_task(silence_s: float, target: str) -> DeviceInfo:
@@ -84,14 +94,23 @@ def pinned_gpu() -> tuple[int, str | None]:
 
 
 def _gpu_worker(silence_s: float, target: str) -> IsolatedWorker:
-    """This Dask worker's isolated GPU subprocess (started on first use, stopped at exit), with the
-    hang timeout of the run that calls now (runs one after another may differ)."""
+    """This Dask worker's isolated GPU subprocess (started on first use, or as the Dask worker
+    started: then waited for now), with the hang timeout of the run that calls now (runs one after
+    another may differ)."""
+    worker = _held_worker(target)
+    worker.silence_s = silence_s
+    if worker.starting:
+        worker.ready()
+    return worker
+
+
+def _held_worker(target: str) -> IsolatedWorker:
+    """The GPU subprocess of `target` this Dask worker keeps (made here, not started; stopped at exit)."""
     worker = _held.get(target)
     if worker is None:
         index, visible = pinned_gpu()
-        worker = _held[target] = IsolatedWorker(index, silence_s, target, visible)
+        worker = _held[target] = IsolatedWorker(index, target=target, visible_devices=visible)
         atexit.register(worker.stop)
-    worker.silence_s = silence_s
     return worker
 
 
@@ -104,8 +123,10 @@ def serve_gpus(address: str, gpus: Sequence[int] | None = None) -> int:
     chosen = list(gpus) if gpus is not None else (visible_gpus() or [0])
     host = socket.gethostname()
     processes = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
-                                   "--resources", f"{GPU}=1", "--name", f"{host}-gpu{gpu}", "--no-dashboard"],
-                                  env=dict(os.environ, CUDA_VISIBLE_DEVICES=visible_devices_for(gpu)))
+                                   "--resources", f"{GPU}=1", "--name", f"{host}-gpu{gpu}", "--no-dashboard",
+                                   "--preload", PRELOAD],
+                                  env=dict(os.environ, CUDA_VISIBLE_DEVICES=visible_devices_for(gpu),
+                                           **{GPU_TARGET_ENV: WORKER}))
                  for gpu in chosen]
     print(f"tilegen: {len(processes)} Dask worker(s) for {address} on GPU(s) {', '.join(map(str, chosen))}; "
           f"Ctrl-C stops them", file=sys.stderr, flush=True)
