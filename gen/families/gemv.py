@@ -118,10 +118,6 @@ class GemvFamily(Family):
     def sanitize_size(self, variant: GemvVariant) -> str:
         return f"{variant.rows}x77x45:45,{80 if variant.copy == 'vector' else 77},77"
 
-    def safe_variant(self, shape: MatmulShape, dtype: str | None = None) -> Variant:
-        """The first of likely_best (the adapted default where none runs the shape as it is)."""
-        return next(iter(self.likely_best(shape, dtype)), None) or self.adapted_default(shape, dtype)
-
     def likely_best(self, shape: MatmulShape, dtype: str | None = None) -> list[Variant]:
         """For each block of BLOCKS, the fewest blocks per cluster that keep BYTES_IN_FLIGHT of B in
         flight, counting only the K lanes that read at least MIN_STEPS chunks: those that reach it
