@@ -214,9 +214,9 @@ class Family(ABC):
         return None
 
     def safe_variant(self, shape: Any, dtype: str | None = None) -> Variant:
-        """What runs this shape untuned: the default variant of this element type, adapted to run the
-        shape if it must be."""
-        return self.adapted_default(shape, dtype)
+        """What runs this shape untuned: the first of likely_best, else the default variant of this
+        element type, adapted to run the shape if it must be."""
+        return next(iter(self.likely_best(shape, dtype)), None) or self.adapted_default(shape, dtype)
 
     def adapted_default(self, shape: Any, dtype: str | None = None) -> Variant:
         default = self.default_variant().with_element_type(self.check_dtype(dtype))

@@ -118,10 +118,6 @@ class GemvFamily(Family):
     def sanitize_size(self, variant: GemvVariant) -> str:
         return f"{variant.rows}x77x45:45,{80 if variant.copy == 'vector' else 77},77"
 
-    def safe_variant(self, shape: MatmulShape, dtype: str | None = None) -> Variant:
-        """The first of likely_best (the adapted default where none runs the shape as it is)."""
-        return next(iter(self.likely_best(shape, dtype)), None) or self.adapted_default(shape, dtype)
-
     def likely_best(self, shape: MatmulShape, dtype: str | None = None) -> list[Variant]:
         """For each block of BLOCKS, in turn, the fewest blocks per cluster that have THREADS_READING
         threads read B, each keeping MIN_STEPS chunks of K (the most that do, where none reaches it)."""

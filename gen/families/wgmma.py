@@ -218,10 +218,6 @@ class WgmmaFamily(Family):
     def refusal(self, variant: WgmmaVariant, shape: MatmulShape) -> str | None:
         return TMA_GEMM.rows_refusal(shape, "hgemm")
 
-    def safe_variant(self, shape: MatmulShape, dtype: str | None = None) -> Variant:
-        """The first of likely_best (the adapted default where none runs the shape as it is)."""
-        return next(iter(self.likely_best(shape, dtype)), None) or self.adapted_default(shape, dtype)
-
     def likely_best(self, shape: MatmulShape, dtype: str | None = None) -> list[Variant]:
         default = self.adapted_default(shape, dtype)
         many = shape.m > 64 and blocks(shape.m, default.bm) * blocks(shape.n, default.bn) >= PERSISTENT_BLOCKS // 2
