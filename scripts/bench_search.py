@@ -32,7 +32,7 @@ import numpy as np
 from gen.core.table import markdown_table
 from gen.search.measured import MeasuredSpace, read_measured
 from gen.search.replay import STUDY_HEADERS, Baseline, Run, replay_measured, score_runs, study_rows
-from gen.search.strategies import STRATEGIES
+from gen.search.strategies import DEFAULT_STRATEGY, STRATEGIES
 
 SPACES = [f"{kernel}_{gpu}" for kernel in ("convolution", "dedispersion") for gpu in ("A100", "A4000", "MI250X", "W6600")]
 KERNEL_TUNER = ("random_sample", "genetic_algorithm", "simulated_annealing", "dual_annealing", "diff_evo", "pso",
@@ -48,7 +48,7 @@ def main() -> None:
     parser.add_argument("--budgets", nargs="+", type=int, default=[20, 50, 100])
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--kt-repeats", type=int, help="Kernel Tuner's runs per strategy and budget (default: --repeats)")
-    parser.add_argument("--tilegen", nargs="+", default=["bayes"], choices=STRATEGIES)
+    parser.add_argument("--tilegen", nargs="+", default=[DEFAULT_STRATEGY], choices=STRATEGIES)
     parser.add_argument("--kernel-tuner", nargs="*", default=list(KERNEL_TUNER))
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--plot", type=Path, help="folder for a plot of performance over time per space")

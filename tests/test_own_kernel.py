@@ -254,7 +254,7 @@ def test_brute_force_covers_the_whole_space_unless_given_a_budget(tmp_path: Path
 
 def test_a_dry_run_says_what_the_budget_will_run(own_families: Path, capsys) -> None:
     code, out, err = run_main(capsys, ["tune", "stencil", "--size", "512x512", "--dry-run", "--budget", "30"])
-    assert code == 0 and "39 variants to search by bayes; the budget evaluates 30 of them" in out
+    assert code == 0 and "39 variants to search by portfolio; the budget evaluates 30 of them" in out
 
 
 def test_a_shape_the_default_space_cannot_run_is_tuned_through_the_familys_adaptations(
@@ -263,7 +263,7 @@ def test_a_shape_the_default_space_cannot_run_is_tuned_through_the_familys_adapt
 
     code, out, err = run_main(capsys, ["tune", "sgemm", "--size", "2000x7000x3000", "--dry-run"])
     assert code == 0 and "; 3,168 to run (3,168 of them adapted: bounds=guard), 12,384 not run (51 reasons)" in out
-    assert "3,168 variants to search by bayes" in out and out.count("to run") == 1  # one account
+    assert "3,168 variants to search by portfolio" in out and out.count("to run") == 1  # one account
     family = get_family("sgemm")
     chosen = candidates(family, family.parse_shape("2000x7000x3000"), TuneOptions("sgemm", "2000x7000x3000"))
     assert chosen.plan.adapted == 3168 and {v.bounds for v in chosen.variants} == {"guard"}
