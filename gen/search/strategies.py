@@ -177,7 +177,7 @@ class LocalSearch(Strategy):
     """Iterated local search with a variable-neighbourhood descent: from the best of a few random
     points, first improvement over two neighbourhoods in turn (the next value up or down of one or two
     parameters at once, then any value of one parameter), each tried in the order of the trend's
-    guesses (trend_guesses), moving as soon as one is faster; where none is, it jumps a few random steps
+    guesses (rank_trend), moving as soon as one is faster; where none is, it jumps a few random steps
     from the best point found and climbs again. The two-parameter steps cross what one-parameter steps
     cannot: a basin whose way out changes two parameters together (dedispersion's tile size and
     stride)."""
@@ -211,7 +211,7 @@ class LocalSearch(Strategy):
         for neighbourhood in (steps, other_values):
             fresh = [v for v in dict.fromkeys(neighbourhood) if self._unseen(v)]
             if fresh:
-                return [fresh[i] for i in np.argsort(trend_guesses(self.space, self.results, fresh), kind="stable")]
+                return [fresh[i] for i in np.argsort(rank_trend(self.space, self.results, fresh), kind="stable")]
         return []
 
     def _neighbourhoods(self, variant: Variant) -> list[list[Variant]]:
@@ -262,7 +262,7 @@ class GeneticAlgorithm(Strategy):
 
 class Trend(Strategy):
     """A model's screen after INITIAL random points: each proposal is the fastest guess, by the trend of
-    the told points' ranks (trend_guesses), of up to NEAR unseen points one or two steps from the best
+    the told points' ranks (rank_trend), of up to NEAR unseen points one or two steps from the best
     found and DRAWN random unseen ones: a few points say which way is faster."""
 
     name = "trend"
@@ -277,10 +277,10 @@ class Trend(Strategy):
         self.rng.shuffle(near)
         drawn = (self.space.variants[self.rng.randrange(len(self.space.variants))] for _ in range(2 * self.DRAWN))
         pool = list(dict.fromkeys(near[:self.NEAR] + [v for v in drawn if self._unseen(v)][:self.DRAWN]))
-        return pool[int(np.argmin(trend_guesses(self.space, self.results, pool)))] if pool else self.random_unseen()
+        return pool[int(np.argmin(rank_trend(self.space, self.results, pool)))] if pool else self.random_unseen()
 
 
-def trend_guesses(space: SearchSpace, results: dict[Variant, float | None], candidates: list[Variant]) -> np.ndarray:
+def rank_trend(space: SearchSpace, results: dict[Variant, float | None], candidates: list[Variant]) -> np.ndarray:
     """The candidates' guessed ranks (lower is faster) by the trend of every told point's (ranked_trend)."""
     return ranked_trend(space.encoded(list(results)), list(results.values()), space.encoded(candidates), Trend.RIDGE)
 
