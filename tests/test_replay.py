@@ -188,21 +188,6 @@ def test_local_search_steps_two_parameters_at_once_where_no_one_parameter_step_i
         assert set(proposed) == diagonal
 
 
-def test_local_search_climbs_first_to_the_neighbour_the_trend_guesses_fastest(tmp_path: Path) -> None:
-    """A 10 x 10 grid whose time falls towards a = 9 only, climbed from (5, 5) once four points are told:
-    of its eight unseen one- and two-parameter steps the climb tries one at a = 6 first for every seed
-    (the trend of what it was told says a is faster upwards); in random order, three times in eight."""
-    grid = [({"a": a, "b": b}, float(np.exp(0.3 * (9 - a))), 1.0) for a in range(10) for b in range(10)]
-    measured = read_measured(_t4(tmp_path / "grid.json", grid))
-    by_key = {measured.space.key(v): v for v in measured.space.variants}
-    for seed in range(10):
-        climb = make_strategy("local", measured.space, seed)
-        for key in [(2, 5), (3, 7), (4, 2), (5, 5)]:
-            climb.tell(by_key[key], measured.time_ms[by_key[key].name])
-        (step,) = climb.ask(1)
-        assert measured.space.key(step)[0] == 6
-
-
 def test_two_parameter_steps_on_the_measured_slice_move_two_parameters_one_position_each() -> None:
     space = read_measured(T4).space
     found = 0

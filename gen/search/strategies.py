@@ -19,7 +19,7 @@ import numpy as np
 from ..families.variant import Variant
 from .gaussian_process import Posterior, log_likelihood, normal_cdf, normal_pdf
 from .space import SearchSpace
-from .surrogates import nearest_mean, ranked_trend
+from .surrogates import nearest_mean, quadratic_trend
 
 
 class Strategy(ABC):
@@ -175,12 +175,11 @@ class SimulatedAnnealing(Strategy):
 
 class LocalSearch(Strategy):
     """Iterated local search with a variable-neighbourhood descent: from the best of a few random
-    points, first improvement over two neighbourhoods in turn (the next value up or down of one or two
-    parameters at once, then any value of one parameter), each tried in the order of the trend's
-    guesses (rank_trend), moving as soon as one is faster; where none is, it jumps a few random steps
-    from the best point found and climbs again. The two-parameter steps cross what one-parameter steps
-    cannot: a basin whose way out changes two parameters together (dedispersion's tile size and
-    stride)."""
+    points, first improvement over three neighbourhoods in turn (the next value up or down of one
+    parameter, then of two parameters at once, then any value of one parameter), moving as soon as
+    one is faster; where none is, it jumps a few random steps from the best point found and climbs
+    again. The two-parameter steps cross what one-parameter steps cannot: a basin whose way out
+    changes two parameters together (dedispersion's tile size and stride)."""
 
     name = "local"
     INITIAL, JUMP = 3, 3
@@ -206,16 +205,15 @@ class LocalSearch(Strategy):
         return [v for v in dict.fromkeys(near) if self._unseen(v)][:count]
 
     def _fresh(self, variant: Variant) -> list[Variant]:
-        """Its unseen neighbours in the nearer neighbourhood that has any, the trend's fastest guess first."""
-        steps, other_values = self._neighbourhoods(variant)
-        for neighbourhood in (steps, other_values):
-            fresh = [v for v in dict.fromkeys(neighbourhood) if self._unseen(v)]
-            if fresh:
-                return [fresh[i] for i in np.argsort(rank_trend(self.space, self.results, fresh), kind="stable")]
-        return []
+        """Its unseen neighbours, each neighbourhood in random order, the nearer first."""
+        near = []
+        for neighbourhood in self._neighbourhoods(variant):
+            self.rng.shuffle(neighbourhood)
+            near += neighbourhood
+        return [v for v in dict.fromkeys(near) if self._unseen(v)]
 
     def _neighbourhoods(self, variant: Variant) -> list[list[Variant]]:
-        return [self.space.neighbours(variant) + self.space.pair_steps(variant), self.space.other_values(variant)]
+        return [self.space.neighbours(variant), self.space.pair_steps(variant), self.space.other_values(variant)]
 
     def _jump(self) -> Variant | None:
         measured = [(time_ms, i, v) for i, (v, time_ms) in enumerate(self.results.items()) if time_ms is not None]
@@ -261,9 +259,10 @@ class GeneticAlgorithm(Strategy):
 
 
 class Trend(Strategy):
-    """A model's screen after INITIAL random points: each proposal is the fastest guess, by the trend of
-    the told points' ranks (rank_trend), of up to NEAR unseen points one or two steps from the best
-    found and DRAWN random unseen ones: a few points say which way is faster."""
+    """A model's screen after INITIAL random points: each proposal is the fastest guess, by a quadratic
+    trend over the parameters' positions (gen.search.surrogates) of every told point's rank (a failure
+    last: ranks, so a few very slow points do not outweigh the rest), of up to NEAR unseen points one or
+    two steps from the best found and DRAWN random unseen ones: a few points say which way is faster."""
 
     name = "trend"
     INITIAL, NEAR, DRAWN, RIDGE = 2, 8, 256, 0.1
@@ -277,12 +276,13 @@ class Trend(Strategy):
         self.rng.shuffle(near)
         drawn = (self.space.variants[self.rng.randrange(len(self.space.variants))] for _ in range(2 * self.DRAWN))
         pool = list(dict.fromkeys(near[:self.NEAR] + [v for v in drawn if self._unseen(v)][:self.DRAWN]))
-        return pool[int(np.argmin(rank_trend(self.space, self.results, pool)))] if pool else self.random_unseen()
-
-
-def rank_trend(space: SearchSpace, results: dict[Variant, float | None], candidates: list[Variant]) -> np.ndarray:
-    """The candidates' guessed ranks (lower is faster) by the trend of every told point's (ranked_trend)."""
-    return ranked_trend(space.encoded(list(results)), list(results.values()), space.encoded(candidates), Trend.RIDGE)
+        if not pool:
+            return self.random_unseen()
+        told = list(self.results)
+        times = [math.inf if self.results[v] is None else self.results[v] for v in told]
+        ranks = np.argsort(np.argsort(times, kind="stable"), kind="stable") / max(len(told) - 1, 1)
+        guesses = quadratic_trend(self.space.encoded(told), ranks, self.space.encoded(pool), self.RIDGE)
+        return pool[int(np.argmin(guesses))]
 
 
 class BayesianOptimisation(Strategy):

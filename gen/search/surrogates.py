@@ -1,13 +1,9 @@
 """Cheap models of a space fitted on what was measured, to guess which unmeasured points are fast
 before any is run: the strategies screen many candidates with them and propose the best guess.
 Each takes the measured points' scaled positions (SearchSpace.encoded), a value per point (lower is
-faster: a log time, a rank; ranked_trend takes the times and ranks them) and the candidates' positions,
-and returns a guessed value per candidate."""
+faster: a log time, a rank) and the candidates' positions, and returns a guessed value per candidate."""
 
 from __future__ import annotations
-
-import math
-from typing import Sequence
 
 import numpy as np
 
@@ -32,12 +28,3 @@ def quadratic_trend(positions: np.ndarray, values: np.ndarray, candidates: np.nd
     penalty[-1, -1] = 0.0
     weights = np.linalg.solve(design.T @ design + penalty, design.T @ values)
     return terms(candidates) @ weights
-
-
-def ranked_trend(positions: np.ndarray, times: Sequence[float | None], candidates: np.ndarray, ridge: float
-                 ) -> np.ndarray:
-    """Each candidate's guessed rank by a quadratic trend of the measured points' ranks (a failure,
-    None, last): ranks, so a few very slow points do not outweigh the rest."""
-    ordered = [math.inf if t is None else t for t in times]
-    ranks = np.argsort(np.argsort(ordered, kind="stable"), kind="stable") / max(len(ordered) - 1, 1)
-    return quadratic_trend(positions, ranks, candidates, ridge)
