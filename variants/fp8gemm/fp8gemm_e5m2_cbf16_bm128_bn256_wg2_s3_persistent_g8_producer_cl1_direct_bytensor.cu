@@ -18,7 +18,7 @@
 //   act       none
 //   residual  none
 //   scaling   tensor
-//   template  wgmma.cu.j2 (sha256 52cc30cebe5d)
+//   template  wgmma.cu.j2 (sha256 52debe50fbbe)
 //
 // Reproduce with:
 //   tilegen render fp8gemm -p dtype=e5m2 -p out=bf16 -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=direct -p split=1 -p scale=none -p bias=none -p act=none -p residual=none -p scaling=tensor
@@ -309,8 +309,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8gemm_e5m2_cbf16_bm128_bn
             #pragma unroll
             for (int i = 0; i < PIECES; ++i) {
                 const int row = block_m + first_row + i * 64 + warp * 16 + lane / 4;
-                if (row - lane / 4 >= M)
-                    continue;  // the warp's 16 rows are all outside C (a thin M): none is stored
                 #pragma unroll
                 for (int g = 0; g < BN / 8; ++g) {
                     #pragma unroll
