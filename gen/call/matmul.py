@@ -139,7 +139,7 @@ def matmul_family(element: str, size: str, dtype: str, out_dtype: str, pointers:
     families = gemm_families(np.dtype(element))
     for family in families[:-1]:
         shape = family.parse_shape(size)
-        if not family.runs_on(cc) or (family.matmul_rows or shape.m) < shape.m:
+        if not family.runs_on(cc) or (family.matmul_rows is not None and shape.m > family.matmul_rows):
             continue
         variant = family.default_variant().with_element_type(dtype)
         if (str(numpy_dtype(variant.output_dtype)) != out_dtype or family.with_epilogue(variant, epilogue) is None

@@ -106,8 +106,8 @@ class Family(ABC):
     # M, N, K, lda, ldb, ldc). Of the families that declare a type, gen.matmul takes the first that
     # runs on the GPU and takes the arrays, in gemm_families' order (gen.families.registry).
     matmul_dtypes: ClassVar[tuple[str, ...]] = ()
-    # The most rows of A the family is made for (gemv's 8: a model's few tokens), or None for any M:
-    # gen.matmul tries such families first, where their refusal lets them run the shape.
+    # The most rows of A gen.matmul gives the family (gemv's 1: a token), or None for any M: gen.matmul
+    # tries such families first for up to that many rows, where their refusal lets them run the shape.
     matmul_rows: ClassVar[int | None] = None
     # Set when the family is registered: where it was defined and where its template is found.
     source: str = ""

@@ -96,7 +96,7 @@ class Fp8Variant(WgmmaVariant):
         super().check_combination()
 
     def _check_block_scaling(self) -> None:
-        sums = self.rows_per_consumer * self.bn // 128
+        sums = self.sums_per_thread
         if 2 * sums > MAX_SUMS:
             raise InvalidVariant(f"scaling=block keeps a second set of float32 sums: {self.rows_per_consumer} rows x bn "
                                  f"{self.bn} need {2 * sums} per consumer thread, more than {MAX_SUMS} (use bn=128 or "

@@ -117,6 +117,17 @@ class WgmmaVariant(Variant):
         return self.bm if self.schedule == "pingpong" else self.bm // self.consumers
 
     @property
+    def sums_per_thread(self) -> int:
+        """The float32 sums each consumer thread holds: its rows x bn over a warp group's 128 threads."""
+        return self.rows_per_consumer * self.bn // 128
+
+    @property
+    def skips_rows_outside_c(self) -> bool:
+        """Whether a warp whose rows all lie outside C skips the epilogue (a thin M): only with fewer
+        than MAX_SUMS sums a thread, where the branch leaves ptxas registers (with 128 it spilled)."""
+        return self.sums_per_thread < MAX_SUMS
+
+    @property
     def threads_per_block(self) -> int:
         return 128 * (self.consumers + (self.specialize == "producer"))  # the consumers and a producer warp group
 
@@ -160,7 +171,7 @@ class WgmmaVariant(Variant):
         if rows not in (64, 128):
             raise InvalidVariant(f"bm {self.bm} over {self.consumers} consumer warp groups gives each {rows} rows; "
                                  f"a consumer multiplies 64 or 128 (wgmma's m64, once or twice)")
-        sums = rows * self.bn // 128
+        sums = self.sums_per_thread
         if sums > MAX_SUMS:
             raise InvalidVariant(f"{rows} rows x bn {self.bn} leave {sums} float32 sums per consumer thread; more than "
                                  f"{MAX_SUMS} spill out of registers (use more consumers or a smaller bn)")
