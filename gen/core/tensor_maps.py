@@ -16,7 +16,18 @@ TENSOR_MAP = np.dtype((np.void, 128))  # a kernel argument of this type is passe
 BOX = 64  # rows and columns of one box: 64 rows of 128 bytes, the width of the swizzle
 ALIGNMENT = 16  # bytes: where a matrix starts and how long its rows are, for TMA
 
-_UINT8, _UINT16, _SWIZZLE_128B, _L2_256B = 0, 1, 3, 3  # the driver's CUtensorMapDataType, ...Swizzle, ...L2promotion
+_UINT8, _UINT16, _SWIZZLE_128B = 0, 1, 3  # the driver's CUtensorMapDataType and CUtensorMapSwizzle
+_L2_128B, _L2_256B = 2, 3  # its CUtensorMapL2promotion
+SECTOR = 32  # bytes: L2's unit of a read
+
+
+def l2_promotion(row_bytes: int) -> int:
+    """How much L2 fetches from memory around what a box asks for: 256 bytes where rows fall on
+    32-byte sectors, 128 where they do not. On an H200 at 2000x7000x3000 in bf16 (rows 6000 and 14000
+    bytes apart, half of them off the sectors), 256 took the default variant 0.193 ms and 128 (or 64,
+    or none) 0.172 ms; at 32-byte rows, and the Llama shapes' rows of whole kilobytes, 256 is as fast
+    (docs/results/h200-models.md, "Rows off the sectors")."""
+    return _L2_256B if row_bytes % SECTOR == 0 else _L2_128B
 
 
 def box_map(address: int, rows: int, columns: int, row_bytes: int, name: str, element_bytes: int = 2) -> np.void:
@@ -33,7 +44,7 @@ def box_map(address: int, rows: int, columns: int, row_bytes: int, name: str, el
     kind, box_columns = (_UINT16, BOX) if element_bytes == 2 else (_UINT8, 2 * BOX)
     status = _encode()(ctypes.byref(bits), kind, 2, ctypes.c_void_p(address), (ctypes.c_uint64 * 2)(columns, rows),
                        (ctypes.c_uint64 * 1)(row_bytes), (ctypes.c_uint32 * 2)(box_columns, BOX), (ctypes.c_uint32 * 2)(1, 1),
-                       0, _SWIZZLE_128B, _L2_256B, 0)
+                       0, _SWIZZLE_128B, l2_promotion(row_bytes), 0)
     if status:
         raise TilegenError(f"the driver refused the tensor map of {name} ({rows} x {columns}, rows {row_bytes} bytes "
                            f"apart): cuTensorMapEncodeTiled returned CUDA error {status}")
