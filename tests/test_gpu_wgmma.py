@@ -1,5 +1,5 @@
 """Hopper's wgmma family on a real GPU (marker `gpu`; sm_90 only): every rung of the ladder (one or
-two consumer warp groups, two to six stages, a block per tile, persistent blocks or ping-pong,
+two consumer warp groups, two to twelve stages, a block per tile, persistent blocks or ping-pong,
 stores from registers or bulk, clusters of two with TMA multicast, no producer warp group, every
 block tile) right at odd, tiny and many-tile shapes in both element types and both output types,
 before anything is timed; and gen.kernel calling it on PyTorch's float16 tensors with padded rows."""
@@ -32,6 +32,8 @@ UNSPECIALIZED = {"dtype": ["f16", "bf16"], "bm": ["64", "128", "256"], "bn": ["1
                  "stages": ["2", "4"], "schedule": ["grid", "persistent"], "store": ["direct", "bulk"],
                  "specialize": ["none"]}
 DEEP = {"bm": ["128"], "bn": ["128"], "stages": ["2", "3", "4", "5", "6"], "group": ["1", "8", "16"], "store": ["bulk"]}
+THIN_DEEP = {"dtype": ["f16", "bf16"], "bm": ["64"], "bn": ["64", "128", "192"], "consumers": ["1"], "stages": ["6", "8", "12"],
+             "schedule": ["grid"], "store": ["direct", "bulk"], "split": ["1", "2"]}  # a few tokens' pipelines
 
 
 def _sm90() -> None:
@@ -48,7 +50,9 @@ def test_every_wgmma_rung_is_right_at_odd_tiny_and_many_tile_shapes(tmp_path: Pa
     assert _only_skipped_and_ok(unspecialized) == runnable("wgmma", UNSPECIALIZED, WGMMA_SIZES) > 50
     deep = run(tmp_path / "deep", "wgmma", DEEP, WGMMA_SIZES)
     assert _only_skipped_and_ok(deep) == runnable("wgmma", DEEP, WGMMA_SIZES) > 30
-    for row in [*rows.values(), *clustered.values(), *unspecialized.values(), *deep.values()]:
+    thin = run(tmp_path / "thin", "wgmma", THIN_DEEP, WGMMA_SIZES)
+    assert _only_skipped_and_ok(thin) == runnable("wgmma", THIN_DEEP, WGMMA_SIZES) > 40
+    for row in [*rows.values(), *clustered.values(), *unspecialized.values(), *deep.values(), *thin.values()]:
         if row.status == Status.OK:
             assert row.error <= row.tolerance
             if row.params["out"] == "f32":  # the float64 reference is exact for the rounded inputs

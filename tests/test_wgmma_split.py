@@ -30,7 +30,7 @@ def test_the_default_space_has_thin_and_narrow_tiles_and_splits_of_a_tile_per_bl
     assert {v.consumers for v in variants if v.bm == 64 and v.schedule != "pingpong"} == {1}
     split = [v for v in variants if v.split > 1]
     assert {v.split for v in split} == {2, 4} and {(v.schedule, v.cluster) for v in split} == {("grid", 1)}
-    assert len(variants) < 300  # what a tune's compile-ahead takes on
+    assert len(variants) < 400  # what a tune's compile-ahead takes on
 
 
 def test_split_takes_a_cluster_per_tile_of_a_block_per_tile_schedule_and_room_for_its_sums() -> None:

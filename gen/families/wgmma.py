@@ -36,18 +36,21 @@ TURN_BYTES = 16  # two more for schedule=pingpong: whose turn it is to multiply
 # A tune's first picks and the untuned choice (WgmmaFamily.likely_best): the tiles that won the Llama-3
 # projections and odd shapes on an H200 (docs/results/h200-models.md: 30-evaluation tunes and brute
 # force over the space), as changes to the default. A thin M (up to 64 rows): 64-row tiles, with K
-# split among the blocks of a tile (FILL: see fill_split) unless 192-column tiles alone fill the SMs.
-# A few tiles (the default's fill less than half the SMs): narrower tiles and splits. Many: the
-# default and its relatives, in the order of wave_cost.
+# split among the blocks of a tile (FILL: see fill_split) unless 192-column tiles alone fill the SMs,
+# and pipelines as deep as shared memory holds (12, 8 and 5 stages of 64, 128 and 192 columns: such a
+# product streams B, and the bytes in flight set its pace). A few tiles (the default's fill less than
+# half the SMs): narrower tiles and splits. Many: the default and its relatives, in the order of
+# wave_cost.
 FILL = 0
-THIN_M = ({"bm": 64, "bn": 192, "consumers": 1, "stages": 5, "schedule": "grid", "store": "direct", "split": FILL},
-          {"bm": 64, "bn": 256, "stages": 4, "schedule": "pingpong", "store": "direct"},
-          {"bm": 64, "bn": 128, "consumers": 1, "stages": 5, "schedule": "grid", "split": FILL},
-          {"bm": 64, "bn": 64, "consumers": 1, "stages": 5, "schedule": "grid", "split": FILL}, {})
+THIN_M = ({"bm": 64, "bn": 64, "consumers": 1, "stages": 12, "schedule": "grid", "store": "direct", "split": FILL},
+          {"bm": 64, "bn": 128, "consumers": 1, "stages": 8, "schedule": "grid", "store": "direct", "split": FILL},
+          {"bm": 64, "bn": 192, "consumers": 1, "stages": 5, "schedule": "grid", "store": "direct", "split": FILL},
+          {"bm": 64, "bn": 256, "stages": 4, "schedule": "pingpong", "store": "direct"}, {})
 THIN_M_WIDE_N = ({"bm": 64, "bn": 256, "consumers": 1, "stages": 4, "store": "direct"},
                  {"bm": 64, "bn": 256, "stages": 4, "schedule": "pingpong", "store": "direct"}, {})
-FEW_TILES = ({"bn": 128, "stages": 5, "schedule": "grid", "split": FILL},
-             {"bm": 64, "bn": 128, "consumers": 1, "stages": 5, "schedule": "grid", "store": "direct", "split": FILL},
+FEW_TILES = ({"bn": 128, "stages": 6, "schedule": "grid", "store": "direct", "split": FILL},
+             {"bm": 64, "bn": 128, "consumers": 1, "stages": 8, "schedule": "grid", "store": "direct", "split": FILL},
+             {"bm": 64, "bn": 192, "consumers": 1, "stages": 5, "schedule": "grid", "store": "direct", "split": FILL},
              {"stages": 4, "schedule": "grid", "store": "direct", "split": FILL},
              {"bn": 192, "stages": 4, "schedule": "grid", "split": FILL}, {})
 MANY_TILES = ({}, {"bn": 192, "stages": 5, "store": "direct"}, {"stages": 4, "store": "direct"},
@@ -75,7 +78,7 @@ class WgmmaVariant(Variant):
                      help="block tile columns: the wgmma's N")
     consumers: int = choice(2, (1, 2), tag="wg", space=(1, 2), emitted=(2,),
                             help="consumer warp groups, each multiplying bm / consumers rows (64 or 128)")
-    stages: int = choice(3, (2, 3, 4, 5, 6), tag="s", space=(3, 4, 5), emitted=(3,),
+    stages: int = choice(3, (2, 3, 4, 5, 6, 8, 10, 12), tag="s", space=(3, 4, 5, 6, 8, 12), emitted=(3,),
                          help="tiles in shared memory at once; the producer refills each as soon as it is free")
     schedule: str = choice("persistent", SCHEDULES, space=SCHEDULES, emitted=("persistent",),
                            help=f"grid: a block per tile; persistent: {PERSISTENT_BLOCKS} blocks walk the tiles; pingpong: "
@@ -245,9 +248,11 @@ class WgmmaFamily(Family):
             variant = replace(default, **change)
             if variant not in chosen and self.runnable(variant, shape) == variant:
                 chosen.append(variant)
-        if not many:  # a thin M or few tiles: those whose blocks all fit the SMs at once first, and
-            # 128-row tiles split in 4 last (1.56x slower than 64 rows split in 2 at 128x4096x14336)
-            chosen.sort(key=lambda v: (self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS, v.bm > 64 and v.split > 2))
+        if not many:  # a thin M or few tiles: those whose blocks all fit the SMs at once first, splits
+            # in 4 last (1.3-1.6x slower than a split in 2 at 16 and 128 tokens), then the most consumer
+            # warp groups at work, then the widest tile (data/h200/thin-2026-11-28.md)
+            chosen.sort(key=lambda v: (self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS, v.split > 2,
+                                       -self.launch(v, shape).grid[0] * v.consumers, -v.bn))
         return chosen
 
     def sanitize_size(self, variant: WgmmaVariant) -> str:
