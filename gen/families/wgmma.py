@@ -27,6 +27,7 @@ from .problem import element_bytes
 from .variant import Variant, choice
 
 SCHEDULES = ("grid", "persistent", "pingpong")
+STAGES = (2, 3, 4, 5, 6, 8, 10, 12)  # tiles of A and B in shared memory at once (thin tiles take the deep ones)
 SPLITS = (1, 2, 4, 8)  # split-K: blocks of a cluster per tile, 8 the most a cluster portably holds
 BK = 64  # K per stage: 128 bytes of a row, the width of the 128-byte swizzle
 MAX_SUMS = 128  # float32 sums per consumer thread: beyond them, the consumers' 232 registers spill
@@ -78,7 +79,7 @@ class WgmmaVariant(Variant):
                      help="block tile columns: the wgmma's N")
     consumers: int = choice(2, (1, 2), tag="wg", space=(1, 2), emitted=(2,),
                             help="consumer warp groups, each multiplying bm / consumers rows (64 or 128)")
-    stages: int = choice(3, (2, 3, 4, 5, 6, 8, 10, 12), tag="s", space=(3, 4, 5, 6, 8, 12), emitted=(3,),
+    stages: int = choice(3, STAGES, tag="s", space=(3, 4, 5, 6, 8, 12), emitted=(3,),
                          help="tiles in shared memory at once; the producer refills each as soon as it is free")
     schedule: str = choice("persistent", SCHEDULES, space=SCHEDULES, emitted=("persistent",),
                            help=f"grid: a block per tile; persistent: {PERSISTENT_BLOCKS} blocks walk the tiles; pingpong: "
