@@ -29,7 +29,7 @@ import pytest
 pytest.importorskip("distributed", reason="the cluster extra is not installed (pip install 'tilegen[cluster]')")
 
 from gen.cli.main import main  # noqa: E402
-from gen.gpu import dask_worker  # noqa: E402
+from gen.gpu import dask_cluster, dask_worker  # noqa: E402
 from gen.gpu.dask import DaskExecutor  # noqa: E402
 from gen.gpu.dask_flight import JOBS_PER_TASK, MAX_RESENDS, lost_verdict, task_size  # noqa: E402
 from gen.gpu.dask_cluster import gather_within, local_cluster  # noqa: E402
@@ -132,6 +132,25 @@ def test_a_local_clusters_gpu_processes_start_with_its_dask_workers(tmp_path: Pa
         gate.close()
     assert heard == {"starting 0", "starting 1"}
     assert sorted(device.index for device in devices) == [0, 1]
+
+
+def test_a_local_cluster_starts_while_the_command_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making the executor starts the local cluster without waiting for it (2-3 s: a scheduler, a
+    Dask worker per GPU), so that the command plans and compiles meanwhile: here the cluster starts
+    only once the test, after the executor was made, says the command went on."""
+    went_on = threading.Event()
+
+    def after_the_command_went_on(gpus: list[int], target: str) -> Any:
+        assert went_on.wait(patient(30)), "making the executor waited for its cluster's start"
+        return local_cluster(gpus, target)
+
+    monkeypatch.setattr(dask_cluster, "local_cluster", after_the_command_went_on)
+    executor = DaskExecutor("local", gpus=[0], silence_s=patient(30), target=FAKE)
+    went_on.set()
+    try:
+        assert [device.index for device in _within(executor, executor.devices)] == [0]
+    finally:
+        executor.close()
 
 
 def test_a_worker_killed_mid_sweep_loses_no_row_and_is_named(tmp_path: Path) -> None:

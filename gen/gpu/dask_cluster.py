@@ -56,6 +56,53 @@ def check_reachable(address: str) -> None:
     connect(address).close()
 
 
+class Reach:
+    """The cluster a coordinator runs on, being reached: a scheduler's address at once (a one-line
+    error now when it cannot be), 'local' (a scheduler and a Dask worker per GPU in `gpus`) in a
+    thread of its own, so that the command plans and compiles during the 2-3 s that starting them
+    takes. `wait` gives (the local cluster or None, the client), or raises what stopped the start."""
+
+    def __init__(self, address: str, gpus: Sequence[int], target: str = WORKER):
+        self._reached: tuple[Any, Any] | BaseException | None = None
+        self._starting: threading.Thread | None = None
+        if address != "local":
+            self._reached = (None, connect(address))
+            return
+        import_distributed()  # a one-line error now, without it
+        self._starting = threading.Thread(target=self._start_local, args=(gpus, target), daemon=True)
+        self._starting.start()
+
+    def wait(self) -> tuple[Any, Any]:
+        if self._starting is not None:
+            self._starting.join()
+        if isinstance(self._reached, BaseException):
+            raise self._reached
+        assert self._reached is not None
+        return self._reached
+
+    def close(self) -> None:
+        """Close the client and the local cluster, once started (a failed start left nothing open)."""
+        try:
+            cluster, client = self.wait()
+        except Exception:
+            return
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+    def _start_local(self, gpus: Sequence[int], target: str) -> None:
+        cluster = None
+        try:
+            cluster = local_cluster(gpus, target)
+            client = connect(cluster.scheduler_address)
+            client.wait_for_workers(len(gpus), timeout=120)
+            self._reached = (cluster, client)
+        except BaseException as error:
+            if cluster is not None:
+                cluster.close()
+            self._reached = error
+
+
 def local_cluster(gpus: Sequence[int], target: str = WORKER) -> Any:
     """A scheduler and one Dask worker process per GPU on this host, each pinned to its GPU, each
     starting its GPU process (running `target`) as it starts (gen.gpu.dask_worker's preload)."""
