@@ -144,10 +144,15 @@ def timed(command: list[str], log: Path, env: dict[str, str] | None = None) -> f
     return time.perf_counter() - started
 
 
-def cold_tune(args: argparse.Namespace, name: str, extra: list[str]) -> float:
-    """The whole `tilegen tune` of bench_cold.py's sgemm180 space, from an empty compile cache and database."""
+def sgemm180_words() -> list[str]:
+    """The 180-point sgemm space (bench_cold.py's) as `-p` words."""
     from bench_cold import SGEMM_180
 
+    return [word for key, values in SGEMM_180.items() for word in ("-p", f"{key}={','.join(map(str, values))}")]
+
+
+def cold_tune(args: argparse.Namespace, name: str, extra: list[str]) -> float:
+    """The whole `tilegen tune` of bench_cold.py's sgemm180 space, from an empty compile cache and database."""
     from gen.core.paths import cache_dir
 
     cold = args.out / name
@@ -155,8 +160,7 @@ def cold_tune(args: argparse.Namespace, name: str, extra: list[str]) -> float:
     cold.mkdir(parents=True)
     if (cache_dir() / "ceilings.json").exists():
         shutil.copy(cache_dir() / "ceilings.json", cold / "ceilings.json")
-    space = [word for key, values in SGEMM_180.items() for word in ("-p", f"{key}={','.join(map(str, values))}")]
-    return timed(["tune", "sgemm", "--size", "2048x2048x2048", *space, "--strategy", "brute", "--arch", "sm_90",
+    return timed(["tune", "sgemm", "--size", "2048x2048x2048", *sgemm180_words(), "--strategy", "brute", "--arch", "sm_90",
                   "--db", str(cold / "tuning.sqlite"), *extra], args.out / f"{name}.log",
                  dict(os.environ, TILEGEN_CACHE=str(cold)))
 
@@ -178,8 +182,7 @@ def simulated_tunes(args: argparse.Namespace) -> str:
     os.environ.update({SERVICE_S: str(args.sim_job_ms / 1000), ENERGY_S: str(args.sim_energy_s),
                        START_S: str(args.sim_start_s), "DASK_DISTRIBUTED__DIAGNOSTICS__NVML": "False"})
     params = {key: list(values) for key, values in SGEMM_180.items()}
-    timed(["compile", "sgemm", "--arch", "sm_90", *[w for k, v in params.items() for w in ("-p", f"{k}={','.join(map(str, v))}")]],
-          args.out / "simulated-compile.log")
+    timed(["compile", "sgemm", "--arch", "sm_90", *sgemm180_words()], args.out / "simulated-compile.log")
     target, rows = "tests.fakes:timed_worker", []
     for name, make in (("one GPU", lambda: LocalExecutor([0], target=target)),
                        ("two, local", lambda: LocalExecutor([0, 1], target=target)),
