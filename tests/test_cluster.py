@@ -268,6 +268,21 @@ def test_a_later_runs_hang_timeout_reaches_a_dask_workers_gpu_process() -> None:
         dask_worker.stop_gpu_worker(target)
 
 
+def test_a_dask_workers_gpu_process_holds_a_tasks_next_job_while_it_runs_one() -> None:
+    """As on one host (tests/test_local.py): the next job of a task waits in the GPU process's
+    socket, so the GPU never waits for the Dask worker between two jobs; the measurements come back
+    in the task's order."""
+    target = "tests.fakes:lookahead_worker"  # says in each row whether the next job was already there
+    jobs = [Job(f"matmul_f32_t{tile}_p0_guard", "matmul", "t.cubin", "64x64x64", timing=None) for tile in (8, 16, 32)]
+    jobs.append(replace(jobs[0], shape=fakes.LAST_SHAPE))  # the last: it waits for none
+    try:
+        measured = dask_worker.jobs_task(jobs, {"t.cubin": b"a cubin"}, patient(30), target)
+    finally:
+        dask_worker.stop_gpu_worker(target)
+    assert [measurement.message for measurement in measured] == ["next waiting"] * 3 + ["none"]
+    assert [measurement.throughput for measurement in measured] == [8.0, 16.0, 32.0, 8.0]  # in the task's order
+
+
 def test_a_dask_worker_writes_cubins_into_a_private_folder_and_never_uses_a_planted_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import hashlib
