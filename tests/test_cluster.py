@@ -153,6 +153,25 @@ def test_a_local_cluster_starts_while_the_command_goes_on(monkeypatch: pytest.Mo
         executor.close()
 
 
+def test_a_kill_while_the_local_cluster_starts_waits_for_nothing_and_leaves_nothing_open(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while `--cluster local` starts: the kill returns at once (here the start is held until
+    it has), and the start closes the cluster it made as it ends."""
+    killed, made = threading.Event(), []
+
+    def held_until_killed(gpus: list[int], target: str) -> Any:
+        assert killed.wait(patient(30)), "the kill waited for the cluster's start"
+        made.append(local_cluster(gpus, target))
+        return made[-1]
+
+    monkeypatch.setattr(dask_cluster, "local_cluster", held_until_killed)
+    executor = DaskExecutor("local", gpus=[0], silence_s=patient(30), target=FAKE)
+    executor.kill()
+    killed.set()
+    assert executor.client.status == "closed"  # the client waits for the start's end
+    assert len(made) == 1 and made[0].status.name == "closed"
+
+
 def test_a_worker_killed_mid_sweep_loses_no_row_and_is_named(tmp_path: Path) -> None:
     executor = DaskExecutor("local", gpus=[0, 1, 2], silence_s=patient(30), target=FAKE)
     sweeping = _InThread(executor, _sweep, tmp_path, executor)

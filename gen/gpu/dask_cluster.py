@@ -65,11 +65,13 @@ class Reach:
     def __init__(self, address: str, gpus: Sequence[int], target: str = WORKER):
         self._reached: tuple[Any, Any] | BaseException | None = None
         self._starting: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._abandoned = False  # closed while it started: the start closes what it made
         if address != "local":
             self._reached = (None, connect(address))
             return
         import_distributed()  # a one-line error now, without it
-        self._starting = threading.Thread(target=self._start_local, args=(gpus, target), daemon=True)
+        self._starting = threading.Thread(target=self._start_local, args=(gpus, target), name="tilegen-dask-start")
         self._starting.start()
 
     def wait(self) -> tuple[Any, Any]:
@@ -81,14 +83,13 @@ class Reach:
         return self._reached
 
     def close(self) -> None:
-        """Close the client and the local cluster, once started (a failed start left nothing open)."""
-        try:
-            cluster, client = self.wait()
-        except Exception:
-            return
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        """Close the client and the local cluster; one still starting (Ctrl-C, a bad option found
+        meanwhile) is closed by its start as it ends, so that nothing waits for it."""
+        with self._lock:
+            self._abandoned = self._reached is None
+            reached = self._reached
+        if isinstance(reached, tuple):
+            _close(*reached)
 
     def _start_local(self, gpus: Sequence[int], target: str) -> None:
         cluster = None
@@ -96,11 +97,21 @@ class Reach:
             cluster = local_cluster(gpus, target)
             client = connect(cluster.scheduler_address)
             client.wait_for_workers(len(gpus), timeout=120)
-            self._reached = (cluster, client)
+            reached: tuple[Any, Any] | BaseException = (cluster, client)
         except BaseException as error:
             if cluster is not None:
                 cluster.close()
-            self._reached = error
+            reached = error
+        with self._lock:
+            self._reached, abandoned = reached, self._abandoned
+        if abandoned and isinstance(reached, tuple):
+            _close(*reached)
+
+
+def _close(cluster: Any, client: Any) -> None:
+    client.close()
+    if cluster is not None:
+        cluster.close()
 
 
 def local_cluster(gpus: Sequence[int], target: str = WORKER) -> Any:
