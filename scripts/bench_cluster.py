@@ -14,6 +14,7 @@ asserts nothing.
 Usage: scripts/bench_cluster.py [--family sgemm] [--size 512x512x512] [--filter PATTERN] [--gpus 0,1]
                                 [--timing-budget 0.05] [--parts compile,one,local,cluster,running,killed,tunes]
                                 [--out DIR] [--markdown FILE]
+       scripts/bench_cluster.py --parts simulated [--sim-start-s 1.4] [--sim-job-ms 10] [--sim-energy-s 0.6]
 
 The part `tunes` times three cold tunes of the 180-point sgemm space at 2048^3 (scripts/bench_cold.py's
 sgemm180, brute force): one GPU, every GPU with the local executor, every GPU on a local Dask cluster,
