@@ -14,6 +14,7 @@ asserts nothing.
 Usage: scripts/bench_cluster.py [--family sgemm] [--size 512x512x512] [--filter PATTERN] [--gpus 0,1]
                                 [--timing-budget 0.05] [--parts compile,one,local,cluster,running,killed,tunes]
                                 [--out DIR] [--markdown FILE]
+       scripts/bench_cluster.py --parts simulated [--sim-start-s 1.4] [--sim-job-ms 10] [--sim-energy-s 0.6]
 
 The part `tunes` times three cold tunes of the 180-point sgemm space at 2048^3 (scripts/bench_cold.py's
 sgemm180, brute force): one GPU, every GPU with the local executor, every GPU on a local Dask cluster,
@@ -54,6 +55,9 @@ def main() -> None:
     parser.add_argument("--parts", default="compile,one,local,cluster,killed")
     parser.add_argument("--out", type=Path, default=Path("runs/cluster"))
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--sim-start-s", type=float, default=1.4, help="a simulated GPU's start (part simulated)")
+    parser.add_argument("--sim-job-ms", type=float, default=10.0, help="a simulated GPU's time a job")
+    parser.add_argument("--sim-energy-s", type=float, default=0.6, help="and its extra time on an energy job")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     first_gpu = args.gpus.split(",")[0]
@@ -78,6 +82,9 @@ def main() -> None:
         for name, extra in (("one-gpu", ["--gpus", first_gpu]), ("local", ["--gpus", args.gpus]),
                             ("cluster", ["--gpus", args.gpus, "--cluster", "local"])):
             save(args.out, f"tune-{name}", {"wall_s": cold_tune(args, f"tune-{name}", extra)})
+    if "simulated" in parts:
+        print(simulated_tunes(args))
+        return
     text = report(args)
     print(text)
     if args.markdown:
@@ -138,10 +145,15 @@ def timed(command: list[str], log: Path, env: dict[str, str] | None = None) -> f
     return time.perf_counter() - started
 
 
-def cold_tune(args: argparse.Namespace, name: str, extra: list[str]) -> float:
-    """The whole `tilegen tune` of bench_cold.py's sgemm180 space, from an empty compile cache and database."""
+def sgemm180_words() -> list[str]:
+    """The 180-point sgemm space (bench_cold.py's) as `-p` words."""
     from bench_cold import SGEMM_180
 
+    return [word for key, values in SGEMM_180.items() for word in ("-p", f"{key}={','.join(map(str, values))}")]
+
+
+def cold_tune(args: argparse.Namespace, name: str, extra: list[str]) -> float:
+    """The whole `tilegen tune` of bench_cold.py's sgemm180 space, from an empty compile cache and database."""
     from gen.core.paths import cache_dir
 
     cold = args.out / name
@@ -149,10 +161,50 @@ def cold_tune(args: argparse.Namespace, name: str, extra: list[str]) -> float:
     cold.mkdir(parents=True)
     if (cache_dir() / "ceilings.json").exists():
         shutil.copy(cache_dir() / "ceilings.json", cold / "ceilings.json")
-    space = [word for key, values in SGEMM_180.items() for word in ("-p", f"{key}={','.join(map(str, values))}")]
-    return timed(["tune", "sgemm", "--size", "2048x2048x2048", *space, "--strategy", "brute", "--arch", "sm_90",
+    return timed(["tune", "sgemm", "--size", "2048x2048x2048", *sgemm180_words(), "--strategy", "brute", "--arch", "sm_90",
                   "--db", str(cold / "tuning.sqlite"), *extra], args.out / f"{name}.log",
                  dict(os.environ, TILEGEN_CACHE=str(cold)))
+
+
+def simulated_tunes(args: argparse.Namespace) -> str:
+    """The 180-point brute-force tune on simulated GPUs: one, two local, two on Dask; where its time went."""
+    import tempfile
+
+    from bench_cold import SGEMM_180
+
+    from gen.commands.tune import TuneOptions, tune
+    from gen.core.table import markdown_table
+    from gen.core.timing import TUNE_TIMING
+    from gen.evaluate.options import RunOptions
+    from gen.gpu.dask import DaskExecutor
+    from gen.gpu.local import LocalExecutor
+    from tests.fakes import ENERGY_S, SERVICE_S, START_S
+
+    os.environ.update({SERVICE_S: str(args.sim_job_ms / 1000), ENERGY_S: str(args.sim_energy_s),
+                       START_S: str(args.sim_start_s), "DASK_DISTRIBUTED__DIAGNOSTICS__NVML": "False"})
+    params = {key: list(values) for key, values in SGEMM_180.items()}
+    timed(["compile", "sgemm", "--arch", "sm_90", *sgemm180_words()], args.out / "simulated-compile.log")
+    target, rows = "tests.fakes:timed_worker", []
+    for name, make in (("one GPU", lambda: LocalExecutor([0], target=target)),
+                       ("two, local", lambda: LocalExecutor([0, 1], target=target)),
+                       ("two, Dask", lambda: DaskExecutor("local", [0, 1], target=target))):
+        with tempfile.TemporaryDirectory() as folder:
+            options = TuneOptions("sgemm", "2048x2048x2048", params, strategy="brute", db=Path(folder) / "t.sqlite",
+                                  progress=False, run=RunOptions(arch="sm_90", timing=TUNE_TIMING))
+            began = time.perf_counter()
+            executor = make()
+            try:
+                (result,) = tune(options, executor)
+            finally:
+                executor.close()
+            wall, start = time.perf_counter() - began, result.trace_seconds[0]
+            before = wall - result.seconds  # making the executor (a Dask cluster's start)
+            rows.append([name, f"{wall:.2f}", f"{before + start:.2f}", f"{result.trace_seconds[-1] - start:.2f}",
+                         f"{result.seconds - result.trace_seconds[-1]:.2f}"])
+    return (f"simulated GPUs: ready after {args.sim_start_s} s, {args.sim_job_ms} ms a job, {args.sim_energy_s} s "
+            f"more an energy job; the 180 variants in the compile cache\n\n" +
+            markdown_table(["run", "wall s", "to the first row", "the search's rows", "finalists, default, end"],
+                           rows))
 
 
 def sweep(args: argparse.Namespace, name: str, extra: list[str]) -> dict:

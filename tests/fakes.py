@@ -221,6 +221,7 @@ def wait_for_gate(connection: Connection) -> None:
 SERVICE_S = "TILEGEN_FAKE_SERVICE_S"  # timed_worker's service time per job, in seconds
 START_S = "TILEGEN_FAKE_START_S"  # and its start, before it is ready (a real worker's: python, pycuda, a context)
 EXIT_S = "TILEGEN_FAKE_EXIT_S"  # and its end, once told to stop (a real worker's: its modules, its context)
+ENERGY_S = "TILEGEN_FAKE_ENERGY_S"  # and, on a job that measures energy, the extra time NVML's counter takes
 
 
 def timed_worker(connection: Connection, index: int) -> None:
@@ -228,8 +229,8 @@ def timed_worker(connection: Connection, index: int) -> None:
     seconds (default 0.01), reporting the phases a real worker reports for a job that is checked and
     timed, as it does (a phase is told only once it lasts: gen.gpu.process.worker.HeldPhases); it is
     ready after $TILEGEN_FAKE_START_S seconds, and ends $TILEGEN_FAKE_EXIT_S seconds after it is told
-    to stop (each 0 by default)."""
-    seconds = float(os.environ.get(SERVICE_S, "0.01"))
+    to stop; a job that measures energy takes $TILEGEN_FAKE_ENERGY_S seconds more (each 0 by default)."""
+    seconds, energy_s = float(os.environ.get(SERVICE_S, "0.01")), float(os.environ.get(ENERGY_S, "0"))
     time.sleep(float(os.environ.get(START_S, "0")))
     device = replace(FAKE_DEVICE, index=index)
     connection.send(("ready", device))
@@ -238,7 +239,7 @@ def timed_worker(connection: Connection, index: int) -> None:
         for seed in job.seeds:
             phases(f"check seed {seed}")
         phases("time")
-        time.sleep(seconds)
+        time.sleep(seconds + (energy_s if job.timing is not None and job.timing.energy else 0.0))
         phases.send(("done", replace(fake_measurement(job), device=device)))
     time.sleep(float(os.environ.get(EXIT_S, "0")))
 

@@ -29,7 +29,7 @@ import pytest
 pytest.importorskip("distributed", reason="the cluster extra is not installed (pip install 'tilegen[cluster]')")
 
 from gen.cli.main import main  # noqa: E402
-from gen.gpu import dask_worker  # noqa: E402
+from gen.gpu import dask_cluster, dask_worker  # noqa: E402
 from gen.gpu.dask import DaskExecutor  # noqa: E402
 from gen.gpu.dask_flight import JOBS_PER_TASK, MAX_RESENDS, lost_verdict, task_size  # noqa: E402
 from gen.gpu.dask_cluster import gather_within, local_cluster  # noqa: E402
@@ -132,6 +132,44 @@ def test_a_local_clusters_gpu_processes_start_with_its_dask_workers(tmp_path: Pa
         gate.close()
     assert heard == {"starting 0", "starting 1"}
     assert sorted(device.index for device in devices) == [0, 1]
+
+
+def test_a_local_cluster_starts_while_the_command_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making the executor starts the local cluster without waiting for it (2-3 s: a scheduler, a
+    Dask worker per GPU), so that the command plans and compiles meanwhile: here the cluster starts
+    only once the test, after the executor was made, says the command went on."""
+    went_on = threading.Event()
+
+    def after_the_command_went_on(gpus: list[int], target: str) -> Any:
+        assert went_on.wait(patient(30)), "making the executor waited for its cluster's start"
+        return local_cluster(gpus, target)
+
+    monkeypatch.setattr(dask_cluster, "local_cluster", after_the_command_went_on)
+    executor = DaskExecutor("local", gpus=[0], silence_s=patient(30), target=FAKE)
+    went_on.set()
+    try:
+        assert [device.index for device in _within(executor, executor.devices)] == [0]
+    finally:
+        executor.close()
+
+
+def test_a_kill_while_the_local_cluster_starts_waits_for_nothing_and_leaves_nothing_open(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while `--cluster local` starts: the kill returns at once (here the start is held until
+    it has), and the start closes the cluster it made as it ends."""
+    killed, made = threading.Event(), []
+
+    def held_until_killed(gpus: list[int], target: str) -> Any:
+        assert killed.wait(patient(30)), "the kill waited for the cluster's start"
+        made.append(local_cluster(gpus, target))
+        return made[-1]
+
+    monkeypatch.setattr(dask_cluster, "local_cluster", held_until_killed)
+    executor = DaskExecutor("local", gpus=[0], silence_s=patient(30), target=FAKE)
+    executor.kill()
+    killed.set()
+    assert executor.client.status == "closed"  # the client waits for the start's end
+    assert len(made) == 1 and made[0].status.name == "closed"
 
 
 def test_a_worker_killed_mid_sweep_loses_no_row_and_is_named(tmp_path: Path) -> None:
@@ -247,6 +285,21 @@ def test_a_later_runs_hang_timeout_reaches_a_dask_workers_gpu_process() -> None:
         assert measurement.status == Status.TIMEOUT and time.monotonic() - started < patient(10), measurement
     finally:
         dask_worker.stop_gpu_worker(target)
+
+
+def test_a_dask_workers_gpu_process_holds_a_tasks_next_job_while_it_runs_one() -> None:
+    """As on one host (tests/test_local.py): the next job of a task waits in the GPU process's
+    socket, so the GPU never waits for the Dask worker between two jobs; the measurements come back
+    in the task's order."""
+    target = "tests.fakes:lookahead_worker"  # says in each row whether the next job was already there
+    jobs = [Job(f"matmul_f32_t{tile}_p0_guard", "matmul", "t.cubin", "64x64x64", timing=None) for tile in (8, 16, 32)]
+    jobs.append(replace(jobs[0], shape=fakes.LAST_SHAPE))  # the last: it waits for none
+    try:
+        measured = dask_worker.jobs_task(jobs, {"t.cubin": b"a cubin"}, patient(30), target)
+    finally:
+        dask_worker.stop_gpu_worker(target)
+    assert [measurement.message for measurement in measured] == ["next waiting"] * 3 + ["none"]
+    assert [measurement.throughput for measurement in measured] == [8.0, 16.0, 32.0, 8.0]  # in the task's order
 
 
 def test_a_dask_worker_writes_cubins_into_a_private_folder_and_never_uses_a_planted_one(

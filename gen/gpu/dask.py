@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..core.results import DeviceInfo, GpuModel, Measurement
-from .dask_cluster import GPU, connect, gather_within, local_cluster
+from .dask_cluster import GPU, Reach, gather_within
 from .dask_flight import Sent, drain, failure, lost_verdict, task_size
 from .dask_worker import device_task, jobs_task
 from .executor import GpuUnavailable
@@ -63,28 +63,22 @@ class DaskExecutor:
         self._lock = threading.Condition()
         self._killed = threading.Event()
         if _parent is not None:
-            self._cluster, self._client, self._owner = _parent._cluster, _parent._client, False
+            self._client, self._owner = _parent.client, False
             return
-        self._owner = True
-        self._cluster = local_cluster(gpus, target) if address == "local" else None
-        try:
-            self._client = connect(self._cluster.scheduler_address if self._cluster else address)
-            if self._cluster:
-                self._client.wait_for_workers(len(gpus), timeout=120)
-        except BaseException:
-            if self._cluster:
-                self._cluster.close()
-            raise
+        self._owner, self._client = True, None
+        self._reach = Reach(address, gpus, target)
 
     @property
     def client(self) -> Any:
-        """The Dask client it runs on."""
+        """The Dask client it runs on (a local cluster's once it has started: Reach)."""
+        if self._client is None:
+            _, self._client = self._reach.wait()
         return self._client
 
     # ---- the Executor interface --------------------------------------------------------------
 
     def start(self) -> None:
-        """Nothing more: the cluster was reached when this executor was made."""
+        """Nothing more: the cluster is being reached since this executor was made."""
 
     def devices(self) -> list[DeviceInfo]:
         if self._devices is None:
@@ -125,9 +119,7 @@ class DaskExecutor:
 
     def close(self) -> None:
         if self._owner:
-            self._client.close()
-            if self._cluster is not None:
-                self._cluster.close()
+            self._reach.close()
 
     def kill(self) -> None:
         """Stop at once: cancel every job not finished, and shut a local cluster down."""
@@ -136,7 +128,7 @@ class DaskExecutor:
             futures = [*self._sent, *self._checking.values()]
             self._lock.notify_all()
         if futures:
-            self._client.cancel(futures)
+            self.client.cancel(futures)
         self.close()
 
     def by_model(self) -> dict[GpuModel, "DaskExecutor"]:
@@ -156,7 +148,7 @@ class DaskExecutor:
 
     def _gpu_members(self) -> dict[str, str]:
         """address -> name of the scheduler's workers that offer a GPU."""
-        workers = self._client.scheduler_info(n_workers=-1)["workers"]
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]
         return {address: str(info.get("name", address)) for address, info in workers.items()
                 if info.get("resources", {}).get(GPU)}
 
@@ -186,7 +178,7 @@ class DaskExecutor:
 
     def _query(self, address: str) -> Any:
         """The future of the GPU worker at `address` saying which GPU it holds."""
-        return self._client.submit(device_task, self.silence_s, self.target, workers=[address],
+        return self.client.submit(device_task, self.silence_s, self.target, workers=[address],
                                    resources={GPU: 1}, allow_other_workers=False, pure=False)
 
     def _feed(self, feed: JobFeed, finished: queue.Queue, stop: threading.Event) -> None:
@@ -222,7 +214,7 @@ class DaskExecutor:
         assert self._devices is not None
         workers = frozenset(self._devices)
         cubins = {path: Path(path).read_bytes() for path in {job.cubin for job in jobs}}
-        future = self._client.submit(jobs_task, list(jobs), cubins, self.silence_s, self.target,
+        future = self.client.submit(jobs_task, list(jobs), cubins, self.silence_s, self.target,
                                      resources={GPU: 1}, workers=sorted(workers), allow_other_workers=False,
                                      pure=False)
         self._sent[future] = Sent(jobs, workers, finished, resends)
@@ -245,7 +237,7 @@ class DaskExecutor:
             for future in futures:
                 del self._sent[future]
         if futures:
-            self._client.cancel(futures)
+            self.client.cancel(futures)
 
     def _measurements(self, received: list[tuple[Any, Sent]]) -> list[tuple[Job, Measurement]]:
         """The jobs' measurements, those that succeeded fetched in one gather, or a `launch_error` row
@@ -254,7 +246,7 @@ class DaskExecutor:
         those jobs are sent again; so are the jobs of a task of several that failed, one per task."""
         succeeded = [future for future, sent in received if not sent.failure and future.status == "finished"]
         try:
-            gathered = self.gather(self._client, succeeded, self._killed) if succeeded else []
+            gathered = self.gather(self.client, succeeded, self._killed) if succeeded else []
             results = dict(zip((future.key for future in succeeded), gathered))
         except TimeoutError:
             self._send_again([(future, sent) for future, sent in received if future in succeeded])
@@ -285,7 +277,7 @@ class DaskExecutor:
             for future, sent in lost:
                 if not self._resend(future, sent):
                     sent.finished.put(future)  # finished already: its callback will not come again
-        self._client.cancel([future for future, sent in lost if not sent.failure])
+        self.client.cancel([future for future, sent in lost if not sent.failure])
 
     def _resend(self, future: Any, sent: Sent) -> bool:
         """Send a task's jobs again, each in a task of its own, to the accepted workers there are now

@@ -56,6 +56,64 @@ def check_reachable(address: str) -> None:
     connect(address).close()
 
 
+class Reach:
+    """The cluster a coordinator runs on, being reached: a scheduler's address at once (a one-line
+    error now when it cannot be), 'local' (a scheduler and a Dask worker per GPU in `gpus`) in a
+    thread of its own, so that the command plans and compiles during the 2-3 s that starting them
+    takes. `wait` gives (the local cluster or None, the client), or raises what stopped the start."""
+
+    def __init__(self, address: str, gpus: Sequence[int], target: str = WORKER):
+        self._reached: tuple[Any, Any] | BaseException | None = None
+        self._starting: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._abandoned = False  # closed while it started: the start closes what it made
+        if address != "local":
+            self._reached = (None, connect(address))
+            return
+        import_distributed()  # a one-line error now, without it
+        self._starting = threading.Thread(target=self._start_local, args=(gpus, target), name="tilegen-dask-start")
+        self._starting.start()
+
+    def wait(self) -> tuple[Any, Any]:
+        if self._starting is not None:
+            self._starting.join()
+        if isinstance(self._reached, BaseException):
+            raise self._reached
+        assert self._reached is not None
+        return self._reached
+
+    def close(self) -> None:
+        """Close the client and the local cluster; one still starting (Ctrl-C, a bad option found
+        meanwhile) is closed by its start as it ends, so that nothing waits for it."""
+        with self._lock:
+            self._abandoned = self._reached is None
+            reached = self._reached
+        if isinstance(reached, tuple):
+            _close(*reached)
+
+    def _start_local(self, gpus: Sequence[int], target: str) -> None:
+        cluster = None
+        try:
+            cluster = local_cluster(gpus, target)
+            client = connect(cluster.scheduler_address)
+            client.wait_for_workers(len(gpus), timeout=120)
+            reached: tuple[Any, Any] | BaseException = (cluster, client)
+        except BaseException as error:
+            if cluster is not None:
+                cluster.close()
+            reached = error
+        with self._lock:
+            self._reached, abandoned = reached, self._abandoned
+        if abandoned and isinstance(reached, tuple):
+            _close(*reached)
+
+
+def _close(cluster: Any, client: Any) -> None:
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
 def local_cluster(gpus: Sequence[int], target: str = WORKER) -> Any:
     """A scheduler and one Dask worker process per GPU on this host, each pinned to its GPU, each
     starting its GPU process (running `target`) as it starts (gen.gpu.dask_worker's preload)."""

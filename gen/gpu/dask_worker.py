@@ -3,8 +3,8 @@ coordinator submits (`device_task`, `jobs_task`) and the isolated GPU subprocess
 between tasks; and `serve_gpus`, which starts such Dask workers for `tilegen worker ADDRESS`.
 
 Each Dask worker offers one `GPU` resource and runs one job at a time, in the same isolated
-subprocess (gen.gpu.isolated.IsolatedWorker) with the same hang timeout as on one host, so a
-crashing kernel never kills a Dask worker.
+subprocess (gen.gpu.isolated.IsolatedWorker), fed by the same local executor (gen.gpu.local) with
+the same hang timeout as on one host, so a crashing kernel never kills a Dask worker.
 """
 
 from __future__ import annotations
@@ -24,15 +24,14 @@ from typing import Sequence
 from ..core.errors import RunFailed
 from ..core.nvidia_smi import visible_gpus
 from ..core.own_files import write_atomically
-from ..core.processes import ProcessGroup, visible_devices_for
+from ..core.processes import visible_devices_for
 from ..core.results import DeviceInfo, Measurement
 from .dask_cluster import GPU, GPU_TARGET_ENV, PRELOAD, check_reachable
-from .isolated import IsolatedWorker
 from .process.jobs import Job
 from .process.worker import WORKER
-from .local import run_job
+from .local import LocalExecutor
 
-_held: dict[str, IsolatedWorker] = {}  # this Dask worker's GPU subprocess per target, kept between jobs
+_held: dict[str, LocalExecutor] = {}  # this Dask worker's GPU subprocess per target, kept between tasks
 
 
 def dask_setup(dask_worker: object) -> None:
@@ -41,21 +40,24 @@ def dask_setup(dask_worker: object) -> None:
     than with the first task (a second or more: python, pycuda, a context)."""
     target = os.environ.get(GPU_TARGET_ENV)
     if target:
-        _held_worker(target).spawn()
+        _held_gpu(target).start()
 
 
 def device_task(silence_s: float, target: str) -> DeviceInfo:
-    """Start this worker's GPU subprocess and say which GPU it holds."""
-    worker = _gpu_worker(silence_s, target)
-    return worker.device if worker.alive and worker.device else worker.start()
+    """Start this worker's GPU subprocess (or wait for its start) and say which GPU it holds."""
+    (device,) = _gpu(silence_s, target).devices()
+    return device
 
 
 def jobs_task(jobs: list[Job], cubins: dict[str, bytes], silence_s: float, target: str) -> list[Measurement]:
     """Run jobs one after another on this worker's GPU, each cubin (by the coordinator's path)
-    written to a local file first."""
+    written to a local file first. They go through the local executor's seat table, as on one
+    host: the GPU process holds the next job while it runs one, so it never waits for this
+    process between two jobs, and one that hangs or crashes it is replaced for the jobs after."""
     paths = {name: _local_cubin(cubin) for name, cubin in cubins.items()}
-    worker = _gpu_worker(silence_s, target)
-    return [run_job(worker, replace(job, cubin=paths[job.cubin]), ProcessGroup()) for job in jobs]
+    local = [replace(job, cubin=paths[job.cubin]) for job in jobs]
+    measured = {id(job): measurement for job, measurement in _gpu(silence_s, target).run(local)}
+    return [measured[id(job)] for job in local]
 
 
 def _local_cubin(cubin: bytes) -> str:
@@ -77,9 +79,9 @@ def _local_cubin(cubin: bytes) -> str:
 def stop_gpu_worker(target: str) -> None:
     """Stop this process's GPU subprocess that runs `target`, if there is one (the next task starts
     a fresh one)."""
-    worker = _held.pop(target, None)
-    if worker is not None:
-        worker.stop()
+    gpu = _held.pop(target, None)
+    if gpu is not None:
+        gpu.close()
 
 
 def pinned_gpu() -> tuple[int, str | None]:
@@ -93,25 +95,24 @@ def pinned_gpu() -> tuple[int, str | None]:
     return (int(first) if first.isdigit() else 0), visible
 
 
-def _gpu_worker(silence_s: float, target: str) -> IsolatedWorker:
-    """This Dask worker's isolated GPU subprocess (started on first use, or as the Dask worker
-    started: then waited for now), with the hang timeout of the run that calls now (runs one after
-    another may differ)."""
-    worker = _held_worker(target)
-    worker.silence_s = silence_s
-    if worker.starting:
-        worker.ready()
-    return worker
+def _gpu(silence_s: float, target: str) -> LocalExecutor:
+    """This Dask worker's GPU subprocess, with the hang timeout of the run that calls now (runs one
+    after another may differ)."""
+    gpu = _held_gpu(target)
+    for worker in gpu.workers:
+        worker.silence_s = silence_s
+    return gpu
 
 
-def _held_worker(target: str) -> IsolatedWorker:
-    """The GPU subprocess of `target` this Dask worker keeps (made here, not started; stopped at exit)."""
-    worker = _held.get(target)
-    if worker is None:
+def _held_gpu(target: str) -> LocalExecutor:
+    """The executor of this Dask worker's one GPU subprocess of `target` (made here, not started;
+    stopped at exit)."""
+    gpu = _held.get(target)
+    if gpu is None:
         index, visible = pinned_gpu()
-        worker = _held[target] = IsolatedWorker(index, target=target, visible_devices=visible)
-        atexit.register(worker.stop)
-    return worker
+        gpu = _held[target] = LocalExecutor([index], target=target, visible_devices=visible)
+        atexit.register(gpu.close)
+    return gpu
 
 
 # ---- tilegen worker ADDRESS ------------------------------------------------------------------

@@ -7,7 +7,7 @@ A **job** (gen.gpu.process.jobs.Job) is plain, picklable data: a compiled varian
 coordinator), a shape, a cache preference, the seeds of its checks, its timing rules (None: check
 only) and the engine's `ticket`. A job either checks (and times) the variant, on a GPU that runs
 no other job meanwhile; or, as a **sanitizer job** (`sanitizer`), runs it under compute-sanitizer's
-tools (gen.gpu.sanitize, through gen.gpu.local.run_job) in a process of its own on a GPU that runs
+tools (gen.gpu.sanitize) in a process of its own on a GPU that runs
 nothing else meanwhile. The engine decides which jobs to send and what their results mean: an
 executor runs each job it is given, once, and nothing else.
 

@@ -1,6 +1,7 @@
 """Jobs on this host's GPUs: one isolated worker process per GPU (gen.gpu.isolated), running one
-job at a time, so that timings never share a GPU; and `run_job`, a job on one worker's GPU, a
-sanitizer job under compute-sanitizer (the Dask workers run jobs through it too).
+job at a time, so that timings never share a GPU; a sanitizer job runs under compute-sanitizer
+beside its worker. A Dask worker runs its tasks' jobs through one of these on its one GPU
+(gen.gpu.dask_worker), so they reach its GPU process as they do here.
 
 One thread feeds every worker (gen.gpu.table says how), so that feeding 64 GPUs costs about what
 feeding one does: a thread per GPU spent more on handing the interpreter lock around than on the
@@ -25,8 +26,9 @@ from .process.worker import WORKER
 class LocalExecutor:
     """Isolated workers on this host's GPUs, each running one job at a time, so timings never share a GPU."""
 
-    def __init__(self, gpus: Sequence[int] = (0,), silence_s: float = 30.0, target: str = WORKER):
-        self.workers = [IsolatedWorker(index, silence_s, target) for index in gpus]
+    def __init__(self, gpus: Sequence[int] = (0,), silence_s: float = 30.0, target: str = WORKER,
+                 visible_devices: str | None = None):
+        self.workers = [IsolatedWorker(index, silence_s, target, visible_devices) for index in gpus]
         self._devices: list[DeviceInfo] | None = None
         self._spawned = False
         self._killed = threading.Event()
@@ -95,8 +97,3 @@ class LocalExecutor:
             group._devices = (group._devices or []) + [device]
         return groups
 
-
-def run_job(worker: IsolatedWorker, job: Job, children: ProcessGroup) -> Measurement:
-    """A job on one worker's GPU; a sanitizer job in a process of its own beside it (on the same GPU,
-    so nothing else runs there meanwhile)."""
-    return sanitize(job, worker.environment(), children) if job.sanitizer else worker.run(job)
