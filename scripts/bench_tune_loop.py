@@ -6,7 +6,7 @@ each variant's median and its measure seconds, a compile of COMPILE_S seconds a 
 threads (NVRTC on the H200: 5.9 s for the 180 cold, about 0.5 core-seconds each), the GPU worker
 ready after START_S, an energy job ENERGY_S longer. Prints, per strategy and seed: the wall time, when
 the first evaluation was told, when the search ended, the search's seconds per evaluation, when its
-best came within 1% of the space's best, and the GPU's busy seconds. Then (--windows) the evaluations
+best came within 1% of the space's best (and after how many evaluations), and the GPU's busy seconds. Then (--windows) the evaluations
 the strategy needs to within 1% when the tune keeps that many proposals in flight (the replay, 30 seeds).
 
 Usage: scripts/bench_tune_loop.py [--strategies brute portfolio] [--seeds 3] [--windows 1 4 8 20]
@@ -41,7 +41,7 @@ def main() -> None:
     os.environ["TILEGEN_CACHE"] = tempfile.mkdtemp(prefix="tilegen-sim-")
     recorded = {row.name: row for row in _rows()}
     optimum = min(row.median_ms for row in recorded.values() if row.median_ms is not None)
-    print("| strategy | seed | wall s | first told s | search ends s | search s per evaluation | within 1% at s | GPU busy s |")
+    print("| strategy | seed | wall s | first told s | search ends s | search s per evaluation | within 1% at s (evaluations) | GPU busy s |")
     print("|---|---|---|---|---|---|---|---|")
     for strategy in args.strategies:
         for seed in range(args.seeds):
@@ -72,10 +72,10 @@ def _simulated_tune(strategy: str, budget: int | None, seed: int, recorded: dict
                                  run=RunOptions(arch="sm_90", timing=TUNE_TIMING, compiler="nvcc", compile_jobs=THREADS)),
                      executor)
     wall, told = time.perf_counter() - started, result.trace_seconds
-    within = next((s for s, t in zip(told, result.trace) if t is not None and t <= 1.01 * optimum), None)
+    within = next((i for i, t in enumerate(result.trace) if t is not None and t <= 1.01 * optimum), None)
     per_evaluation = (told[-1] - told[0]) / max(len(told) - 1, 1)
     return (f"| {strategy} | {seed} | {wall:.2f} | {told[0]:.2f} | {told[-1]:.2f} | {per_evaluation:.3f} | "
-            f"{'never' if within is None else f'{within:.2f}'} | {executor.busy_s:.2f} |")
+            f"{'never' if within is None else f'{told[within]:.2f} ({within + 1})'} | {executor.busy_s:.2f} |")
 
 
 def _simulate_compiles() -> None:
