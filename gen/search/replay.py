@@ -35,8 +35,9 @@ def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpa
         if not waiting:
             break
         variant = waiting.popleft()
-        search.tell(variant, recorded.get(variant.name))
-        seen.append((variant.name, recorded.get(variant.name)))
+        median = recorded.get(variant.name)
+        search.tell(variant, median)
+        seen.append((variant.name, median))
     return seen
 
 
