@@ -7,6 +7,7 @@ import gzip
 import json
 import math
 import statistics
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,10 @@ import pytest
 import gen
 from gen.cli.main import main
 from gen.search.measured import read_measured
-from gen.search.replay import Baseline, Run, replay_measured, score_runs
+from gen.core.results import Row, Status
+from gen.evaluate.loop import ListSink, evaluate
+from gen.search.proposers import Search
+from gen.search.replay import Baseline, Run, replay, replay_measured, score_runs
 from gen.search.strategies import make_strategy
 from gen.search.surrogates import quadratic_trend
 
@@ -320,3 +324,49 @@ def _trend_proposals_among_fastest(tmp_path: Path, side: int, slopes: tuple[floa
             trend.tell(by_key[key], measured.time_ms[by_key[key].name])
         among_fastest += trend.ask(1)[0] in fastest
     return among_fastest
+
+
+class InOrderEngine:
+    """An engine that holds `in_flight` points at once and finishes them in the order submitted, each
+    with the measured space's time: the tune's loop as the replay models it."""
+
+    def __init__(self, measured, in_flight: int):
+        self.measured, self.in_flight, self.points = measured, in_flight, deque()
+
+    def stop_timing_above(self, cutoff_ms) -> None:
+        pass
+
+    def room(self) -> int:
+        return self.in_flight - len(self.points)
+
+    def submit(self, points) -> None:
+        self.points.extend(points)
+
+    def compile_ahead(self, points) -> None:
+        pass
+
+    def speculate(self, points) -> None:
+        pass
+
+    @property
+    def idle(self) -> bool:
+        return not self.points
+
+    def finished(self) -> list[Row]:
+        point = self.points.popleft()
+        median = self.measured.time_ms[point.variant.name]
+        return [Row(point.variant.name, "measured", point.variant.params(), Status.OK if median else Status.WRONG,
+                    median_ms=median)]
+
+
+@pytest.mark.parametrize("in_flight", [1, 6])
+def test_the_replay_asks_a_strategy_as_a_tune_s_loop_does(in_flight: int) -> None:
+    """With as many points in flight as the tune's engine holds, the replay proposes what the tune's
+    loop (Search, evaluate) proposes, in the same order: the replay's figures are a tune's."""
+    measured = read_measured(T4)
+    search = Search(make_strategy("portfolio", measured.space, 3), None, 40, early_stop=None)
+    evaluate(search, InOrderEngine(measured, in_flight), ListSink())
+    tuned = [v.name for v in search.strategy.results]  # in the order told
+    assert tuned == [name for name, _ in replay("portfolio", measured.time_ms, measured.space, 40, 3, in_flight)]
+    if in_flight > 1:  # the window changes what is proposed: the strategy knows less when it asks
+        assert tuned != [name for name, _ in replay("portfolio", measured.time_ms, measured.space, 40, 3)]

@@ -5,6 +5,7 @@ The strategies are the tuner's own, asked and told as a real tune asks and tells
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -13,26 +14,30 @@ import numpy as np
 
 from ..core import checks
 from ..core.errors import UsageError
+from ..families.variant import Variant
 from ..store.plots import best_so_far
 from .measured import MeasuredSpace, read_measured
 from .strategies import STRATEGIES, STRATEGY_TYPES, SearchSpace, make_strategy
 
 
 def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpace, budget: int,
-           seed: int = 0, batch: int = 1) -> list[tuple[str, float | None]]:
+           seed: int = 0, in_flight: int = 1) -> list[tuple[str, float | None]]:
     """Run a strategy against recorded measurements (name -> median ms, None for failures), no GPU:
-    what it asked for and the median it would have seen, in order. With `batch`, it proposes that
-    many at a time, each batch told before the next is asked for (as while the GPU is busy)."""
+    what it asked for and the median it would have seen, in order. With `in_flight`, it is asked as a
+    tune's loop asks it (gen.search.proposers.Search) while that many points compile or run: up to
+    `in_flight` asked and not yet told, the oldest told first, and as many asked again as were told."""
     search = make_strategy(strategy, space, seed)
     seen: list[tuple[str, float | None]] = []
-    while len(seen) < min(budget, len(space.variants)):
-        proposed = search.ask(min(batch, budget - len(seen)))
-        if not proposed:
+    waiting: deque[Variant] = deque()
+    total = min(budget, len(space.variants))
+    while len(seen) < total:
+        waiting.extend(search.ask(min(in_flight, total - len(seen)) - len(waiting)))
+        if not waiting:
             break
-        for variant in proposed:
-            median = recorded.get(variant.name)
-            search.tell(variant, median)
-            seen.append((variant.name, median))
+        variant = waiting.popleft()
+        median = recorded.get(variant.name)
+        search.tell(variant, median)
+        seen.append((variant.name, median))
     return seen
 
 
