@@ -244,9 +244,10 @@ def test_a_sweep_measured_with_energy_resumes_only_with_it(tmp_path: Path, compi
 
 class FakeDriver(types.ModuleType):
     """pycuda.driver for the energy loop: an event records how many launches were queued before it,
-    and 1 ms passes per launch; each event is busy when first asked, done when asked again."""
+    and 1 ms passes per launch; each event is busy when first asked, done when asked again (or done
+    at once: a GPU that runs each launch before the host queues the next)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host_bound: bool = False) -> None:
         super().__init__("pycuda.driver")
         self.launches = 0
         driver = self
@@ -259,7 +260,7 @@ class FakeDriver(types.ModuleType):
                 self.at = driver.launches
 
             def query(self) -> bool:
-                done, self.asked = self.asked, True
+                done, self.asked = self.asked or host_bound, True
                 return done
 
             def synchronize(self) -> None:
@@ -289,15 +290,21 @@ class SteadyCounter:
         return 300.0 * (self.clock() - self.started)
 
 
-def test_the_energy_loop_takes_power_from_the_counters_updates_and_time_from_the_events(monkeypatch) -> None:
-    driver = FakeDriver()
+@pytest.mark.parametrize("host_bound", [False, True], ids=["gpu-bound", "host-bound"])
+def test_the_energy_loop_takes_power_from_the_counters_updates_and_time_from_the_events(monkeypatch,
+                                                                                         host_bound) -> None:
+    # host-bound: the launches never queue up ahead of the GPU (a kernel shorter than its launch), so
+    # the counter is read as the batches go, not only while a full queue drains
+    driver = FakeDriver(host_bound)
     monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
     monkeypatch.setitem(sys.modules, "pycuda", types.SimpleNamespace(driver=driver))
 
     def launch() -> None:
         driver.launches += 1
 
-    joules, watts = energy_per_launch(launch, SteadyCounter(), seconds_per_launch=1e-3, window_s=0.05)
+    measured = energy_per_launch(launch, SteadyCounter(), seconds_per_launch=1e-3, window_s=0.05)
+    assert isinstance(measured, tuple), measured
+    joules, watts = measured
     assert watts == pytest.approx(300.0, rel=0.05)
     assert joules == pytest.approx(watts * 1e-3)  # 1 ms a launch, by the events
 

@@ -152,8 +152,9 @@ def energy_per_launch(call: Callable[[], Any], meter: Meter, seconds_per_launch:
                       window_s: float = ENERGY_WINDOW_S) -> tuple[float, float] | str:
     """(joules per launch, average watts) of `call` run back to back, for ENERGY_WARMUP_S and then
     `window_s` or more (until the counter updated MIN_UPDATES times); or why not, in a few words.
-    The meter is read only while BATCHES_AHEAD batches of launches wait behind the one running: the
-    GPU is busy throughout. `seconds_per_launch` sizes the batches."""
+    The meter is read once a batch, and while BATCHES_AHEAD batches of launches wait behind the one
+    running (the GPU is busy throughout, unless the host cannot launch as fast as it runs).
+    `seconds_per_launch` sizes the batches."""
     batch = max(1, round(BATCH_MS / 1e3 / max(seconds_per_launch, 1e-7)))
     readings: list[Reading] = []
     queued: deque[Any] = deque()
@@ -169,6 +170,8 @@ def energy_per_launch(call: Callable[[], Any], meter: Meter, seconds_per_launch:
             call()
         launches += batch if first is not None else 0
         queued.append(event(recorded=True))
+        if first is not None:  # once a batch: a host slower than the GPU never fills the queue below
+            _read(meter, readings)
         while len(queued) > BATCHES_AHEAD:
             if queued[0].query():
                 queued.popleft()
