@@ -251,7 +251,7 @@ class WgmmaFamily(Family):
                 chosen.append(variant)
         if not many:  # a thin M or few tiles: those whose blocks all fit the SMs at once first, splits
             # in 4 last (1.3-1.6x slower than a split in 2 at 16 and 128 tokens), then the most consumer
-            # warp groups at work, then the widest tile (data/h200/thin-2026-11-28.md)
+            # warp groups at work, then the widest tile (docs/results/data/h200/thin-2026-11-28/thin.md)
             chosen.sort(key=lambda v: (self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS, v.split > 2,
                                        -self.launch(v, shape).grid[0] * v.consumers, -v.bn))
         return chosen
