@@ -84,7 +84,8 @@ def main() -> None:
             save(args.out, f"tune-{name}", {"wall_s": cold_tune(args, f"tune-{name}", extra)})
     if "simulated" in parts:
         print(simulated_tunes(args))
-        return
+        if parts == ["simulated"]:
+            return
     text = report(args)
     print(text)
     if args.markdown:

@@ -28,7 +28,7 @@ RECORDED = REPO / "docs" / "results" / "data" / "h200" / "sgemm-2048-exhaustive.
 SPACE = {"bm": [64, 128], "bn": [64, 128], "bk": [8, 16], "wm": [32, 64], "wn": [32, 64], "tm": [4, 8],
          "tn": [4, 8], "padding": [0, 4], "vec": [4], "stages": [2], "load": ["registers"], "bounds": ["none"],
          "sync": ["both"]}  # scripts/bench_vs_kernel_tuner.py's
-COMPILE_S, RUN_S, START_S, ENERGY_S, THREADS = 0.5, 0.006, 2.0, 0.5, 16
+COMPILE_S, COMPILE_RUN_S, START_S, ENERGY_S, THREADS = 0.5, 0.006, 2.0, 0.5, 16
 
 
 def main() -> None:
@@ -79,13 +79,14 @@ def _simulated_tune(strategy: str, budget: int | None, seed: int, recorded: dict
 
 
 def _simulate_compiles() -> None:
-    """Every compile a sleep of COMPILE_S a variant (NVRTC's batching: 4 runs a thread), THREADS threads."""
+    """Every compile a sleep of COMPILE_RUN_S a compiler run plus COMPILE_S a variant, THREADS threads: nvcc patched to
+    batch as NVRTC does (4 runs a thread)."""
     from gen.compiling import options, pool
     from gen.compiling.compiler import Compiled
     from gen.compiling.nvcc import Nvcc
 
     def compile_batch(variants, compile_options, children):
-        time.sleep(RUN_S + COMPILE_S * len(variants))
+        time.sleep(COMPILE_RUN_S + COMPILE_S * len(variants))
         return [Compiled(v, Path(os.devnull), None, COMPILE_S, "", False, "simulated", compile_options.level)
                 for v in variants]
 

@@ -23,10 +23,9 @@ SECTOR = 32  # bytes: L2's unit of a read
 
 def l2_promotion(row_bytes: int) -> int:
     """How much L2 fetches from memory around what a box asks for: 256 bytes where rows fall on
-    32-byte sectors, 128 where they do not. On an H200 at 2000x7000x3000 in bf16 (rows 6000 and 14000
-    bytes apart, half of them off the sectors), 256 took the default variant 0.193 ms and 128 (or 64,
-    or none) 0.172 ms; at 32-byte rows, and the Llama shapes' rows of whole kilobytes, 256 is as fast
-    (docs/results/h200-models.md, "Rows off the sectors")."""
+    32-byte sectors, 128 where they do not (measured with wgmma in bf16 on an H200, where 128 was 11%
+    faster off the sectors and as fast on them: docs/results/h200-models.md, "Rows off the sectors";
+    FP8's maps follow the same rule, not measured)."""
     return _L2_256B if row_bytes % SECTOR == 0 else _L2_128B
 
 

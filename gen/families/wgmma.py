@@ -38,8 +38,9 @@ TURN_BYTES = 16  # two more for schedule=pingpong: whose turn it is to multiply
 # projections and odd shapes on an H200 (docs/results/h200-models.md: 30-evaluation tunes and brute
 # force over the space), as changes to the default. A thin M (up to 64 rows): 64-row tiles, with K
 # split among the blocks of a tile (FILL: see fill_split) unless 192-column tiles alone fill the SMs,
-# and pipelines as deep as shared memory holds (12, 8 and 5 stages of 64, 128 and 192 columns: such a
-# product streams B, and the bytes in flight set its pace). A few tiles (the default's fill less than
+# and deep pipelines (such a product streams B, and the bytes in flight set its pace): 12 and 8 stages
+# of 64 and 128 columns, the deepest that fit; 5 of 192 (6 fit, but ran 3-4% slower at 16x10240x8192,
+# docs/results/data/h200/thin-2026-11-28/thin.md). A few tiles (the default's fill less than
 # half the SMs): narrower tiles and splits. Many: the default and its relatives, in the order of
 # wave_cost.
 FILL = 0
@@ -250,8 +251,8 @@ class WgmmaFamily(Family):
             if variant not in chosen and self.runnable(variant, shape) == variant:
                 chosen.append(variant)
         if not many:  # a thin M or few tiles: those whose blocks all fit the SMs at once first, splits
-            # in 4 last (1.3-1.6x slower than a split in 2 at 16 and 128 tokens), then the most consumer
-            # warp groups at work, then the widest tile (docs/results/data/h200/thin-2026-11-28/thin.md)
+            # in 4 last (with 64 and 128 columns 1.3-1.6x slower than a split in 2 at 16 and 128 tokens), then
+            # the most consumer warp groups at work, then the widest tile (data/h200/thin-2026-11-28/thin.md)
             chosen.sort(key=lambda v: (self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS, v.split > 2,
                                        -self.launch(v, shape).grid[0] * v.consumers, -v.bn))
         return chosen

@@ -84,7 +84,8 @@ class Reach:
 
     def close(self) -> None:
         """Close the client and the local cluster; one still starting (Ctrl-C, a bad option found
-        meanwhile) is closed by its start as it ends, so that nothing waits for it."""
+        meanwhile) is closed by its start as it ends, so that the command need not wait for it (the
+        interpreter still does at exit: the start's thread is not a daemon, so it cleans up)."""
         with self._lock:
             self._abandoned = self._reached is None
             reached = self._reached
@@ -92,13 +93,15 @@ class Reach:
             _close(*reached)
 
     def _start_local(self, gpus: Sequence[int], target: str) -> None:
-        cluster = None
+        cluster = client = None
         try:
             cluster = local_cluster(gpus, target)
             client = connect(cluster.scheduler_address)
             client.wait_for_workers(len(gpus), timeout=120)
             reached: tuple[Any, Any] | BaseException = (cluster, client)
         except BaseException as error:
+            if client is not None:
+                client.close()
             if cluster is not None:
                 cluster.close()
             reached = error
