@@ -2,9 +2,10 @@
 
 This module imports nothing but the standard library's signal and threading, so the command's entry
 point installs the handlers before it imports anything else: an interrupt at any moment after that
-ends as one line, `tilegen: interrupted`, exit code 130. A signal that was ignored when tilegen
-started (`nohup tilegen ...`, a script's `tilegen &` job, whose SIGINT the shell ignores) stays
-ignored: whoever started tilegen asked for that.
+ends as one line, `tilegen: interrupted`, exit code 130. Ctrl-C and SIGTERM stop it however it
+started: a script's `tilegen ... &` job starts with SIGINT ignored, set by the shell, not asked for
+by anyone, and an interrupt sent to the script's process group must still stop it within seconds.
+Only SIGHUP stays ignored where it was (`nohup tilegen ...`: whoever started tilegen asked for that).
 """
 
 from __future__ import annotations
@@ -16,16 +17,17 @@ from typing import Any, Iterator
 
 # Ctrl-C, a kill, and a closed terminal: each stops a command the same way.
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+KEPT_IF_IGNORED = tuple(getattr(signal, name) for name in ("SIGHUP",) if hasattr(signal, name))  # nohup's
 
 EXIT_INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C, SIGTERM or SIGHUP
 
 
 def install_stop_handlers() -> dict[int, Any]:
-    """From here on each stop signal that is not ignored raises StopSignal in the main thread (call it
-    there); returns the handlers they had."""
+    """From here on each stop signal raises StopSignal in the main thread (call it there), but a SIGHUP
+    that was ignored (nohup); returns the handlers they had."""
     _Held.came = False
     return {signum: signal.signal(signum, _stop) for signum in STOP_SIGNALS
-            if signal.getsignal(signum) is not signal.SIG_IGN}
+            if not (signum in KEPT_IF_IGNORED and signal.getsignal(signum) is signal.SIG_IGN)}
 
 
 def stop_handlers_installed() -> bool:
