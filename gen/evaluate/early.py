@@ -38,9 +38,7 @@ def take(gpus: Sequence[int], silence_s: float) -> LocalExecutor | None:
         same = [worker.physical_index for worker in executor.workers] == list(gpus) and \
             environments == [worker.environment() for worker in executor.workers]
         if same and found is None:
-            for worker in executor.workers:
-                worker.silence_s = silence_s
-            found = executor
+            found = executor.hang_after(silence_s)
         else:
             executor.kill()
     return found

@@ -98,10 +98,7 @@ def pinned_gpu() -> tuple[int, str | None]:
 def _gpu(silence_s: float, target: str) -> LocalExecutor:
     """This Dask worker's GPU subprocess, with the hang timeout of the run that calls now (runs one
     after another may differ)."""
-    gpu = _held_gpu(target)
-    for worker in gpu.workers:
-        worker.silence_s = silence_s
-    return gpu
+    return _held_gpu(target).hang_after(silence_s)
 
 
 def _held_gpu(target: str) -> LocalExecutor:

@@ -105,11 +105,6 @@ class IsolatedWorker:
         self._pending.clear()
         return payload
 
-    @property
-    def starting(self) -> bool:
-        """Spawned, and not yet waited for (`ready`)."""
-        return self._connection is not None and self._messages is None
-
     def run(self, job: Job) -> Measurement:
         """Run one job and wait for its measurement (a row for a hang or a death too)."""
         if not self.alive:

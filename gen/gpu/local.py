@@ -52,6 +52,12 @@ class LocalExecutor:
                 raise
         return self._devices
 
+    def hang_after(self, silence_s: float) -> "LocalExecutor":
+        """Its workers' jobs taken as hung after `silence_s` of silence from now on (a run asks its own)."""
+        for worker in self.workers:
+            worker.silence_s = silence_s
+        return self
+
     def capacity(self) -> int:
         return JOBS_AHEAD * len(self.workers)
 
