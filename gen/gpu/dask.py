@@ -113,6 +113,10 @@ class DaskExecutor:
                             if (sent := self._received(future)) is not None]
                 if received and not self._killed.is_set():
                     yield from self._measurements(received)
+            if not self._killed.is_set():  # a worker that left after the last look is named too
+                members = self._gpu_members()
+                with self._lock:
+                    self._forget_left(members)
         finally:
             stop.set()
             self._cancel(finished)
