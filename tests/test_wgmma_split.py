@@ -30,7 +30,7 @@ def test_the_default_space_has_thin_and_narrow_tiles_and_splits_of_a_tile_per_bl
     assert {v.consumers for v in variants if v.bm == 64 and v.schedule != "pingpong"} == {1}
     split = [v for v in variants if v.split > 1]
     assert {v.split for v in split} == {2, 4} and {(v.schedule, v.cluster) for v in split} == {("grid", 1)}
-    assert len(variants) < 400  # what a tune's compile-ahead takes on
+    assert len(variants) < 500  # what a tune's compile-ahead takes on (472 with stream-K)
 
 
 def test_split_takes_a_cluster_per_tile_of_a_block_per_tile_schedule_and_room_for_its_sums() -> None:
@@ -93,10 +93,11 @@ def test_the_likely_best_variants_fill_the_sms_and_a_tune_can_measure_each(size:
     if shape.m <= 64 or tiles < 66:  # thinner tiles and a split put more blocks on the SMs, all at once
         blocks = WGMMA.launch(untuned, shape).grid[0]
         assert (tiles < blocks if shape.k >= 2048 else tiles <= blocks) and rounds[untuned] == 1
-    else:  # the default's tiles fill the SMs: it, or a tile as wide as it that takes no more rounds
-        assert untuned == default or (untuned.bm * untuned.bn < 128 * 256 and rounds[untuned] <= rounds[default])
+    else:  # the default's tiles fill the SMs: it (or its stream-K), or a tile as wide as it that takes no more rounds
+        assert untuned in (default, replace(default, schedule="streamk")) or (
+            untuned.bm * untuned.bn < 128 * 256 and rounds[untuned] <= rounds[default])
     if size == "8192x8192x8192":
-        assert untuned == default
+        assert (untuned.bm, untuned.bn) == (default.bm, default.bn)
 
 
 def test_a_tune_first_measures_the_familys_likely_best_then_the_nearest_tuned_shapes(tmp_path) -> None:

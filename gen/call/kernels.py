@@ -24,7 +24,7 @@ from ..compiling.compiler import CompileOptions, compile_variant
 from ..core.errors import UsageError
 from ..families import get_family
 from ..families.family import Family
-from ..families.problem import Scalar, element_type_of, numpy_dtype
+from ..families.problem import Scalar, Workspace, element_type_of, numpy_dtype
 from ..families.variant import Variant
 from ..gpu.runtime.regions import spans
 from .lookup import shape_text, tuned_with_reason
@@ -69,7 +69,7 @@ class Kernel:
         self.family, self.variant, self.shape, self.reason = family, variant, shape, reason
         self.dtype = variant.dtype if variant is not None else dtype
         problem = family.problem if variant is None else get_family(variant.family).problem_of(variant)
-        self.arrays = [a.name for a in problem.arguments if not isinstance(a, Scalar)]  # a fused epilogue's too
+        self.arrays = [a.name for a in problem.arguments if not isinstance(a, (Scalar, Workspace))]  # a fused epilogue's too
         self.output = problem.output.name
         self._output_index = self.arrays.index(self.output)
         self._launches: dict[tuple[Any, ...], Prepared] = {}
@@ -135,13 +135,16 @@ class Kernel:
         family = get_family(variant.family)  # the fallback's, where this family does not run here (Family.fallback)
         launch = family.launch(variant, shape)
         problem, output = family.problem_of(variant), described[self.output]
+        # a workspace (stream-K's sums): the stream's (native.DriverLaunch), at the argument of its place in the problem's
+        index, workspace = next(((i, a) for i, a in enumerate(problem.arguments) if isinstance(a, Workspace)), (0, None))
         arguments = problem.kernel_arguments(shape, {**{name: array.pointer for name, array in described.items()},
-                                                     **scalars})
+                                                     **({workspace.name: 0} if workspace else {}), **scalars})
         clears = spans(output.pointer, output.strides, output.dtype.itemsize,
                        problem.output_region(shape)) if launch.clears_output else ()
         function = loaded(variant, context)
         return Prepared(native.DriverLaunch(function, launch.grid, launch.block, launch.dynamic_shared_bytes, arguments,
-                                            clears), described, variant)
+                                            clears, workspace=workspace and (index, 4 * workspace.words, context)),
+                        described, variant)
 
     def _validated(self, described: dict[str, DeviceArray]) -> tuple[Variant, Any]:
         """The variant and shape for these arrays, each array checked: element type, dimensions,

@@ -8,7 +8,8 @@ float32, `R` a residual matrix like C (M x N with C's row stride ldc, in C's typ
 float32 arguments of the kernel. The residual is added after the activation, as a transformer block's
 residual connection needs (cuBLASLt's epilogue adds its C term before the activation instead).
 Each part is asked for by a variant parameter (wgmma's `scale`, `bias`, `act`, `residual`); at their
-defaults the kernel is the plain GEMM and takes the plain GEMM's problem (TMA_GEMM)."""
+defaults the kernel is the plain GEMM and takes the plain GEMM's problem (TMA_GEMM), unless it takes a
+workspace too (stream-K's: EpilogueGemmProblem with `workspace` words)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import numpy as np
 from ..core.errors import InvalidVariant, UsageError
 from .gemm import MatmulShape
 from .hgemm import TMA_GEMM, TmaGemmProblem
-from .problem import UNIT_ROUNDOFF, Input, Output, Scalar, numpy_dtype
+from .problem import UNIT_ROUNDOFF, Input, Output, Scalar, Workspace, numpy_dtype
 
 SCALES = ("none", "alpha", "alpha-beta")
 ACTIVATIONS = ("none", "relu", "gelu-tanh", "gelu-erf", "silu")
@@ -102,19 +103,20 @@ def called_epilogue(bias: bool, activation: str | None, residual: bool, alpha: b
 
 
 @functools.cache
-def epilogue_problem(epilogue: Epilogue) -> "EpilogueGemmProblem":
-    """One problem object per epilogue: the GPU worker keeps inputs and references per problem."""
-    return EpilogueGemmProblem(epilogue)
+def epilogue_problem(epilogue: Epilogue, workspace: Workspace | None = None) -> "EpilogueGemmProblem":
+    """One problem object per epilogue and workspace: the GPU worker keeps inputs and references per problem."""
+    return EpilogueGemmProblem(epilogue, workspace)
 
 
 class EpilogueGemmProblem(TmaGemmProblem):
-    """The TMA GEMM with an epilogue: its kernel takes (a_map, b_map, C, [bias,] [R,] M, N, K, ldc,
+    """The TMA GEMM with an epilogue: its kernel takes (a_map, b_map, C, [bias,] [R,] [W,] M, N, K, ldc,
     [alpha,] [beta]); its inputs add the bias and the residual, and its reference applies the same
-    epilogue in float64."""
+    epilogue in float64. W: the kernel's `workspace`, where it takes one (named W)."""
 
-    def __init__(self, epilogue: Epilogue):
+    def __init__(self, epilogue: Epilogue, workspace: Workspace | None = None):
         self.epilogue = epilogue
-        extras = [Input("bias")] * (epilogue.bias == "col") + [Input("R")] * (epilogue.residual == "add")
+        extras = [Input("bias")] * (epilogue.bias == "col") + [Input("R")] * (epilogue.residual == "add") \
+            + [workspace] * (workspace is not None)
         factors = [Scalar(n, ctype="float") for n, on in (("alpha", epilogue.alpha), ("beta", epilogue.beta)) if on]
         self.arguments = (Input("A"), Input("B"), Output("C"), *extras, Scalar("M", "m"), Scalar("N", "n"),
                           Scalar("K", "k"), Scalar("lda"), Scalar("ldb"), Scalar("ldc"), *factors)
@@ -126,7 +128,8 @@ class EpilogueGemmProblem(TmaGemmProblem):
     def arrays(self, shape: MatmulShape) -> dict[str, tuple[int, ...]]:
         extras = {"bias": (shape.n,), "R": (shape.m, shape.ldc)}
         names = {a.name for a in self.arguments}
-        return {**super().arrays(shape), **{name: dims for name, dims in extras.items() if name in names}}
+        return {**super().arrays(shape), **{name: dims for name, dims in extras.items() if name in names},
+                **{a.name: (a.words,) for a in self.arguments if isinstance(a, Workspace)}}
 
     def scalars(self, shape: MatmulShape) -> dict[str, int | float]:
         factors = {"alpha": ALPHA, "beta": BETA}
@@ -134,7 +137,7 @@ class EpilogueGemmProblem(TmaGemmProblem):
                 for a in self.arguments if isinstance(a, Scalar)}
 
     def kernel_arguments(self, shape: MatmulShape, pointers: Mapping[str, Any]) -> list[Any]:
-        extras = [a.name for a in self.arguments[3:] if isinstance(a, Input)]
+        extras = [a.name for a in self.arguments[3:] if isinstance(a, (Input, Workspace))]
         if missing := [name for name in extras if name not in pointers]:
             raise UsageError(f"this kernel's epilogue also takes {' and '.join(missing)} (bias: a vector of N; R: a "
                              f"matrix like C): pass them")
@@ -168,5 +171,7 @@ class EpilogueGemmProblem(TmaGemmProblem):
 
     def tolerance(self, dtype: str, shape: MatmulShape) -> float:
         """The GEMM's, twice over (an activation may halve the reference's norm: ReLU drops the
-        negative half), plus the activation's float32 evaluation."""
+        negative half), plus the activation's float32 evaluation; the GEMM's alone with none (a workspace only)."""
+        if not self.epilogue.fused:
+            return super().tolerance(dtype, shape)
         return 2 * super().tolerance(dtype, shape) + ACTIVATION_ROUNDINGS * UNIT_ROUNDOFF["f32"]

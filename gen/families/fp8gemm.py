@@ -34,7 +34,7 @@ from .gemm import MatmulShape
 from .problem import GEMM_FP8, UNIT_ROUNDOFF, Ceiling, Input, numpy_dtype
 from .family import blocks
 from .variant import Variant, choice
-from .wgmma import MAX_SUMS, PERSISTENT_BLOCKS, SPLITS, WgmmaFamily, WgmmaVariant
+from .wgmma import MAX_SUMS, PERSISTENT_BLOCKS, SCHEDULES, SPLITS, WgmmaFamily, WgmmaVariant
 
 FP8_TYPES = ("e4m3", "e5m2")
 FP8_OUTPUTS = ("bf16", "f16", "f32")
@@ -77,6 +77,8 @@ class Fp8Variant(WgmmaVariant):
                       help="C's type: bfloat16, float16 or float32")
     stages: int = choice(3, (2, 3, 4, 5, 6), tag="s", space=(3, 4, 5), emitted=(3,),  # wgmma's deep ones: not measured here
                          help="tiles in shared memory at once; the producer refills each as soon as it is free")
+    schedule: str = choice("persistent", SCHEDULES[:3], space=SCHEDULES[:3], emitted=("persistent",),
+                           help="wgmma's schedules but streamk (its workspace is not passed with FP8's scales yet)")
     split: int = choice(1, SPLITS, tag="split", omit=1, space=SPLITS[:3], emitted=(1,),
                         help="blocks per tile of C, a cluster, each multiplying its share of K; the first adds the "
                              "others' float32 sums in their order (deterministic), then scales and stores")

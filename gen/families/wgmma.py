@@ -7,7 +7,8 @@ wgmma.mma_async straight from shared memory; mbarriers pass each stage between t
 blocks on tiles one above the other, each copying half of their shared tiles of B into both (TMA
 multicast); `schedule` gives each block one tile of C, or keeps a persistent block per SM walking through the tiles (the
 next tile's copies overlap this one's stores), or has its two consumers take whole tiles in turn
-(ping-pong: one's stores overlap the other's products); `group` orders the tiles for L2 reuse.
+(ping-pong: one's stores overlap the other's products), or shares the last wave's tiles out along K
+among persistent blocks (stream-K); `group` orders the tiles for L2 reuse.
 `scale`, `bias`, `act` and `residual` fuse an epilogue into the stores (gen.families.epilogue).
 """
 
@@ -20,18 +21,21 @@ from ..core.errors import InvalidVariant, UsageError
 from ..core.tensor_maps import BOX
 from .family import Family, Launch, blocks, check_shared_bytes
 from .gemm import MatmulShape
-from .epilogue import ACTIVATIONS, RESIDUALS, SCALES, Epilogue
+from .epilogue import ACTIVATIONS, RESIDUALS, SCALES, Epilogue, epilogue_problem
 from .epilogue import PARAMETERS as EPILOGUE_PARAMETERS
 from .hgemm import ALIGNMENT_SLACK, TMA_GEMM, TmaGemmProblem
-from .problem import element_bytes
+from .problem import Workspace, element_bytes
 from .variant import Variant, choice
 
-SCHEDULES = ("grid", "persistent", "pingpong")
+SCHEDULES = ("grid", "persistent", "pingpong", "streamk")
 STAGES = (2, 3, 4, 5, 6, 8, 10, 12)  # tiles of A and B in shared memory at once (thin tiles take the deep ones)
 SPLITS = (1, 2, 4, 8)  # split-K: blocks of a cluster per tile, 8 the most a cluster portably holds
 BK = 64  # K per stage: 128 bytes of a row, the width of the 128-byte swizzle
 MAX_SUMS = 128  # float32 sums per consumer thread: beyond them, the consumers' 232 registers spill
 PERSISTENT_BLOCKS = 132  # SMs of an H100 SXM and of an H200: one persistent block each
+STREAM_K_FLAGS = 256  # stream-K's workspace: a flag word per block (PERSISTENT_BLOCKS at most), 1 KiB
+STREAM_K_SLOT = 128 * 256  # then a slot of float32 sums per block, as many as the largest tile's
+STREAM_K_WORKSPACE = Workspace("W", STREAM_K_FLAGS + PERSISTENT_BLOCKS * STREAM_K_SLOT)
 BARRIER_BYTES = 16  # two mbarriers per stage
 TURN_BYTES = 16  # two more for schedule=pingpong: whose turn it is to multiply
 # A tune's first picks and the untuned choice (WgmmaFamily.likely_best): the tiles that won the Llama-3
@@ -41,8 +45,10 @@ TURN_BYTES = 16  # two more for schedule=pingpong: whose turn it is to multiply
 # and deep pipelines (such a product streams B, and the bytes in flight set its pace): 12 and 8 stages
 # of 64 and 128 columns, the deepest that fit; 5 of 192 (6 fit, but ran 3-4% slower at 16x10240x8192,
 # docs/results/data/h200/thin-2026-11-28/thin.md). A few tiles (the default's fill less than
-# half the SMs): narrower tiles and splits. Many: the default and its relatives, in the order of
-# wave_cost.
+# half the SMs): stream-K over tiles of 192 and 128 columns, narrower tiles and splits. Many: the
+# default and its relatives, stream-K's among them, in the order of wave_cost. Stream-K only where
+# K has MIN_SPLIT_STEPS steps (at 1000^3 and 3000x5000x1000, 16 steps, it ran 8-14% slower:
+# docs/results/h200-models.md, "Stream-K").
 FILL = 0
 THIN_M = ({"bm": 64, "bn": 64, "consumers": 1, "stages": 12, "schedule": "grid", "store": "direct", "split": FILL},
           {"bm": 64, "bn": 128, "consumers": 1, "stages": 8, "schedule": "grid", "store": "direct", "split": FILL},
@@ -50,17 +56,23 @@ THIN_M = ({"bm": 64, "bn": 64, "consumers": 1, "stages": 12, "schedule": "grid",
           {"bm": 64, "bn": 256, "stages": 4, "schedule": "pingpong", "store": "direct"}, {})
 THIN_M_WIDE_N = ({"bm": 64, "bn": 256, "consumers": 1, "stages": 4, "store": "direct"},
                  {"bm": 64, "bn": 256, "stages": 4, "schedule": "pingpong", "store": "direct"}, {})
-FEW_TILES = ({"bn": 128, "stages": 6, "schedule": "grid", "store": "direct", "split": FILL},
+FEW_TILES = ({"bn": 192, "stages": 5, "schedule": "streamk", "store": "direct"},
+             {"bn": 128, "stages": 6, "schedule": "streamk", "store": "direct"},
+             {"bn": 128, "stages": 6, "schedule": "grid", "store": "direct", "split": FILL},
              {"bm": 64, "bn": 128, "consumers": 1, "stages": 8, "schedule": "grid", "store": "direct", "split": FILL},
              {"bm": 64, "bn": 192, "consumers": 1, "stages": 5, "schedule": "grid", "store": "direct", "split": FILL},
              {"stages": 4, "schedule": "grid", "store": "direct", "split": FILL},
              {"bn": 192, "stages": 4, "schedule": "grid", "split": FILL}, {})
 MANY_TILES = ({}, {"bn": 192, "stages": 5, "store": "direct"}, {"stages": 4, "store": "direct"},
-              {"bm": 256, "bn": 128, "store": "direct"}, {"bn": 128, "stages": 5, "schedule": "pingpong", "store": "direct"})
+              {"bm": 256, "bn": 128, "store": "direct"}, {"bn": 128, "stages": 5, "schedule": "pingpong", "store": "direct"},
+              {"schedule": "streamk"})
 # wave_cost's cost of a tile's element by tile: a 128 x 256 tile (or 256 x 128) multiplies most per
 # byte it loads; narrower tiles pay for their loads (fitted to the 512-token shapes' winners)
 ELEMENT_COST = {128 * 256: 1.0, 128 * 192: 1.1, 128 * 128: 1.2}
 MIN_SPLIT_STEPS = 32  # steps of BK each block of a split keeps: fewer, and the sum costs more than it saves
+# wave_cost's cost of stream-K's sums passed through global memory, in steps of a block: fitted to an
+# H200's 128 x 256 tiles at 2000x7000x3000, 2048x7168x3072 and 4096^3 (docs/results/h200-models.md)
+STREAM_K_FIXUP_STEPS = 24
 
 
 
@@ -82,9 +94,11 @@ class WgmmaVariant(Variant):
                             help="consumer warp groups, each multiplying bm / consumers rows (64 or 128)")
     stages: int = choice(3, STAGES, tag="s", space=(3, 4, 5, 6, 8, 12), emitted=(3,),
                          help="tiles in shared memory at once; the producer refills each as soon as it is free")
-    schedule: str = choice("persistent", SCHEDULES, space=SCHEDULES, emitted=("persistent",),
+    schedule: str = choice("persistent", SCHEDULES, space=SCHEDULES, emitted=("persistent", "streamk"),
                            help=f"grid: a block per tile; persistent: {PERSISTENT_BLOCKS} blocks walk the tiles; pingpong: "
-                                "so do they, their two consumers taking whole tiles in turn")
+                                "so do they, their two consumers taking whole tiles in turn; streamk: so do they, and "
+                                "share the last wave's tiles along K (partial sums in global memory, added in a "
+                                "fixed order)")
     group: int = choice(8, (1, 8, 16), tag="g", space=(8,), emitted=(8,),
                         help="rows of tiles taken together, column by column, for L2 reuse (1: row by row)")
     specialize: str = choice("producer", ("producer", "none"), space=("producer",), emitted=("producer",),
@@ -141,6 +155,10 @@ class WgmmaVariant(Variant):
         return PERSISTENT_BLOCKS
 
     @property
+    def stream_k_flags(self) -> int:
+        return STREAM_K_FLAGS
+
+    @property
     def staging_bytes(self) -> int:
         """C's tile on its way out (store=bulk): each consumer's rows, padded by 8 elements."""
         if self.store != "bulk":
@@ -181,6 +199,9 @@ class WgmmaVariant(Variant):
             raise InvalidVariant(f"{rows} rows x bn {self.bn} leave {sums} float32 sums per consumer thread; more than "
                                  f"{MAX_SUMS} spill out of registers (use more consumers or a smaller bn)")
         check_shared_bytes("dynamic", self.shared_bytes, f"bm {self.bm}, bn {self.bn} x {self.stages} stages")
+        if self.schedule == "streamk" and self.cluster > 1:
+            raise InvalidVariant(f"schedule=streamk shares tiles between blocks one by one: use cluster=1 (cluster is "
+                                 f"{self.cluster})")
         self._check_split()
 
     def _check_split(self) -> None:
@@ -210,6 +231,8 @@ class WgmmaFamily(Family):
     matmul_dtypes = ("f16", "bf16")  # gen.matmul's family for these types on sm_90, else hgemm's
 
     def problem_of(self, variant: WgmmaVariant) -> TmaGemmProblem:
+        if variant.schedule == "streamk":
+            return epilogue_problem(variant.epilogue, STREAM_K_WORKSPACE)
         return variant.epilogue.problem
 
     def epilogue_of(self, variant: WgmmaVariant) -> str:
@@ -228,6 +251,8 @@ class WgmmaFamily(Family):
     def launch(self, variant: WgmmaVariant, shape: MatmulShape) -> Launch:
         units = blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn)  # a tile per block
         clusters = units if variant.schedule == "grid" else min(units, PERSISTENT_BLOCKS // variant.cluster)
+        if variant.schedule == "streamk":  # a block per SM, each with a run of steps along K
+            clusters = min(units * blocks(shape.k, BK), PERSISTENT_BLOCKS)
         grid = clusters * variant.cluster * variant.split
         return Launch(grid=(grid,), block=(variant.threads_per_block,), dynamic_shared_bytes=variant.dynamic_shared_bytes)
 
@@ -245,6 +270,8 @@ class WgmmaFamily(Family):
             changes = FEW_TILES
         chosen: list[Variant] = []
         for change in changes:
+            if change.get("schedule") == "streamk" and blocks(shape.k, BK) < MIN_SPLIT_STEPS:
+                continue
             if change.get("split") == FILL:
                 change = {**change, "split": fill_split(change.get("bm", default.bm), change.get("bn", default.bn), shape)}
             variant = replace(default, **change)
@@ -271,7 +298,12 @@ def fill_split(bm: int, bn: int, shape: MatmulShape) -> int:
 
 
 def wave_cost(variant: WgmmaVariant, shape: MatmulShape) -> float:
-    """A tile schedule's time, relatively: the rounds of tiles the SMs take (the last one as long as
-    a full one) times a tile's elements at ELEMENT_COST."""
-    tiles = blocks(shape.m, variant.bm) * blocks(shape.n, variant.bn)
-    return blocks(tiles, PERSISTENT_BLOCKS) * variant.bm * variant.bn * ELEMENT_COST[variant.bm * variant.bn]
+    """A tile schedule's time, relatively: the steps along K an SM takes (whole rounds of tiles, the
+    last one as long as a full one; stream-K: an equal share of every tile's steps, and its sums)
+    times a tile's elements at ELEMENT_COST."""
+    tiles, steps = blocks(shape.m, variant.bm) * blocks(shape.n, variant.bn), blocks(shape.k, BK)
+    if variant.schedule == "streamk":
+        per_sm = tiles * steps / PERSISTENT_BLOCKS + STREAM_K_FIXUP_STEPS
+    else:
+        per_sm = blocks(tiles, PERSISTENT_BLOCKS) * steps
+    return per_sm * variant.bm * variant.bn * ELEMENT_COST[variant.bm * variant.bn]

@@ -18,7 +18,7 @@
 //   act       none
 //   residual  none
 //   scaling   none
-//   template  wgmma.cu.j2 (sha256 f713a6bc36c6)
+//   template  wgmma.cu.j2 (sha256 024729d802e0)
 //
 // Reproduce with:
 //   tilegen render fp8gemm -p dtype=e4m3 -p out=bf16 -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=bulk -p split=1 -p scale=none -p bias=none -p act=none -p residual=none -p scaling=none
@@ -227,7 +227,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8gemm_e4m3_cbf16_bm128_bn
     const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER, units = units_m * tiles_n;  // the clusters' shares
     const int first_unit = blockIdx.x / CLUSTER, unit_stride = gridDim.x / CLUSTER;
     const unsigned rank = 0;
-    const int steps = (K + BK - 1) / BK;  // BK-wide steps along K per tile
+    const int all_steps = (K + BK - 1) / BK;  // BK-wide steps along K per tile
+    const int first_step = 0, steps = all_steps;
+    // Piece j of this block's work: `count` steps along K of unit `unit` from step `first`; false past
+    // its last. Each unit whole (or this block's share of K).
+    auto piece = [&](int j, int& unit, int& first, int& count) -> bool {
+        unit = first_unit + j * unit_stride, first = first_step, count = steps;
+        return unit < units;
+    };
     const int warp_group = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -238,13 +245,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8gemm_e4m3_cbf16_bm128_bn
     }
     __syncthreads();
 
-    // The copies: the next step to copy (of this block's units in turn), and the stage it goes to.
-    int copy_unit = first_unit, copy_step = 0, copy_stage = 0, copy_phase = 0;
+    // The copies: the next step to copy (of this block's pieces in turn), and the stage it goes to.
+    int copy_piece = 0, copy_step = 0, copy_stage = 0, copy_phase = 0, copy_unit, copy_first, copy_count;
+    bool copying = piece(0, copy_unit, copy_first, copy_count);
     // Once its stage is free (at first at once: the phase before the first), the next step's tiles:
     // A in 64-row boxes, K-major; B in 64-row boxes, K-major too.
     // False when every step has been copied.
     auto copy_next = [&]() -> bool {
-        if (copy_unit >= units)
+        if (!copying)
             return false;
         int block_m, block_n;
         tile_origin(copy_unit, units_m, tiles_n, block_m, block_n);
@@ -254,17 +262,17 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8gemm_e4m3_cbf16_bm128_bn
         barrier_expect(arrived, STAGE_BYTES);  // whole boxes: what lies beyond the matrix comes as zeros
         #pragma unroll
         for (int i = 0; i < BM / BOX; ++i)
-            load_box(a + i * BOX_BYTES, a_map, copy_step * BK, block_m + i * BOX, arrived);
+            load_box(a + i * BOX_BYTES, a_map, (copy_first + copy_step) * BK, block_m + i * BOX, arrived);
         #pragma unroll
         for (int j = 0; j < BN / BOX; ++j)
-            load_box(b + j * BOX_BYTES, b_map, copy_step * BK, block_n + j * BOX, arrived);
+            load_box(b + j * BOX_BYTES, b_map, (copy_first + copy_step) * BK, block_n + j * BOX, arrived);
         if (++copy_stage == STAGES) {
             copy_stage = 0;
             copy_phase ^= 1;
         }
-        if (++copy_step == steps) {
+        if (++copy_step == copy_count) {
             copy_step = 0;
-            copy_unit += unit_stride;
+            copying = piece(++copy_piece, copy_unit, copy_first, copy_count);
         }
         return true;
     };
@@ -281,13 +289,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8gemm_e4m3_cbf16_bm128_bn
         const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
         float d[PIECES][SUMS];
         int stage = 0, phase = 0;
-        for (int j = 0, unit = first_unit; unit < units; ++j, unit += unit_stride) {
+        for (int j = 0, unit, first, count; piece(j, unit, first, count); ++j) {
             const int first_row = warp_group * ROWS;
             int block_m, block_n;
             tile_origin(unit, units_m, tiles_n, block_m, block_n);
             block_m += rank * BM;
             int previous = -1;  // the stage whose products may still be running
-            for (int step = 0; step < steps; ++step) {
+            for (int step = 0; step < count; ++step) {
                 barrier_wait(full + 8 * stage, phase);
                 const unsigned a = stages + stage * STAGE_BYTES + first_row * 128, b = stages + stage * STAGE_BYTES + A_BYTES;
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

@@ -6,8 +6,10 @@ once per launch (an array of pointers to their values). Importing this module ma
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any, Sequence
+import threading
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 from cuda.bindings import driver
@@ -89,18 +91,47 @@ def load(cubin: bytes, name: str, dynamic_shared_bytes: int) -> Any:
     context (the module stays loaded). Loading is allowed while a CUDA graph is being captured (as
     PyTorch loads its own compiled kernels): it enqueues nothing, so a first call may be captured."""
     image = np.frombuffer(cubin, dtype=np.uint8)  # passed by address: kept alive through the call
-    relaxed = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-    mode = _checked(driver.cuThreadExchangeStreamCaptureMode(relaxed), "setting the capture mode")
-    try:
+    with _capture_relaxed():
         module = _checked(driver.cuModuleLoadData(image.ctypes.data), f"loading {name}")
-    finally:
-        _checked(driver.cuThreadExchangeStreamCaptureMode(mode), "setting the capture mode back")
     symbol = kernel_symbol(cubin, name) or name
     function = _checked(driver.cuModuleGetFunction(module, symbol.encode()), f"finding {name}")
     if dynamic_shared_bytes > MAX_STATIC_SHARED_BYTES:  # past it, a kernel must opt in
         attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _checked(driver.cuFuncSetAttribute(function, attribute, dynamic_shared_bytes), f"configuring {name}")
     return function
+
+
+class Zeroed:
+    """`size` bytes of device memory in the current context, zeroed on a stream of its own (which no
+    captured stream waits for, so that a first call may be captured), freed with the object."""
+
+    def __init__(self, size: int):
+        self.size = size
+        with _capture_relaxed():
+            self.address = int(_checked(driver.cuMemAlloc(size), f"allocating {size} bytes of workspace"))
+            stream = _checked(driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING), "making a stream")
+            try:
+                _checked(driver.cuMemsetD8Async(self.address, 0, size, stream), "zeroing the workspace")
+                _checked(driver.cuStreamSynchronize(stream), "zeroing the workspace")
+            finally:
+                driver.cuStreamDestroy(stream)
+
+    def __del__(self) -> None:
+        driver.cuMemFree(self.address)  # at exit the context may be gone: nothing is left to free then
+
+
+_workspaces: dict[tuple[int, int], Zeroed] = {}  # DriverLaunch's, by context and stream
+
+
+@contextlib.contextmanager
+def _capture_relaxed() -> Iterator[None]:
+    """Calls allowed while a stream captures a CUDA graph: those that enqueue nothing on it."""
+    relaxed = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    mode = _checked(driver.cuThreadExchangeStreamCaptureMode(relaxed), "setting the capture mode")
+    try:
+        yield
+    finally:
+        _checked(driver.cuThreadExchangeStreamCaptureMode(mode), "setting the capture mode back")
 
 
 def capturing(stream: int) -> bool:
@@ -117,11 +148,16 @@ def capturing(stream: int) -> bool:
 
 class DriverLaunch:
     """One kernel on fixed arguments: call it with a stream handle to launch (no host work but the
-    call). `clears` are (address, pitch, width, height) regions zeroed first, on the same stream."""
+    call). `clears` are (address, pitch, width, height) regions zeroed first, on the same stream.
+    `workspace` (index, size, context): argument `index` is `size` bytes of device memory that the
+    kernel leaves as it found it, zeroed once: one per stream of the context (launches on one stream
+    run one after another; on two, they would mix their partial sums)."""
 
     def __init__(self, function: Any, grid: Sequence[int], block: Sequence[int], shared_bytes: int,
-                 arguments: Sequence[Any], clears: Sequence[tuple[int, int, int, int]] = (), keep: Any = None):
+                 arguments: Sequence[Any], clears: Sequence[tuple[int, int, int, int]] = (), keep: Any = None,
+                 workspace: tuple[int, int, int] | None = None):
         self.function, self.shared_bytes, self.clears, self.keep = function, shared_bytes, list(clears), keep
+        self.workspace, self._one_at_a_time = workspace, threading.Lock()  # the workspace's address is an argument
         self.grid, self.block = (tuple(int(g) for g in grid) + (1, 1))[:3], (tuple(int(b) for b in block) + (1, 1))[:3]
         self.values = [np.array([a], dtype=np.asarray(a).dtype) for a in arguments]  # each value's own memory
         self.pointers = np.array([v.ctypes.data for v in self.values], dtype=np.uint64)
@@ -133,6 +169,18 @@ class DriverLaunch:
             handle = _streams.setdefault((driver, stream), driver.CUstream(stream))
         for address, pitch, width, height in self.clears:
             _checked(driver.cuMemsetD2D8Async(address, pitch, 0, width, height, handle), "clearing the output")
+        if self.workspace is None:
+            self._launch(handle)
+            return
+        index, size, context = self.workspace
+        memory = _workspaces.get((context, stream))
+        if memory is None or memory.size < size:
+            memory = _workspaces[context, stream] = Zeroed(size)
+        with self._one_at_a_time:  # another thread's stream may not set its workspace between these two
+            self.values[index][0] = memory.address
+            self._launch(handle)
+
+    def _launch(self, handle: Any) -> None:
         (gx, gy, gz), (bx, by, bz) = self.grid, self.block
         error, = driver.cuLaunchKernel(self.function, gx, gy, gz, bx, by, bz, self.shared_bytes, handle,
                                        self.address, 0)
