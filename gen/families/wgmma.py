@@ -47,8 +47,7 @@ TURN_BYTES = 16  # two more for schedule=pingpong: whose turn it is to multiply
 # docs/results/data/h200/thin-2026-11-28/thin.md). A few tiles (the default's fill less than
 # half the SMs): stream-K over tiles of 192 and 128 columns, narrower tiles and splits. Many: the
 # default and its relatives, stream-K's among them, in the order of wave_cost. Stream-K only where
-# K has MIN_SPLIT_STEPS steps (at 1000^3 and 3000x5000x1000, 16 steps, it ran 8-14% slower:
-# docs/results/h200-models.md, "Stream-K").
+# it pays (stream_k_pays).
 FILL = 0
 THIN_M = ({"bm": 64, "bn": 64, "consumers": 1, "stages": 12, "schedule": "grid", "store": "direct", "split": FILL},
           {"bm": 64, "bn": 128, "consumers": 1, "stages": 8, "schedule": "grid", "store": "direct", "split": FILL},
@@ -71,8 +70,9 @@ MANY_TILES = ({}, {"bn": 192, "stages": 5, "store": "direct"}, {"stages": 4, "st
 ELEMENT_COST = {128 * 256: 1.0, 128 * 192: 1.1, 128 * 128: 1.2}
 MIN_SPLIT_STEPS = 32  # steps of BK each block of a split keeps: fewer, and the sum costs more than it saves
 # wave_cost's cost of stream-K's sums passed through global memory, in steps of a block: fitted to an
-# H200's 128 x 256 tiles at 2000x7000x3000, 2048x7168x3072 and 4096^3 (docs/results/h200-models.md)
+# H200's 128 x 256 tiles at 2000x7000x3000, 2048x7168x3072 and 8192x6144x4096 (docs/results/h200-models.md)
 STREAM_K_FIXUP_STEPS = 24
+STREAM_K_MAX_FILL = 0.6  # the fullest last round of tiles stream-K still beats (see stream_k_pays)
 
 
 
@@ -270,11 +270,11 @@ class WgmmaFamily(Family):
             changes = FEW_TILES
         chosen: list[Variant] = []
         for change in changes:
-            if change.get("schedule") == "streamk" and blocks(shape.k, BK) < MIN_SPLIT_STEPS:
-                continue
             if change.get("split") == FILL:
                 change = {**change, "split": fill_split(change.get("bm", default.bm), change.get("bn", default.bn), shape)}
             variant = replace(default, **change)
+            if variant.schedule == "streamk" and not stream_k_pays(variant, shape):
+                continue
             if variant not in chosen and self.runnable(variant, shape) == variant:
                 chosen.append(variant)
         if not many:  # a thin M or few tiles: those whose blocks all fit the SMs at once first, splits
@@ -295,6 +295,18 @@ def fill_split(bm: int, bn: int, shape: MatmulShape) -> int:
     fitting = [split for split in SPLITS[:3]
                if tiles * split <= PERSISTENT_BLOCKS and blocks(shape.k, BK) >= split * MIN_SPLIT_STEPS]
     return max(fitting, default=1)
+
+
+def stream_k_pays(variant: WgmmaVariant, shape: MatmulShape) -> bool:
+    """Whether stream-K's tiles beat whole ones, as measured on an H200 (docs/results/h200-models.md,
+    "Stream-K"): K has MIN_SPLIT_STEPS steps (at 16, 8-14% slower); at least half as many tiles as SMs
+    (fewer, and each tile's sums pass through three blocks or more: 11-16% slower at 128 tokens); and
+    a last round of tiles at most STREAM_K_MAX_FILL full where there are more tiles than SMs (fuller,
+    and the blocks' runs out of step along K cost more than the idle SMs: 5-12% slower at 70-94%)."""
+    tiles = blocks(shape.m, variant.bm) * blocks(shape.n, variant.bn)
+    last = tiles % PERSISTENT_BLOCKS
+    return (blocks(shape.k, BK) >= MIN_SPLIT_STEPS and tiles >= PERSISTENT_BLOCKS // 2 and last > 0
+            and (tiles < PERSISTENT_BLOCKS or last <= STREAM_K_MAX_FILL * PERSISTENT_BLOCKS))
 
 
 def wave_cost(variant: WgmmaVariant, shape: MatmulShape) -> float:
