@@ -2,8 +2,8 @@
 takes after C, zeros in the GPU worker, never one of the caller's arrays), its variants rendered and
 compiled for sm_90a without spills but a fused epilogue's few bytes (tests/test_gpu_wgmma_streamk.py
 runs them), and where the family names it likeliest best: a last round of many tiles that leaves
-SMs idle, or a few tiles (128 columns wide in a single row of tiles); never a short K or a nearly
-full last round."""
+SMs idle, or a few tiles (128 columns wide in a single row of tiles); never a short K, short runs
+or a nearly full last round."""
 
 from __future__ import annotations
 
@@ -64,12 +64,13 @@ def test_stream_k_variants_render_and_compile_for_sm_90a_without_spills(compile_
 @pytest.mark.parametrize("size, first", [("2000x7000x3000", "streamk"), ("512x10240x8192", "streamk"),
                                          ("512x4096x14336", "streamk"), ("8192x8192x8192", "streamk"),
                                          ("128x4096x14336", "streamk"), ("3000x5000x1000", None),
-                                         ("1000x1000x1000", None), ("4096x4096x4096", None), ("2048x8192x28672", None)])
+                                         ("1000x1000x1000", None), ("128x6144x4096", None), ("4096x4096x4096", None),
+                                         ("2048x8192x28672", None)])
 def test_stream_k_is_likeliest_best_where_a_last_wave_or_few_tiles_would_idle_sms(size: str, first: str | None) -> None:
     likely = WGMMA.likely_best(WGMMA.parse_shape(size), "f16")
-    if first is None:  # 16 steps along K; a last round 94% or 88% full: stream-K costs more than it saves
+    if first is None:  # 16 steps of K; runs of 23 steps; a last round 94% or 88% full: the sums cost more than they save
         assert not any(v.schedule == "streamk" for v in likely)
     else:
         assert likely[0].schedule == first
     if size.startswith("128x"):  # one row of tiles: stream-K's only 128 columns wide
-        assert {v.bn for v in likely if v.schedule == "streamk"} == {128}
+        assert {v.bn for v in likely if v.schedule == "streamk"} <= {128}

@@ -64,7 +64,7 @@ FEW_TILES = ({"bn": 192, "stages": 5, "schedule": "streamk", "store": "direct"},
              {"bn": 192, "stages": 4, "schedule": "grid", "split": FILL}, {})
 MANY_TILES = ({}, {"bn": 192, "stages": 5, "store": "direct"}, {"stages": 4, "store": "direct"},
               {"bm": 256, "bn": 128, "store": "direct"}, {"bn": 128, "stages": 5, "schedule": "pingpong", "store": "direct"},
-              {"schedule": "streamk"}, {"bm": 256, "bn": 128, "stages": 4, "store": "direct", "schedule": "streamk"})
+              {"schedule": "streamk"})
 # wave_cost's cost of a tile's element by tile: a 128 x 256 tile (or 256 x 128) multiplies most per
 # byte it loads; narrower tiles pay for their loads (fitted to the 512-token shapes' winners)
 ELEMENT_COST = {128 * 256: 1.0, 128 * 192: 1.1, 128 * 128: 1.2}
@@ -298,16 +298,18 @@ def fill_split(bm: int, bn: int, shape: MatmulShape) -> int:
 
 
 def stream_k_pays(variant: WgmmaVariant, shape: MatmulShape) -> bool:
-    """Whether stream-K's tiles beat whole ones, as measured on an H200 (docs/results/h200-models.md,
-    "Stream-K"): K has MIN_SPLIT_STEPS steps (at 16, 8-14% slower); a single row of tiles only 128
-    columns wide (at 128 tokens tiles of 192 columns ran 7-15% slower, of 128 up to 9% faster); and a
-    last round of tiles at most STREAM_K_MAX_FILL full where there are more tiles than SMs (fuller,
-    and the blocks' runs out of step along K cost more than the idle SMs: 5-12% slower at 70-94%)."""
-    rows = blocks(shape.m, variant.bm)
+    """Whether stream-K's tiles beat whole ones, as measured on an H200 with L2 flushed before each
+    launch (docs/results/h200-models.md, "Stream-K"): K has MIN_SPLIT_STEPS steps and so does each
+    block's run (fewer, and the sums cost more than the idle SMs: 9% slower at 3000x5000x1000, 5% at
+    128x6144x4096); a single row of tiles only 128 columns wide (at 128 tokens tiles of 192 columns
+    ran 7-15% slower); and a last round of tiles at most STREAM_K_MAX_FILL full where there are more
+    tiles than SMs (fuller, and the blocks' runs out of step along K cost more than the idle SMs:
+    5-12% slower at 70-94%)."""
+    rows, steps = blocks(shape.m, variant.bm), blocks(shape.k, BK)
     tiles = rows * blocks(shape.n, variant.bn)
     last = tiles % PERSISTENT_BLOCKS
-    return (blocks(shape.k, BK) >= MIN_SPLIT_STEPS and (rows > 1 or variant.bn <= 128) and last > 0
-            and (tiles < PERSISTENT_BLOCKS or last <= STREAM_K_MAX_FILL * PERSISTENT_BLOCKS))
+    return (min(steps, tiles * steps // PERSISTENT_BLOCKS) >= MIN_SPLIT_STEPS and (rows > 1 or variant.bn <= 128)
+            and last > 0 and (tiles < PERSISTENT_BLOCKS or last <= STREAM_K_MAX_FILL * PERSISTENT_BLOCKS))
 
 
 def wave_cost(variant: WgmmaVariant, shape: MatmulShape) -> float:
