@@ -167,8 +167,10 @@ def tune(options: TuneOptions, executor: Executor | None = None) -> list[TuneRes
     with Session(replace(options.run, seed=random.Random(options.seed).randrange(1, 2**31)), executor) as session:
         chosen = candidates(family, shape, options)  # planned while the workers start
         db_path = checked_db_path(options.db, create=True)  # a bad --db is refused now; made once a GPU answers
-        if len(chosen.variants) <= SPECULATE:
-            session.pool.prefetch(chosen.variants, options.screening)
+        if len(chosen.variants) <= SPECULATE:  # the family's likely best first: a tune measures them first
+            head = likely_seeds(family, shape, chosen.variants[0].dtype, family.epilogue_of(chosen.variants[0]),
+                                chosen.variants)
+            session.pool.prefetch(list(dict.fromkeys(head + chosen.variants)), options.screening)
         try:
             results, db = [], None
             for model, engine in session.per_model("tune"):
@@ -311,10 +313,15 @@ def first_picks(db: TuningDB, problem: TuningKey, family: Family, shape: Any, va
                 count: int = WARM_START) -> list[Variant]:
     """What a tune measures before its strategy picks: the family's own candidates for the shape, then
     the nearest tuned shape's best, `count` in all."""
-    allowed = set(valid)
-    seeds = [family.with_epilogue(v, problem.epilogue) for v in family.likely_best(shape, problem.dtype)]
-    seeds = [v for v in seeds if v in allowed]
+    seeds = likely_seeds(family, shape, problem.dtype, problem.epilogue, valid)
     return list(dict.fromkeys(seeds + warm_start(db, problem, family, shape, valid, count)))[:count]
+
+
+def likely_seeds(family: Family, shape: Any, dtype: str, epilogue: str, valid: list[Variant]) -> list[Variant]:
+    """The family's likely best variants for the shape, with the tune's epilogue, that `valid` holds."""
+    allowed = set(valid)
+    seeds = [family.with_epilogue(v, epilogue) for v in family.likely_best(shape, dtype)]
+    return [v for v in seeds if v in allowed]
 
 
 def warm_start(db: TuningDB, problem: TuningKey, family: Family, shape: Any, valid: list[Variant],
