@@ -106,7 +106,6 @@ class Zeroed:
     captured stream waits for, so that a first call may be captured), freed with the object."""
 
     def __init__(self, size: int):
-        self.size = size
         with _capture_relaxed():
             self.address = int(_checked(driver.cuMemAlloc(size), f"allocating {size} bytes of workspace"))
             stream = _checked(driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING), "making a stream")
@@ -120,7 +119,17 @@ class Zeroed:
         driver.cuMemFree(self.address)  # at exit the context may be gone: nothing is left to free then
 
 
-_workspaces: dict[tuple[int, int], Zeroed] = {}  # DriverLaunch's, by context and stream
+_workspaces: dict[tuple[int, int, int], Zeroed] = {}  # DriverLaunch's, by context, stream and size
+_workspaces_lock = threading.Lock()
+
+
+def _workspace(context: int, stream: int, size: int) -> Zeroed:
+    """The workspace of launches on `stream`, made at its first and kept while the process runs (17 MB
+    per stream for stream-K): a CUDA graph captured with it keeps using it."""
+    key = (context, stream, size)
+    if key not in _workspaces:
+        _workspaces[key] = Zeroed(size)
+    return _workspaces[key]
 
 
 @contextlib.contextmanager
@@ -157,7 +166,7 @@ class DriverLaunch:
                  arguments: Sequence[Any], clears: Sequence[tuple[int, int, int, int]] = (), keep: Any = None,
                  workspace: tuple[int, int, int] | None = None):
         self.function, self.shared_bytes, self.clears, self.keep = function, shared_bytes, list(clears), keep
-        self.workspace, self._one_at_a_time = workspace, threading.Lock()  # the workspace's address is an argument
+        self.workspace = workspace
         self.grid, self.block = (tuple(int(g) for g in grid) + (1, 1))[:3], (tuple(int(b) for b in block) + (1, 1))[:3]
         self.values = [np.array([a], dtype=np.asarray(a).dtype) for a in arguments]  # each value's own memory
         self.pointers = np.array([v.ctypes.data for v in self.values], dtype=np.uint64)
@@ -173,11 +182,8 @@ class DriverLaunch:
             self._launch(handle)
             return
         index, size, context = self.workspace
-        memory = _workspaces.get((context, stream))
-        if memory is None or memory.size < size:
-            memory = _workspaces[context, stream] = Zeroed(size)
-        with self._one_at_a_time:  # another thread's stream may not set its workspace between these two
-            self.values[index][0] = memory.address
+        with _workspaces_lock:  # another thread's stream may not set its workspace between these two
+            self.values[index][0] = _workspace(context, stream, size).address
             self._launch(handle)
 
     def _launch(self, handle: Any) -> None:
