@@ -401,24 +401,6 @@ def test_a_prior_proposes_the_other_gpus_fastest_first_one_gpu_then_the_next(tmp
         assert _keys(measured, replay("random", measured.time_ms, measured.space, 10, seed))[:3] != picks
 
 
-def test_the_trend_learns_which_other_gpu_s_order_holds_here(tmp_path: Path) -> None:
-    """A grid whose times have no order in the positions (a permutation), and two other GPUs: one
-    ranks its points alike, the other the reverse. After the three picks (the second GPU's fastest is
-    the slowest here), the trend fits both GPUs' ranks and proposes among the fastest quarter here
-    each time; without the prior, at random (a median rank near the middle)."""
-    order = np.random.default_rng(3).permutation(100)
-    files = _other_gpus(tmp_path, {"here": 1.0 + order, "alike": 1.0 + order, "reverse": 100.0 - order})
-    measured = read_measured(files["here"])
-    prior = measured_prior(measured, [read_measured(files["alike"]), read_measured(files["reverse"])])
-    rank = {divmod(int(i), 10): r for r, i in enumerate(np.argsort(order))}  # 0: the fastest here
-    for seed in range(3):
-        fed = _keys(measured, replay("trend", measured.time_ms, measured.space, 13, seed, prior=prior))
-        assert [rank[key] for key in fed[:3]] == [0, 99, 1]
-        assert max(rank[key] for key in fed[3:]) < 25
-        plain = _keys(measured, replay("trend", measured.time_ms, measured.space, 13, seed))
-        assert statistics.median(rank[key] for key in plain[3:]) > 25
-
-
 def test_tilegen_replay_takes_other_gpus_spaces_as_prior_and_refuses_another_kernel_s(tmp_path: Path,
                                                                                          capsys) -> None:
     rng = np.random.default_rng(5)

@@ -106,7 +106,7 @@ def study(measured: MeasuredSpace, strategies: Sequence[str], budgets: Sequence[
         scores[name] = {str(b): score_runs(runs, baseline, b) for b in budgets}
     return {"source": measured.source, "configurations": len(measured),
             "failed": sum(t is None for t in measured.time_ms.values()), "optimum_ms": measured.optimum_ms,
-            "repeats": repeats, "seed": seed, "prior_spaces": prior.ranks.shape[1] if prior else 0,
+            "repeats": repeats, "seed": seed, "prior_spaces": prior.spaces if prior else 0,
             "strategies": scores}
 
 

@@ -4,7 +4,7 @@ algorithm, a trend model's screen, Bayesian optimisation (a Gaussian process) an
 Every strategy proposes only valid variants (neighbourhoods, crossover and mutation are repaired onto
 them), asked and told: `ask(n)` returns up to n variants not yet told, `tell(variant, time_ms)` reports a
 measurement (None when the variant failed; lower is better). Given a prior (other GPUs' measurements of
-the kernel, gen.search.prior), a strategy proposes their fastest first and the trend models with them."""
+the kernel, gen.search.prior), a strategy proposes their fastest first."""
 
 from __future__ import annotations
 
@@ -278,10 +278,10 @@ class Trend(Strategy):
         pool = list(dict.fromkeys(near[:self.NEAR] + [v for v in drawn if self._unseen(v)][:self.DRAWN]))
         if not pool:
             return self.random_unseen()
-        told, encoded = list(self.results), self.prior.features if self.prior else self.space.encoded
+        told = list(self.results)
         times = [math.inf if self.results[v] is None else self.results[v] for v in told]
         ranks = np.argsort(np.argsort(times, kind="stable"), kind="stable") / max(len(told) - 1, 1)
-        guesses = quadratic_trend(encoded(told), ranks, encoded(pool), self.RIDGE)
+        guesses = quadratic_trend(self.space.encoded(told), ranks, self.space.encoded(pool), self.RIDGE)
         return pool[int(np.argmin(guesses))]
 
 
@@ -359,7 +359,7 @@ class Portfolio(Strategy):
 
     def __init__(self, space: SearchSpace, seed: int = 0, prior: Prior | None = None):
         super().__init__(space, seed, prior)
-        self.members = [STRATEGY_TYPES[name](space, seed + number, prior) for number, name in enumerate(self.MEMBERS)]
+        self.members = [STRATEGY_TYPES[name](space, seed + number) for number, name in enumerate(self.MEMBERS)]
         self.record = [[0.0, 0.0] for _ in self.members]  # per member: proposals that improved the best, and not
         self.proposer: dict[Variant, int] = {}
 
