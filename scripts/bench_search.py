@@ -10,10 +10,14 @@ The spaces are Kernel Tuner cache files (decompressed, as Kernel Tuner reads the
 FAIR benchmark hub (github.com/AutoTuningAssociation/benchmark_hub, cachefiles/*_milo/GPU.json.gz),
 named KERNEL_GPU.json in --data. Kernel Tuner is optional: without it only tilegen's strategies run.
 
+With --prior-from, each tilegen strategy also runs with a prior ("tilegen NAME, prior"): the spaces
+named there of the same kernel on other GPUs (never the space itself), as a tune takes the tuning
+database's measurements of other GPUs (gen.search.prior). Kernel Tuner's strategies get no prior.
+
 Usage (Kernel Tuner 1.5 in a venv of its own, tilegen on the path):
   PYTHONPATH=. /work/venv-kt/bin/python scripts/bench_search.py --data /work/data-bench \\
       [--spaces convolution_A100 ...] [--budgets 20 50 100] [--repeats 50] [--tilegen bayes ...] \\
-      [--kernel-tuner genetic_algorithm ...] [--json OUT.json] [--plot DIR]
+      [--prior-from convolution_A4000 ...] [--kernel-tuner genetic_algorithm ...] [--json OUT.json] [--plot DIR]
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ import numpy as np
 
 from gen.core.table import markdown_table
 from gen.search.measured import MeasuredSpace, read_measured
-from gen.search.replay import STUDY_HEADERS, Baseline, Run, replay_measured, score_runs, study_rows
+from gen.search.prior import Prior
+from gen.search.replay import STUDY_HEADERS, Baseline, Run, measured_prior, replay_measured, score_runs, study_rows
 from gen.search.strategies import DEFAULT_STRATEGY, STRATEGIES
 
 SPACES = [f"{kernel}_{gpu}" for kernel in ("convolution", "dedispersion") for gpu in ("A100", "A4000", "MI250X", "W6600")]
@@ -49,6 +54,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--kt-repeats", type=int, help="Kernel Tuner's runs per strategy and budget (default: --repeats)")
     parser.add_argument("--tilegen", nargs="+", default=[DEFAULT_STRATEGY], choices=STRATEGIES)
+    parser.add_argument("--prior-from", nargs="*", default=[], metavar="SPACE",
+                        help="spaces a space's prior is drawn from: those of its kernel on other GPUs")
     parser.add_argument("--kernel-tuner", nargs="*", default=list(KERNEL_TUNER))
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--plot", type=Path, help="folder for a plot of performance over time per space")
@@ -60,8 +67,14 @@ def main() -> None:
         baseline = Baseline(measured, max(args.budgets))
         print(f"\n## {name}: {len(measured):,} configurations, "
               f"{sum(t is None for t in measured.time_ms.values()):,} failed, optimum {measured.optimum_ms:.4g} ms")
+        prior = measured_prior(measured, [read_measured(args.data / f"{other}.json") for other in args.prior_from
+                                          if other.split("_")[0] == name.split("_")[0] and other != name])
         runs = {f"tilegen {s}": [{b: run for b in args.budgets} for run in tilegen_runs(s, measured, args)]
                 for s in args.tilegen}
+        if prior:
+            runs.update({f"tilegen {s}, prior": [{b: run for b in args.budgets}
+                                                 for run in tilegen_runs(s, measured, args, prior)]
+                         for s in args.tilegen})
         runs.update({f"KT {s}": kernel_tuner_runs(s, path, measured, args) for s in args.kernel_tuner})
         result = {"source": str(path), "repeats": args.repeats, "strategies": {
             label: {str(b): score_runs([r[b] for r in by_repeat], baseline, b) for b in args.budgets}
@@ -76,12 +89,14 @@ def main() -> None:
         args.json.write_text(json.dumps(everything, indent=1))
 
 
-def tilegen_runs(strategy: str, measured: MeasuredSpace, args: argparse.Namespace) -> list[Run]:
+def tilegen_runs(strategy: str, measured: MeasuredSpace, args: argparse.Namespace, prior: Prior | None = None
+                 ) -> list[Run]:
     """One run per seed up to the largest budget: tilegen's strategies do not plan by the budget, so
     each budget's figures are the run's prefix."""
     started = time.perf_counter()
-    runs = [replay_measured(strategy, measured, max(args.budgets), seed) for seed in range(args.repeats)]
-    print(f"tilegen {strategy}: {args.repeats} runs in {time.perf_counter() - started:.0f} s")
+    runs = [replay_measured(strategy, measured, max(args.budgets), seed, prior) for seed in range(args.repeats)]
+    print(f"tilegen {strategy}{', prior' if prior else ''}: {args.repeats} runs in "
+          f"{time.perf_counter() - started:.0f} s")
     return runs
 
 
@@ -155,21 +170,24 @@ def print_where_lost(runs: dict, baseline: Baseline, budgets: list[int]) -> None
 
 
 def print_summary(everything: dict, default: str, budgets: list[int]) -> None:
-    """Per space, the default's score (mean over the budgets' means) against Kernel Tuner's best
-    strategy's; per kernel, the median simulated seconds to within 1% at the largest budget."""
-    body, wins = [], 0
+    """Per space, the default's score (mean over the budgets' means), without a prior and with one
+    where it ran with one, against Kernel Tuner's best strategy's (which has none)."""
+    body, wins = [], {"": 0, ", prior": 0}
     for name, result in everything.items():
         scores = {label: statistics.mean(figures[str(b)]["score"]["mean"] for b in budgets)
                   for label, figures in result["strategies"].items()}
-        ours = scores.pop(f"tilegen {default}")
+        ours = {fed: scores.get(f"tilegen {default}{fed}") for fed in wins}
         theirs = {k: v for k, v in scores.items() if k.startswith("KT ")}
         best = max(theirs, key=theirs.get) if theirs else None
-        wins += best is None or ours > theirs[best]
-        body.append([name, f"{ours:.3f}", best or "-", f"{theirs[best]:.3f}" if best else "-"])
+        for fed, score in ours.items():
+            wins[fed] += score is not None and (best is None or score > theirs[best])
+        body.append([name, *(f"{score:.3f}" if score is not None else "-" for score in ours.values()), best or "-",
+                     f"{theirs[best]:.3f}" if best else "-"])
     print(f"\n## tilegen {default} against Kernel Tuner's best strategy per space (mean score over budgets "
           f"{', '.join(map(str, budgets))})")
-    print(markdown_table(["space", f"tilegen {default}", "KT's best", "its score"], body))
-    print(f"tilegen {default} scores higher on {wins} of {len(everything)} spaces")
+    print(markdown_table(["space", f"tilegen {default}", f"tilegen {default}, prior", "KT's best", "its score"], body))
+    for fed, count in wins.items():
+        print(f"tilegen {default}{fed} scores higher on {count} of {len(everything)} spaces")
 
 
 def plot_space(name: str, runs: dict, measured: MeasuredSpace, budget: int, folder: Path) -> None:

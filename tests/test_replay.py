@@ -19,7 +19,7 @@ from gen.search.measured import read_measured
 from gen.core.results import Row, Status
 from gen.evaluate.loop import ListSink, evaluate
 from gen.search.proposers import Search
-from gen.search.replay import Baseline, Run, replay, replay_measured, score_runs
+from gen.search.replay import Baseline, Run, measured_prior, replay, replay_measured, score_runs
 from gen.search.strategies import make_strategy
 from gen.search.surrogates import quadratic_trend
 
@@ -370,3 +370,46 @@ def test_the_replay_asks_a_strategy_as_a_tune_s_loop_does(in_flight: int) -> Non
     assert tuned == [name for name, _ in replay("portfolio", measured.time_ms, measured.space, 40, 3, in_flight)]
     if in_flight > 1:  # the window changes what is proposed: the strategy knows less when it asks
         assert tuned != [name for name, _ in replay("portfolio", measured.time_ms, measured.space, 40, 3)]
+
+
+
+def _other_gpus(tmp_path: Path, times: dict[str, np.ndarray]) -> dict[str, Path]:
+    """T4 files of one 10 x 10 grid of (a, b), one per GPU: point i is (a, b) = divmod(i, 10), its time
+    `times[gpu][i]`."""
+    return {gpu: _t4(tmp_path / f"{gpu}.json", [({"a": i // 10, "b": i % 10}, float(t), 1.0) for i, t in enumerate(ts)])
+            for gpu, ts in times.items()}
+
+
+def _keys(measured, asked: list[tuple[str, float | None]]) -> list[tuple[int, int]]:
+    by_name = {v.name: v for v in measured.space.variants}
+    return [measured.space.key(by_name[name]) for name, _ in asked]
+
+
+def test_a_prior_proposes_the_other_gpus_fastest_first_one_gpu_then_the_next(tmp_path: Path) -> None:
+    """Given two other GPUs' spaces, a strategy's first proposals are their fastest points in turn, the
+    first GPU's, the second's, the first's next, whatever its seed; then its own."""
+    rng = np.random.default_rng(7)
+    times = {gpu: 1.0 + rng.permutation(100) for gpu in ("here", "first", "second")}
+    files = _other_gpus(tmp_path, times)
+    measured = read_measured(files["here"])
+    prior = measured_prior(measured, [read_measured(files["first"]), read_measured(files["second"])])
+    first, second = np.argsort(times["first"]), np.argsort(times["second"])
+    picks = [divmod(int(i), 10) for i in (first[0], second[0], first[1])]
+    for seed in range(3):
+        asked = _keys(measured, replay("random", measured.time_ms, measured.space, 10, seed, prior=prior))
+        assert asked[:3] == picks and len(set(asked)) == 10
+        assert _keys(measured, replay("random", measured.time_ms, measured.space, 10, seed))[:3] != picks
+
+
+def test_tilegen_replay_takes_other_gpus_spaces_as_prior_and_refuses_another_kernel_s(tmp_path: Path,
+                                                                                         capsys) -> None:
+    rng = np.random.default_rng(5)
+    files = _other_gpus(tmp_path, {"here": 1.0 + rng.permutation(100), "other": 1.0 + rng.permutation(100)})
+    assert main(["replay", str(files["here"]), "--strategy", "random", "--budget", "5", "--repeats", "2",
+                 "--prior", str(files["other"])]) == 0
+    assert "other GPUs' spaces as prior: 1" in capsys.readouterr().out
+    fed = gen.replay(files["here"], strategies="random", budgets=5, repeats=2, prior=files["other"])
+    assert fed["prior_spaces"] == 1 and fed != gen.replay(files["here"], strategies="random", budgets=5, repeats=2)
+    another = _t4(tmp_path / "another.json", [({"c": c}, float(c + 1), 1.0) for c in range(4)])
+    code, out, err = run_main(capsys, ["replay", str(files["here"]), "--prior", str(another)])
+    assert_one_line_error(code, out, err, "has the parameters c, not a, b")

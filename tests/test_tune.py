@@ -175,6 +175,35 @@ def test_a_new_shape_starts_from_the_nearest_tuned_shapes_winners(tmp_path: Path
     assert set(leaders) <= {job.name for job in executor.ran[:12]}
 
 
+class _OtherGpu(fakes.FakeExecutor):
+    """The fake executor on a GPU of another model: its jobs are measured as the fake's."""
+
+    DEVICE = replace(fakes.FAKE_DEVICE, name="Other GPU", sm_count=80)
+
+    def devices(self) -> list:
+        return [self.DEVICE]
+
+    def run(self, jobs):
+        for job, measurement in super().run(jobs):
+            yield job, replace(measurement, device=self.DEVICE)
+
+
+def test_a_tune_on_a_new_gpu_model_starts_from_the_other_models_fastest(tmp_path: Path, compile_options) -> None:
+    """The tuning database's measurements of the same kernel on another GPU model are the search's prior:
+    its first proposals are that model's fastest variants (gen.search.prior)."""
+    db = tmp_path / "t.sqlite"
+    one_compile_thread = RunOptions(compile_jobs=1)  # the first proposals are the first to run
+    (first,) = tune(TuneOptions("matmul", "64x64x64", params={"padding": ["0"]}, strategy="brute", db=db,
+                                progress=False, top=1, run=one_compile_thread), fakes.FakeExecutor())
+    measured = TuningDB(db).measured(first.problem)
+    fastest = sorted((row.median_ms, name) for name, row in measured.items() if row.median_ms is not None)[:3]
+    other = _OtherGpu()
+    (second,) = tune(TuneOptions("matmul", "64x64x64", params={"padding": ["0"]}, strategy="random", budget=6, db=db,
+                                 progress=False, top=1, run=one_compile_thread), other)
+    assert second.problem.gpu_model != first.problem.gpu_model
+    assert {job.name for job in other.ran[:3]} == {name for _, name in fastest}
+
+
 @pytest.mark.parametrize("strategy, seeds_within_2_percent", [("bayes", 5), ("anneal", 4), ("portfolio", 4)])
 def test_the_tuning_goal_on_the_recorded_h200_sgemm_space(strategy: str, seeds_within_2_percent: int) -> None:
     """The exhaustive H200 run of all 2256 default sgemm variants at 2048^3, replayed: after 100

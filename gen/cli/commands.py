@@ -153,12 +153,13 @@ def cmd_tune(args: argparse.Namespace) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> None:
-    result = replay_file(args.file, args.strategies, args.budgets, args.repeats, args.seed)
+    result = replay_file(args.file, args.strategies, args.budgets, args.repeats, args.seed, args.priors)
     if args.json:
         print(json.dumps(result, indent=1))
         return
+    prior = f"; other GPUs' spaces as prior: {result['prior_spaces']}" if result["prior_spaces"] else ""
     print(f"{result['source']}: {result['configurations']:,} configurations, {result['failed']:,} failed; optimum "
-          f"{result['optimum_ms']:.4g} ms; {result['repeats']} runs per strategy from seed {result['seed']}")
+          f"{result['optimum_ms']:.4g} ms; {result['repeats']} runs per strategy from seed {result['seed']}{prior}")
     print(text_table(STUDY_HEADERS, study_rows(result)))
 
 

@@ -204,6 +204,9 @@ def _replay_command(commands: Any) -> None:
     parser.add_argument("--repeats", type=count, default=10, help="runs per strategy, seeds SEED, SEED+1, ... "
                                                                   "(default: 10)")
     parser.add_argument("--seed", type=whole, default=0, help="the first run's seed (default: 0)")
+    parser.add_argument("--prior", dest="priors", nargs="+", type=Path, default=[], metavar="FILE",
+                        help="the same kernel's spaces measured on other GPUs: the strategies' prior, as a tune "
+                             "takes it from the tuning database (default: none)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 

@@ -162,12 +162,14 @@ def _run_options(arch: str | None, compiler: str | None, compile_jobs: int | Non
 
 
 def replay(file: str | Path, *, strategies: str | Sequence[str] = (DEFAULT_STRATEGY,), budgets: int | Sequence[int] = (100,),
-           repeats: int = 10, seed: int = 0) -> dict[str, Any]:
+           repeats: int = 10, seed: int = 0, prior: str | Path | Sequence[str | Path] = ()) -> dict[str, Any]:
     """Replay search strategies over a measured space (a T4 file or a Kernel Tuner cache file, gzipped
     or not), without a GPU, as `tilegen replay` does: each strategy `repeats` times from seeds `seed`,
     `seed + 1`, ..., answered with the file's measurements. Returns the study as `tilegen replay
     --json` prints it: per strategy and budget, the mean, standard deviation and count of runs of
     `fraction` (of the optimum reached), `evaluations_to_1pc`, `seconds_to_1pc` (simulated: the
-    file's compile, framework and run times) and `score` (docs/search.md says how it is computed)."""
-    return replay_file(file, strategies, budgets, repeats, seed)
+    file's compile, framework and run times) and `score` (docs/search.md says how it is computed).
+    `prior`: files of the same kernel measured on other GPUs, given to the strategies as a tune gives
+    them the tuning database's measurements of other GPUs (gen.search.prior)."""
+    return replay_file(file, strategies, budgets, repeats, seed, prior)
 

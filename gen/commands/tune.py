@@ -39,6 +39,7 @@ from ..families.variant import Variant
 from ..store.tuning_db import FINALIST_KEY, TuningKey, TuningDB, checked_db_path
 from ..call.lookup import shape_distance
 from ..search.proposers import PointList, Rounds, Search
+from ..search.prior import Prior
 from ..search.strategies import DEFAULT_STRATEGY, STRATEGIES, STRATEGY_TYPES, SearchSpace, make_strategy
 from .tune_result import TuneResult
 
@@ -251,7 +252,9 @@ def _tune_model(options: TuneOptions, family: Family, shape: Any, chosen: Candid
 
 def _search(options: TuneOptions, family: Family, shape: Any, chosen: Candidates, problem: TuningKey, db: TuningDB,
             started: float) -> Search:
-    strategy = make_strategy(options.strategy, SearchSpace(chosen.variants), options.seed)
+    space = SearchSpace(chosen.variants)
+    others = other_gpus(db, problem, family, shape, chosen.variants)
+    strategy = make_strategy(options.strategy, space, options.seed, Prior(space, others) if others else None)
     warmed = options.budget is None or options.budget >= 2 * WARM_START  # a budget worth a warm start
     # a search of the whole space, in any order, starts with the nearest shape's ranking of all of it
     whole = STRATEGY_TYPES[options.strategy].covers_space and chosen.budget >= len(chosen.variants)
@@ -331,10 +334,34 @@ def warm_start(db: TuningDB, problem: TuningKey, family: Family, shape: Any, val
         problem.gpu_model, problem.dtype, problem.epilogue) and p.shape != problem.shape]
     if not tuned_here:
         return []
-    nearest = min(tuned_here, key=lambda p: shape_distance(family.parse_shape(p.shape).dims, shape.dims))
     allowed, chosen = set(valid), []
-    for row in db.top(nearest, 3 * count):
+    for row in db.top(_nearest(tuned_here, family, shape), 3 * count):
         variant = family.runnable(family.variant_type.from_name(row.name), shape)
         if variant in allowed and variant not in chosen:
             chosen.append(variant)
     return chosen[:count]
+
+
+def other_gpus(db: TuningDB, problem: TuningKey, family: Family, shape: Any, valid: list[Variant]
+               ) -> list[dict[Variant, float | None]]:
+    """What each other GPU model measured of this kernel (its nearest tuned shape, the same element type
+    and epilogue), adapted to run this shape: each variant's median, None where it failed. The search's
+    prior (gen.search.prior): a kernel tuned on one GPU is tuned on the next from its fastest."""
+    by_model: dict[Any, list[TuningKey]] = {}
+    for tuned in db.problems(problem.family):
+        if (tuned.dtype, tuned.epilogue) == (problem.dtype, problem.epilogue) and tuned.gpu_model != problem.gpu_model:
+            by_model.setdefault(tuned.gpu_model, []).append(tuned)
+    allowed, others = set(valid), []
+    for tuned in by_model.values():
+        measured = {}
+        for row in db.measured(_nearest(tuned, family, shape)).values():
+            variant = family.runnable(family.variant_type.from_name(row.name), shape)
+            if variant in allowed:
+                measured.setdefault(variant, row.median_ms if is_ok(row) else None)
+        others.append(measured)
+    return others
+
+
+def _nearest(problems: list[TuningKey], family: Family, shape: Any) -> TuningKey:
+    """The problem whose shape is nearest to `shape`."""
+    return min(problems, key=lambda p: shape_distance(family.parse_shape(p.shape).dims, shape.dims))

@@ -8,7 +8,7 @@ import itertools
 from collections import deque
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -17,16 +17,18 @@ from ..core.errors import UsageError
 from ..families.variant import Variant
 from ..store.plots import best_so_far
 from .measured import MeasuredSpace, read_measured
+from .prior import Prior
 from .strategies import STRATEGIES, STRATEGY_TYPES, SearchSpace, make_strategy
 
 
 def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpace, budget: int,
-           seed: int = 0, in_flight: int = 1) -> list[tuple[str, float | None]]:
+           seed: int = 0, in_flight: int = 1, prior: Prior | None = None) -> list[tuple[str, float | None]]:
     """Run a strategy against recorded measurements (name -> median ms, None for failures), no GPU:
     what it asked for and the median it would have seen, in order. With `in_flight`, it is asked as a
     tune's loop asks it (gen.search.proposers.Search) while that many points compile or run: up to
-    `in_flight` asked and not yet told, the oldest told first, and as many asked again as were told."""
-    search = make_strategy(strategy, space, seed)
+    `in_flight` asked and not yet told, the oldest told first, and as many asked again as were told.
+    `prior`: other GPUs' measurements of the same kernel (gen.search.prior), as a tune gives them."""
+    search = make_strategy(strategy, space, seed, prior)
     seen: list[tuple[str, float | None]] = []
     waiting: deque[Variant] = deque()
     total = min(budget, len(space.variants))
@@ -57,16 +59,17 @@ class Run:
     clock_s: list[float]
 
 
-def replay_measured(strategy: str, measured: MeasuredSpace, budget: int, seed: int) -> Run:
+def replay_measured(strategy: str, measured: MeasuredSpace, budget: int, seed: int, prior: Prior | None = None) -> Run:
     """A strategy replayed over a measured space, the clock advanced by each evaluation's cost."""
-    asked = replay(strategy, measured.time_ms, measured.space, budget, seed)
+    asked = replay(strategy, measured.time_ms, measured.space, budget, seed, prior=prior)
     return Run([t for _, t in asked], list(itertools.accumulate(measured.cost_s[name] for name, _ in asked)))
 
 
 def replay_file(path: Path | str, strategies: Sequence[str], budgets: Sequence[int], repeats: int,
-                seed: int = 0) -> dict[str, Any]:
+                seed: int = 0, priors: Sequence[Path | str] = ()) -> dict[str, Any]:
     """`tilegen replay` and `gen.replay`: the study of a measured space in a T4 or Kernel Tuner cache
-    file, its arguments checked (one line each) before the file is read."""
+    file, its arguments checked (one line each) before the file is read; `priors`: files of the same
+    kernel measured on other GPUs, the strategies' prior."""
     if isinstance(strategies, str):
         strategies = [strategies]
     for name in strategies:
@@ -76,21 +79,35 @@ def replay_file(path: Path | str, strategies: Sequence[str], budgets: Sequence[i
     if not strategies or not budgets:
         raise UsageError("give at least one strategy and one budget")
     repeats, seed = checks.whole(repeats, "repeats", 1), checks.whole(seed, "seed")
-    return study(read_measured(path), strategies, budgets, repeats, seed)
+    priors = [priors] if isinstance(priors, (str, Path)) else list(priors)
+    measured = read_measured(path)
+    return study(measured, strategies, budgets, repeats, seed, measured_prior(measured, map(read_measured, priors)))
+
+
+def measured_prior(measured: MeasuredSpace, others: Iterable[MeasuredSpace]) -> Prior | None:
+    """Other measured spaces of the same kernel as a prior for `measured`; None without any. A space of
+    other parameters is refused in one line."""
+    others, names = list(others), measured.space.names
+    for other in others:
+        if sorted(other.space.names) != sorted(names):
+            raise UsageError(f"the prior {other.source} has the parameters {', '.join(other.space.names)}, not "
+                             f"{', '.join(names)}; give a file of the same kernel measured on another GPU")
+    return Prior(measured.space, [{v: o.time_ms[v.name] for v in o.space.variants} for o in others]) if others else None
 
 
 def study(measured: MeasuredSpace, strategies: Sequence[str], budgets: Sequence[int], repeats: int,
-          seed: int = 0) -> dict[str, Any]:
+          seed: int = 0, prior: Prior | None = None) -> dict[str, Any]:
     """Each strategy replayed `repeats` times (seeds seed, seed + 1, ...) up to the largest budget, and
     scored at each budget (a prefix of the same runs: tilegen's strategies do not plan by the budget)."""
     baseline = Baseline(measured, max(budgets))
     scores = {}
     for name in strategies:
-        runs = [replay_measured(name, measured, max(budgets), seed + r) for r in range(repeats)]
+        runs = [replay_measured(name, measured, max(budgets), seed + r, prior) for r in range(repeats)]
         scores[name] = {str(b): score_runs(runs, baseline, b) for b in budgets}
     return {"source": measured.source, "configurations": len(measured),
             "failed": sum(t is None for t in measured.time_ms.values()), "optimum_ms": measured.optimum_ms,
-            "repeats": repeats, "seed": seed, "strategies": scores}
+            "repeats": repeats, "seed": seed, "prior_spaces": prior.spaces if prior else 0,
+            "strategies": scores}
 
 
 class Baseline:

@@ -1,11 +1,10 @@
 """Search strategies over a space's valid points: brute force, random, annealing, local search, a genetic
 algorithm, a trend model's screen, Bayesian optimisation (a Gaussian process) and a portfolio.
 
-Every strategy works on the list of valid variants and proposes only members of it, so none
-can propose an invalid point: neighbourhoods, crossover and mutation are repaired onto that
-list. The interface is ask/tell: `ask(n)` returns up to n variants not yet told, `tell(variant,
-time_ms)` reports a measurement (None when the variant failed). Lower time is better.
-"""
+Every strategy proposes only valid variants (neighbourhoods, crossover and mutation are repaired onto
+them), asked and told: `ask(n)` returns up to n variants not yet told, `tell(variant, time_ms)` reports a
+measurement (None when the variant failed; lower is better). Given a prior (other GPUs' measurements of
+the kernel, gen.search.prior), a strategy proposes their fastest first."""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from ..families.variant import Variant
 from .gaussian_process import Posterior, log_likelihood, normal_cdf, normal_pdf
+from .prior import Prior
 from .space import SearchSpace
 from .surrogates import nearest_mean, quadratic_trend
 
@@ -27,8 +27,8 @@ class Strategy(ABC):
     covers_space = False  # proposes the whole space in order: without a budget it evaluates all of it, at once
     uses_seed = True  # its proposals depend on its seed
 
-    def __init__(self, space: SearchSpace, seed: int = 0):
-        self.space, self.rng = space, random.Random(seed)
+    def __init__(self, space: SearchSpace, seed: int = 0, prior: Prior | None = None):
+        self.space, self.rng, self.prior = space, random.Random(seed), prior  # prior: other GPUs' (gen.search.prior)
         self.results: dict[Variant, float | None] = {}
         self.pending: set[Variant] = set()
         self.seconds = 0.0  # its own time, in ask and tell: a model's fits and acquisitions
@@ -43,7 +43,7 @@ class Strategy(ABC):
     def _ask(self, count: int) -> list[Variant]:
         proposals: list[Variant] = []
         while len(proposals) < count and len(self.results) + len(self.pending) < len(self.space.variants):
-            variant = self._propose()
+            variant = (self.prior.pick(self._unseen) if self.prior else None) or self._propose()
             if variant is None:
                 break
             if self._unseen(variant):
@@ -122,8 +122,8 @@ class SimulatedAnnealing(Strategy):
     START_TEMPERATURE, COOLING, HOP, TRIES = 0.1, 0.93, 0.2, 30
     POOL, NEAREST = 4, 3
 
-    def __init__(self, space: SearchSpace, seed: int = 0):
-        super().__init__(space, seed)
+    def __init__(self, space: SearchSpace, seed: int = 0, prior: Prior | None = None):
+        super().__init__(space, seed, prior)
         self.current: Variant | None = None
         self.current_time = math.inf
         self.temperature = self.START_TEMPERATURE
@@ -184,8 +184,8 @@ class LocalSearch(Strategy):
     name = "local"
     INITIAL, JUMP = 3, 3
 
-    def __init__(self, space: SearchSpace, seed: int = 0):
-        super().__init__(space, seed)
+    def __init__(self, space: SearchSpace, seed: int = 0, prior: Prior | None = None):
+        super().__init__(space, seed, prior)
         self.current: Variant | None = None
 
     def _propose(self) -> Variant | None:
@@ -301,8 +301,8 @@ class BayesianOptimisation(Strategy):
     LENGTH_SCALES = (0.15, 0.25, 0.4, 0.7)
     NOISE = 1e-3
 
-    def __init__(self, space: SearchSpace, seed: int = 0):
-        super().__init__(space, seed)
+    def __init__(self, space: SearchSpace, seed: int = 0, prior: Prior | None = None):
+        super().__init__(space, seed, prior)
         self._ranked: list[Variant] | None = None  # the unseen points by its last acquisition, best first
 
     def _propose(self) -> Variant | None:
@@ -357,8 +357,8 @@ class Portfolio(Strategy):
     MEMBERS = ("local", "trend", "anneal")
     FORGET = 0.9
 
-    def __init__(self, space: SearchSpace, seed: int = 0):
-        super().__init__(space, seed)
+    def __init__(self, space: SearchSpace, seed: int = 0, prior: Prior | None = None):
+        super().__init__(space, seed, prior)
         self.members = [STRATEGY_TYPES[name](space, seed + number) for number, name in enumerate(self.MEMBERS)]
         self.record = [[0.0, 0.0] for _ in self.members]  # per member: proposals that improved the best, and not
         self.proposer: dict[Variant, int] = {}
@@ -393,8 +393,8 @@ STRATEGIES = tuple(STRATEGY_TYPES)
 DEFAULT_STRATEGY = "portfolio"  # the best replayed, on public spaces and sgemm: docs/results/search-replay.md
 
 
-def make_strategy(name: str, space: SearchSpace, seed: int = 0) -> Strategy:
+def make_strategy(name: str, space: SearchSpace, seed: int = 0, prior: Prior | None = None) -> Strategy:
     if name not in STRATEGY_TYPES:
         raise ValueError(f"strategy {name!r} is not one of: {', '.join(STRATEGIES)}")
-    return STRATEGY_TYPES[name](space, seed)
+    return STRATEGY_TYPES[name](space, seed, prior)
 
