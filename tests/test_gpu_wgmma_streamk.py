@@ -2,11 +2,12 @@
 at odd shapes with padded rows, a K of one step (a tile shared by blocks that each hold less than a
 step is impossible: the blocks with no run must be skipped), a thin model shape, and a shape of 448
 tiles (whole waves of tiles, then the rest shared along K), each output NaN-poisoned before its launch
-and compared with float64 (the sweep's check, its workspace zeros from the worker); an epilogue after
-the shared sums; through gen.kernel (each launch its own workspace from the stream's pool) the same
-bits twice, right against float64; its first call captured in a CUDA graph replays right, and the
-same launch on two streams at once keeps each stream's sums apart; and the sanitizer finds nothing
-in one variant."""
+and compared with float64 (the sweep's check, its workspace zeroed by the worker); an epilogue after
+the shared sums; through gen.kernel (a workspace per stream) the same bits twice, right against
+float64; its first call captured in a CUDA graph replays right, launches on one stream with new
+inputs each are each right (a flag left up would add the last launch's sums), and the same launch
+on two streams at once keeps each stream's sums apart; and the sanitizer finds nothing in one
+variant."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from .test_gpu_wgmma_split import _sm90, assert_the_same_bits_twice
 
 pytestmark = pytest.mark.gpu
 
-SIZES = ["999x1001x1003:1008,1008,1001", "77x45x33:40,48,45", "16x6144x4096", "2000x7000x3000"]
+SIZES = ["999x1001x1003:1008,1008,1001", "77x45x33:40,48,45", "16x6144x4096", "2000x7000x3000"]  # K of one step: whole tiles
 TILES = {"dtype": ["bf16"], "bm": ["64", "128", "256"], "bn": ["64", "128", "256"], "consumers": ["1", "2"],
          "schedule": ["streamk"], "stages": ["4"], "store": ["direct", "bulk"]}
 FUSED = {"dtype": ["f16"], "bm": ["128"], "bn": ["256"], "schedule": ["streamk"], "stages": ["3"],
@@ -75,6 +76,12 @@ def test_a_stream_k_kernel_first_called_in_a_graph_replays_right_and_two_streams
         a.copy_(torch.randn(shape.m, shape.k, device="cuda", dtype=torch.bfloat16))
         c.fill_(float("nan"))
         graph.replay()
+        torch.cuda.synchronize()
+        assert _error(torch, c, a, b) <= tolerance
+    for _ in range(2):  # one stream, new inputs each launch: a flag left up would add the last launch's sums
+        a.copy_(torch.randn(shape.m, shape.k, device="cuda", dtype=torch.bfloat16))
+        c.fill_(float("nan"))
+        kernel(a, b, c)
         torch.cuda.synchronize()
         assert _error(torch, c, a, b) <= tolerance
     streams = [torch.cuda.Stream() for _ in range(2)]

@@ -1,5 +1,5 @@
 """wgmma's stream-K schedule without a GPU: its rule, launch and workspace (an argument the kernel
-takes after C, zeros in the GPU worker, never one of the caller's arrays), its variants rendered and
+takes after C, never one of the caller's arrays; checked on the inputs of its kin without one), its variants rendered and
 compiled for sm_90a without spills but a fused epilogue's few bytes (tests/test_gpu_wgmma_streamk.py
 runs them), and where the family names it likeliest best: a last round of many tiles that leaves
 SMs idle, or a few tiles (128 columns wide in a single row of tiles); never a short K, short runs
@@ -7,7 +7,6 @@ or a nearly full last round."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from gen.call.kernels import Kernel
@@ -37,14 +36,15 @@ def test_a_stream_k_launch_puts_a_block_on_each_sm_with_steps_to_share() -> None
     assert WGMMA.launch(variant, WGMMA.parse_shape("77x45x200:200,48,45")).grid == (4, 1, 1)  # a tile, 4 steps
 
 
-def test_the_workspace_follows_c_is_zeros_in_the_worker_and_is_not_the_callers() -> None:
+def test_the_workspace_follows_c_is_not_the_callers_and_the_checks_share_their_kins_inputs() -> None:
     variant, shape = WGMMA.variant({**STREAM_K, "bias": "col"}), WGMMA.parse_shape("77x45x200:200,48,45")
     problem = WGMMA.problem_of(variant)
     assert [a.name for a in problem.arguments[:5]] == ["A", "B", "C", "bias", "W"]
     (workspace,) = [a for a in problem.arguments if isinstance(a, Workspace)]
     assert workspace.words >= 132 * 128 * 256 and problem.arrays(shape)["W"] == (workspace.words,)
-    inputs = problem.random_inputs("f16", shape, 1)
-    assert inputs["W"].dtype == np.float32 and not inputs["W"].any() and inputs["bias"].any()
+    assert problem.checked_as is WGMMA.problem_of(WGMMA.variant({"bias": "col"}))  # one set of inputs
+    assert WGMMA.problem_of(WGMMA.variant(STREAM_K)).checked_as is WGMMA.problem.checked_as
+    assert "W" not in problem.random_inputs("f16", shape, 1)
     assert Kernel(WGMMA, variant, shape).arrays == ["A", "B", "C", "bias"]
     assert "float* __restrict__ workspace" in render(variant)
     assert "workspace" not in render(WGMMA.variant({"schedule": "persistent"}))

@@ -122,8 +122,10 @@ class EpilogueGemmProblem(TmaGemmProblem):
                           Scalar("K", "k"), Scalar("lda"), Scalar("ldb"), Scalar("ldc"), *factors)
 
     @property
-    def checked_as(self) -> "EpilogueGemmProblem":
-        return self
+    def checked_as(self) -> TmaGemmProblem:
+        """Itself; with a workspace, the same epilogue's problem without one (its inputs and reference)."""
+        problem = self.epilogue.problem
+        return self if problem is self else problem.checked_as
 
     def arrays(self, shape: MatmulShape) -> dict[str, tuple[int, ...]]:
         extras = {"bias": (shape.n,), "R": (shape.m, shape.ldc)}
@@ -138,7 +140,7 @@ class EpilogueGemmProblem(TmaGemmProblem):
 
     def kernel_arguments(self, shape: MatmulShape, pointers: Mapping[str, Any]) -> list[Any]:
         extras = [a.name for a in self.arguments[3:] if isinstance(a, (Input, Workspace))]
-        if missing := [name for name in extras if name not in pointers]:
+        if missing := [a.name for a in self.arguments[3:] if isinstance(a, Input) and a.name not in pointers]:
             raise UsageError(f"this kernel's epilogue also takes {' and '.join(missing)} (bias: a vector of N; R: a "
                              f"matrix like C): pass them")
         a_map, b_map, c, *sizes = super().kernel_arguments(shape, pointers)
@@ -171,7 +173,5 @@ class EpilogueGemmProblem(TmaGemmProblem):
 
     def tolerance(self, dtype: str, shape: MatmulShape) -> float:
         """The GEMM's, twice over (an activation may halve the reference's norm: ReLU drops the
-        negative half), plus the activation's float32 evaluation; the GEMM's alone with none (a workspace only)."""
-        if not self.epilogue.fused:
-            return super().tolerance(dtype, shape)
+        negative half), plus the activation's float32 evaluation."""
         return 2 * super().tolerance(dtype, shape) + ACTIVATION_ROUNDINGS * UNIT_ROUNDOFF["f32"]

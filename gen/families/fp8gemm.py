@@ -38,6 +38,7 @@ from .wgmma import MAX_SUMS, PERSISTENT_BLOCKS, SCHEDULES, SPLITS, WgmmaFamily, 
 
 FP8_TYPES = ("e4m3", "e5m2")
 FP8_OUTPUTS = ("bf16", "f16", "f32")
+FP8_SCHEDULES = tuple(s for s in SCHEDULES if s != "streamk")
 SCALINGS = ("none", "tensor", "rowcol", "block")
 ROW_ELEMENTS = 16  # TMA's rows start on 16-byte boundaries: 16 FP8 elements
 # Hopper's FP8 tensor cores keep about 14 bits of a sum's mantissa, not float32's 24 (DeepSeek-V3's
@@ -77,7 +78,7 @@ class Fp8Variant(WgmmaVariant):
                       help="C's type: bfloat16, float16 or float32")
     stages: int = choice(3, (2, 3, 4, 5, 6), tag="s", space=(3, 4, 5), emitted=(3,),  # wgmma's deep ones: not measured here
                          help="tiles in shared memory at once; the producer refills each as soon as it is free")
-    schedule: str = choice("persistent", SCHEDULES[:3], space=SCHEDULES[:3], emitted=("persistent",),
+    schedule: str = choice("persistent", FP8_SCHEDULES, space=FP8_SCHEDULES, emitted=("persistent",),
                            help="wgmma's schedules but streamk (its workspace is not passed with FP8's scales yet)")
     split: int = choice(1, SPLITS, tag="split", omit=1, space=SPLITS[:3], emitted=(1,),
                         help="blocks per tile of C, a cluster, each multiplying its share of K; the first adds the "

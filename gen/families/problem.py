@@ -107,7 +107,8 @@ class Workspace:
     """`words` of float32 device memory a kernel's blocks pass partial results through (stream-K's
     flags, then its sums), never the caller's, zeros that the kernel leaves zeros (its flags) or
     writes before it reads: gen.kernel passes one per stream (gen.gpu.runtime.native.DriverLaunch),
-    the GPU worker zeros like an input's."""
+    the GPU worker zeros before each check (gen.gpu.process.runner). Built-in families only: a
+    family of the user's own is refused one (gen.families.plugin_checks)."""
 
     name: str
     words: int
@@ -224,13 +225,11 @@ class Problem(ABC):
         return tuple(slice(0, d) for d in self.arrays(shape)[self.output.name])
 
     def random_inputs(self, dtype: str, shape: Any, seed: int) -> dict[str, np.ndarray]:
-        """Fresh random inputs in [-1, 1): never zeros, never constant, padding included (and a
-        workspace's zeros)."""
+        """Fresh random inputs in [-1, 1): never zeros, never constant, padding included."""
         rng = np.random.default_rng(seed)
         arrays = self.arrays(shape)
         return {a.name: rng.uniform(-1.0, 1.0, size=arrays[a.name]).astype(numpy_dtype(a.dtype or dtype))
-                if isinstance(a, Input) else np.zeros(arrays[a.name], np.float32)
-                for a in self.arguments if isinstance(a, (Input, Workspace))}
+                for a in self.arguments if isinstance(a, Input)}
 
     def initial_output(self, shape: Any) -> np.ndarray | None:
         """What the output holds before each check's launch; None: NaN everywhere, so that an element

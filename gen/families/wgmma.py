@@ -97,8 +97,8 @@ class WgmmaVariant(Variant):
     schedule: str = choice("persistent", SCHEDULES, space=SCHEDULES, emitted=("persistent", "streamk"),
                            help=f"grid: a block per tile; persistent: {PERSISTENT_BLOCKS} blocks walk the tiles; pingpong: "
                                 "so do they, their two consumers taking whole tiles in turn; streamk: so do they, and "
-                                "share the last wave's tiles along K (partial sums in global memory, added in a "
-                                "fixed order)")
+                                "share the last wave's tiles (and one wave more) along K (partial sums in global "
+                                "memory, added in a fixed order)")
     group: int = choice(8, (1, 8, 16), tag="g", space=(8,), emitted=(8,),
                         help="rows of tiles taken together, column by column, for L2 reuse (1: row by row)")
     specialize: str = choice("producer", ("producer", "none"), space=("producer",), emitted=("producer",),
@@ -202,6 +202,9 @@ class WgmmaVariant(Variant):
         if self.schedule == "streamk" and self.cluster > 1:
             raise InvalidVariant(f"schedule=streamk shares tiles between blocks one by one: use cluster=1 (cluster is "
                                  f"{self.cluster})")
+        if self.schedule == "streamk" and self.bm * self.bn > STREAM_K_SLOT:
+            raise InvalidVariant(f"schedule=streamk keeps a block's sums in a slot of {STREAM_K_SLOT} float32: bm "
+                                 f"{self.bm} x bn {self.bn} is more")
         self._check_split()
 
     def _check_split(self) -> None:

@@ -17,7 +17,7 @@
 //   bias      none
 //   act       none
 //   residual  none
-//   template  wgmma.cu.j2 (sha256 024729d802e0)
+//   template  wgmma.cu.j2 (sha256 1044f151bca7)
 //
 // Reproduce with:
 //   tilegen render wgmma -p dtype=bf16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=streamk -p group=8 -p specialize=producer -p cluster=1 -p store=bulk -p split=1 -p scale=none -p bias=none -p act=none -p residual=none
@@ -209,8 +209,10 @@ __device__ __forceinline__ void stage_pair(unsigned at, float x0, float x1)
 // groups laid out thread by thread (a warp writes whole lines), and raises the block's flag; a block
 // has at most one such piece (its run's end). The piece that ends the tile adds the earlier blocks'
 // sums, the nearest first (a fixed order), each once its flag is up, and lowers the flag for the next
-// launch. Blocks wait only for blocks before them, which start no later: no block waits forever, even
-// where the SMs hold fewer blocks than the grid. True where this block's sums are another's to store.
+// launch. Blocks wait only for blocks before them, which the GPU starts no later (it dispatches a
+// grid's blocks in order, as CUTLASS's stream-K also takes for granted): no block waits forever, even
+// where the SMs hold fewer blocks than the grid (a GPU of fewer than 132 SMs: correct, but a second
+// round). True where this block's sums are another's to store.
 __device__ __forceinline__ bool stream_k_sums(float (&d)[PIECES][SUMS], float* workspace, bool ends, long long tile_start,
                                               long long shared_steps, int warp_group)
 {

@@ -24,7 +24,7 @@ from ...core.results import Measurement, Status
 from ...core.timing import Timing, slower_than_cutoff
 from ...families import get_family
 from ...families.family import Family, Launch
-from ...families.problem import Problem, numpy_dtype
+from ...families.problem import Problem, Workspace, numpy_dtype
 from ...families.variant import Variant
 from .ceilings import Ceilings
 from .checker import DeviceProblem, OutputChecker
@@ -48,6 +48,7 @@ class Runner:
         self._flush_buffer = empty((2 * self.device.l2_bytes // 4,), np.uint32)
         self._ceilings = Ceilings(self.device.model)
         self._meter: tuple[Meter | None, str] | None = None  # opened when a job first asks for energy
+        self._workspaces: dict[int, Any] = {}  # zeros for a kernel's Workspace, by size in words
 
     def run(self, job: Job, report: Callable[[str], None] = lambda phase: None) -> Measurement:
         """Check the job's variant on fresh inputs for every seed, then time it if it is right."""
@@ -136,7 +137,7 @@ class Runner:
             report(f"check seed {seed}")
             expected = self._problem(problem, variant.dtype, shape, seed,
                                      lambda step: report(f"check seed {seed}: {step}"))
-            arrays = expected.fresh_arrays(output, numpy_dtype(variant.output_dtype))
+            arrays = {**expected.fresh_arrays(output, numpy_dtype(variant.output_dtype)), **self._zeroed(launched)}
             call = launcher(self._modules[job.cubin], job.name, job.cache_config, launch, launched, shape, arrays)
             call()
             synchronize()
@@ -152,6 +153,18 @@ class Runner:
                                   tolerance=tolerance, checks=len(job.seeds), device=self.device,
                                   unit=problem.ceiling(variant.dtype).unit)
         return measurement, call
+
+    def _zeroed(self, launched: Problem) -> dict[str, Any]:
+        """The kernel's workspaces (problem.Workspace), zeroed before each check (a wrong kernel may
+        have left them dirty; a right one leaves them zeroed for its timing's launches)."""
+        found = {}
+        for argument in launched.arguments:
+            if isinstance(argument, Workspace):
+                if argument.words not in self._workspaces:
+                    self._workspaces[argument.words] = empty((argument.words,), np.float32)
+                found[argument.name] = self._workspaces[argument.words]
+                fill(found[argument.name], 0.0)
+        return found
 
     def _problem(self, problem: Problem, dtype: str, shape: Any, seed: int,
                  report: Callable[[str], None]) -> "DeviceProblem":

@@ -106,6 +106,7 @@ class Zeroed:
     captured stream waits for, so that a first call may be captured), freed with the object."""
 
     def __init__(self, size: int):
+        self.address = 0
         with _capture_relaxed():
             self.address = int(_checked(driver.cuMemAlloc(size), f"allocating {size} bytes of workspace"))
             stream = _checked(driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING), "making a stream")
@@ -116,18 +117,26 @@ class Zeroed:
                 driver.cuStreamDestroy(stream)
 
     def __del__(self) -> None:
-        driver.cuMemFree(self.address)  # at exit the context may be gone: nothing is left to free then
+        if self.address:  # at exit the context may be gone: nothing is left to free then
+            driver.cuMemFree(self.address)
 
 
-_workspaces: dict[tuple[int, int, int], Zeroed] = {}  # DriverLaunch's, by context, stream and size
+_workspaces: dict[tuple[int, int, int, int], Zeroed] = {}  # DriverLaunch's (see _workspace)
 _workspaces_lock = threading.Lock()
+PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD: one handle, each thread's own stream
 
 
 def _workspace(context: int, stream: int, size: int) -> Zeroed:
-    """The workspace of launches on `stream`, made at its first and kept while the process runs (17 MB
-    per stream for stream-K): a CUDA graph captured with it keeps using it."""
-    key = (context, stream, size)
+    """The workspace of launches on `stream` (per thread for the per-thread default stream), made at
+    its first launch and kept while the process runs (17 MB each for stream-K): launches on one
+    stream run one after another, so they never mix their partial sums. A CUDA graph keeps the
+    workspace of the stream it was captured on: graphs captured on one stream must not be replayed at
+    once on two (PyTorch captures every graph on one side stream), nor a stream destroyed with launches
+    still queued have its handle taken by a new stream at once."""
+    key = (context, stream, threading.get_ident() if stream == PER_THREAD_STREAM else 0, size)
     if key not in _workspaces:
+        if int(_checked(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")) != context:
+            raise UsageError("the launch's CUDA context is not the current one: make its GPU current before the call")
         _workspaces[key] = Zeroed(size)
     return _workspaces[key]
 
@@ -159,8 +168,7 @@ class DriverLaunch:
     """One kernel on fixed arguments: call it with a stream handle to launch (no host work but the
     call). `clears` are (address, pitch, width, height) regions zeroed first, on the same stream.
     `workspace` (index, size, context): argument `index` is `size` bytes of device memory that the
-    kernel leaves as it found it, zeroed once: one per stream of the context (launches on one stream
-    run one after another; on two, they would mix their partial sums)."""
+    kernel leaves as it found it, zeroed once: one per stream of the context (_workspace)."""
 
     def __init__(self, function: Any, grid: Sequence[int], block: Sequence[int], shared_bytes: int,
                  arguments: Sequence[Any], clears: Sequence[tuple[int, int, int, int]] = (), keep: Any = None,
