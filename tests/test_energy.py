@@ -17,6 +17,7 @@ from gen.core.objectives import pareto_front, ranked, score
 from gen.core.results import Row, Status, row_from_json
 from gen.core.timing import TimingOptions
 from gen.evaluate.options import RunOptions
+from gen.gpu.process import energy
 from gen.gpu.process.energy import NO_NVML, Reading, average_watts, energy_per_launch, open_meter
 from gen.call.lookup import tuned
 from gen.commands.sweep import SweepOptions, summary, sweep
@@ -273,21 +274,23 @@ class FakeDriver(types.ModuleType):
         self.Context = types.SimpleNamespace(synchronize=lambda: None)
 
 
-class SteadyCounter:
-    """An energy counter of a GPU drawing 300 W, in joules, updated whenever it is read (the host's
-    clock): the loop timestamps a reading right after it, so however late a loaded machine lets the
-    loop read, the power it works out is the counter's (a counter updated every 10 ms, read late, was
-    off by the lateness)."""
+class SteadyClock:
+    """The host's clock for the energy loop, 0.1 ms on each time it is read, and an energy counter of a
+    GPU drawing 300 W, in joules, updated whenever it is read: the loop timestamps a reading right
+    after it, so the power it works out must be the counter's (one counter updated every 10 ms and
+    read late was off by the lateness), and no load on the machine running the test moves it."""
 
     counter = True
 
     def __init__(self) -> None:
-        import time
+        self.now = 0.0
 
-        self.clock, self.started = time.monotonic, time.monotonic()
+    def monotonic(self) -> float:
+        self.now += 1e-4
+        return self.now
 
     def read(self) -> float:
-        return 300.0 * (self.clock() - self.started)
+        return 300.0 * self.now
 
 
 @pytest.mark.parametrize("host_bound", [False, True], ids=["gpu-bound", "host-bound"])
@@ -298,11 +301,13 @@ def test_the_energy_loop_takes_power_from_the_counters_updates_and_time_from_the
     driver = FakeDriver(host_bound)
     monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
     monkeypatch.setitem(sys.modules, "pycuda", types.SimpleNamespace(driver=driver))
+    clock = SteadyClock()
+    monkeypatch.setattr(energy, "time", clock)
 
     def launch() -> None:
         driver.launches += 1
 
-    measured = energy_per_launch(launch, SteadyCounter(), seconds_per_launch=1e-3, window_s=0.05)
+    measured = energy_per_launch(launch, clock, seconds_per_launch=1e-3, window_s=0.05)
     assert isinstance(measured, tuple), measured
     joules, watts = measured
     assert watts == pytest.approx(300.0, rel=0.05)
