@@ -135,15 +135,15 @@ class Kernel:
         family = get_family(variant.family)  # the fallback's, where this family does not run here (Family.fallback)
         launch = family.launch(variant, shape)
         problem, output = family.problem_of(variant), described[self.output]
-        # a workspace (stream-K's sums): the stream's (native.DriverLaunch), at the argument of its place in the problem's
-        index, workspace = next(((i, a) for i, a in enumerate(problem.arguments) if isinstance(a, Workspace)), (0, None))
+        # a workspace (stream-K's sums) is the stream's, set at each launch (native.DriverLaunch)
+        workspace = next(((i, a) for i, a in enumerate(problem.arguments) if isinstance(a, Workspace)), None)
         arguments = problem.kernel_arguments(shape, {**{name: array.pointer for name, array in described.items()},
-                                                     **({workspace.name: 0} if workspace else {}), **scalars})
+                                                     **({workspace[1].name: 0} if workspace else {}), **scalars})
         clears = spans(output.pointer, output.strides, output.dtype.itemsize,
                        problem.output_region(shape)) if launch.clears_output else ()
         function = loaded(variant, context)
         return Prepared(native.DriverLaunch(function, launch.grid, launch.block, launch.dynamic_shared_bytes, arguments,
-                                            clears, workspace=workspace and (index, 4 * workspace.words, context)),
+                                            clears, workspace=workspace and (workspace[0], 4 * workspace[1].words, context)),
                         described, variant)
 
     def _validated(self, described: dict[str, DeviceArray]) -> tuple[Variant, Any]:

@@ -17,7 +17,7 @@
 //   bias      none
 //   act       none
 //   residual  none
-//   template  wgmma.cu.j2 (sha256 1044f151bca7)
+//   template  wgmma.cu.j2 (sha256 90d0a0156ca6)
 //
 // Reproduce with:
 //   tilegen render wgmma -p dtype=bf16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=streamk -p group=8 -p specialize=producer -p cluster=1 -p store=bulk -p split=1 -p scale=none -p bias=none -p act=none -p residual=none
@@ -287,10 +287,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) wgmma_bf16_csame_bm128_bn25
 
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER, units = units_m * tiles_n;  // the clusters' shares
-    const int first_unit = blockIdx.x / CLUSTER, unit_stride = gridDim.x / CLUSTER;
     const unsigned rank = 0;
     const int all_steps = (K + BK - 1) / BK;  // BK-wide steps along K per tile
-    const int first_step = 0, steps = all_steps;
     // Stream-K: whole_units go one to a block in turn (whole_pieces each); the steps of the others in a
     // row, shared_steps of them, are cut into gridDim.x equal runs, this block's [run_first, run_last).
     const int shared_units = units % gridDim.x == 0 ? 0 : units < 2 * gridDim.x ? units : units % gridDim.x + gridDim.x;
