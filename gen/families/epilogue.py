@@ -124,8 +124,9 @@ class EpilogueGemmProblem(TmaGemmProblem):
     @property
     def checked_as(self) -> TmaGemmProblem:
         """Itself; with a workspace, the same epilogue's problem without one (its inputs and reference)."""
-        problem = self.epilogue.problem
-        return self if problem is self else problem.checked_as
+        if not any(isinstance(a, Workspace) for a in self.arguments):
+            return self
+        return self.epilogue.problem.checked_as
 
     def arrays(self, shape: MatmulShape) -> dict[str, tuple[int, ...]]:
         extras = {"bias": (shape.n,), "R": (shape.m, shape.ldc)}
