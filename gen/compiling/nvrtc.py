@@ -48,9 +48,11 @@ _RENAMED = {"-use_fast_math": "--use_fast_math", "-maxrregcount": "--maxrregcoun
 class Nvrtc:
     name: ClassVar[str] = "nvrtc"
     batches: ClassVar[bool] = True  # several variants to one program, each in a namespace of its own
-    # A program costs NVRTC little beyond its variants (no process to start), so batches stay small
-    # enough that the threads finish together (docs/results/compile-batching.md).
-    runs_per_thread: ClassVar[int] = 4
+    # A program costs NVRTC little beyond its variants (6 ms: no process to start), so batches stay small:
+    # the threads finish together (docs/results/compile-batching.md), and a tune's proposal waits for a
+    # thread only as long as a run of one or two variants (a wgmma space's 472 speculative compiles in
+    # runs of 8 kept a cold tune's last proposals waiting 1.6-3.3 s on a lent H200).
+    runs_per_thread: ClassVar[int] = 64
     isolated: bool = True  # a worker process per compile thread; False: NVRTC in the threads themselves
     worker: str = "gen.compiling.nvrtc_process"  # the module each worker process runs (a test may name a stand-in)
 

@@ -14,7 +14,7 @@ variant at two levels is two compiles; one compiler run holds variants of one le
 The first wave compiles one variant per run, so that the first results come soon; later, when
 more wait than there are threads, several go to one run (`batch_size`) of a compiler that batches
 (`Compiler.batches`), as many as leave each thread `Compiler.runs_per_thread` runs of what waits
-(nvcc: 1, its start-up shared by up to 8; NVRTC: 4, smaller batches finishing together);
+(nvcc: 1, its start-up shared by up to 8; NVRTC: 64, small batches finishing together);
 a compiler that does not batch gets one each. An error the compiler
 cannot turn into a result (a template that does not render, a compiler that keeps failing) is
 the future's exception. `kill()` stops it all: running compiles are killed, and their futures

@@ -129,11 +129,11 @@ def gemm_rate(dtype: str, n: int = 8192) -> float | None:
 def vendor_gemm(dtype: str) -> tuple[Callable[[int], Any], Callable[[Any, Any], Any]] | None:
     """(random n x n matrix of `dtype`, matrix product) from CuPy, else PyTorch (TF32 off), else None.
     CuPy has no bfloat16."""
+    types = {"f32": "float32", "f64": "float64", "f16": "float16"}
     try:
-        import cupy
+        if dtype in types:  # CuPy is not imported for another type: a second of a worker's first job
+            import cupy
 
-        types = {"f32": cupy.float32, "f64": cupy.float64, "f16": cupy.float16}
-        if dtype in types:
             return (lambda n: cupy.random.uniform(-1, 1, (n, n)).astype(types[dtype]), cupy.matmul)
     except ImportError:
         pass
