@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gen.compiling.compiler import CompileOptions, compile_variant  # noqa: E402
+from gen.call.kernels import Kernel  # noqa: E402
 from gen.core.table import markdown_table, text_table  # noqa: E402
 from gen.families import get_family  # noqa: E402
 from model_shapes import MODEL_SHAPES  # noqa: E402  (scripts/, beside this one)
@@ -36,24 +36,15 @@ FLUSH_BYTES = 256 * 2**20  # over five times an H100's or H200's L2
 
 
 def tilegen_case(params: dict[str, str], size: str, arrays: dict[str, Any]) -> tuple[str, Callable[[], None]]:
-    """A wgmma variant's launch on these PyTorch tensors, through the driver API on PyTorch's stream."""
-    import torch
-
-    from gen.gpu.runtime import native
-
+    """A wgmma variant's call (gen.kernel's path: a stream-K variant's workspace is the stream's) on
+    these PyTorch tensors, on PyTorch's stream; called once here, so that compiling and loading are not timed."""
     family = get_family("wgmma")
     shape = family.parse_shape(size)
     variant = family.variant({**family.safe_variant(shape, "bf16").params(), **params})
-    compiled = compile_variant(variant, CompileOptions.local())
-    if not compiled.ok:
-        raise SystemExit(f"{variant.name} did not compile: {compiled.log}")
-    launch = family.launch(variant, shape)
-    native.current_context(torch.cuda.current_device())
-    function = native.load(compiled.cubin.read_bytes(), variant.name, launch.dynamic_shared_bytes)
-    pointers = {name: tensor.data_ptr() for name, tensor in arrays.items()}
-    run = native.DriverLaunch(function, launch.grid, launch.block, launch.dynamic_shared_bytes,
-                              family.problem_of(variant).kernel_arguments(shape, pointers))
-    return variant.name, lambda: run(torch.cuda.current_stream().cuda_stream)
+    kernel = Kernel(family, variant, shape)
+    ordered = [arrays[name] for name in kernel.arrays]
+    kernel(*ordered)
+    return variant.name, lambda: kernel(*ordered)
 
 
 def medians_ms(cases: list[Callable[[], None]], samples: int) -> list[float]:
