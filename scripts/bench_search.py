@@ -190,12 +190,12 @@ def print_traces(runs: dict, measured: MeasuredSpace, budgets: list[int]) -> Non
         if not chosen:
             continue
         ranks = [[1.0 if t is None else np.searchsorted(ordered, t) / len(ordered) for t in run.times] for run in chosen]
-        stretches = [np.mean([r for run in ranks for r in run[first - 1:last]] or [np.nan]) for first, last in TRACE_STRETCHES]
+        stretches = [[r for run in ranks for r in run[first - 1:last]] for first, last in TRACE_STRETCHES]
         spreads = []
         for budget in budgets:
             found = [min((t for t in run.times[:budget] if t is not None), default=np.inf) / ordered[0] for run in chosen]
             spreads.append(f"{np.median(found):.2f} / {np.percentile(found, 75):.2f}")
-        body.append([label, *(f"{share:.2f}" for share in stretches), *spreads])
+        body.append([label, *(f"{np.mean(shares):.2f}" if shares else "-" for shares in stretches), *spreads])
     print(markdown_table(["strategy", *(f"rank of evaluations {a}-{b}" if a < b else f"rank of evaluation {a}"
                                         for a, b in TRACE_STRETCHES),
                           *(f"best / optimum at {b}: median / upper quartile" for b in budgets)], body))
