@@ -18,6 +18,7 @@ Usage (Kernel Tuner 1.5 in a venv of its own, tilegen on the path):
   PYTHONPATH=. /work/venv-kt/bin/python scripts/bench_search.py --data /work/data-bench \\
       [--spaces convolution_A100 ...] [--budgets 20 50 100] [--repeats 50] [--tilegen bayes ...] \\
       [--prior-from convolution_A4000 ...] [--kernel-tuner genetic_algorithm ...] [--json OUT.json] [--plot DIR]
+      [--traces]
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def main() -> None:
     parser.add_argument("--kernel-tuner", nargs="*", default=list(KERNEL_TUNER))
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--plot", type=Path, help="folder for a plot of performance over time per space")
+    parser.add_argument("--traces", action="store_true",
+                        help="also print how each strategy moves: where its evaluations rank in the space, and its runs' spread")
     args = parser.parse_args()
     everything = {}
     for name in args.spaces:
@@ -81,6 +84,8 @@ def main() -> None:
             for label, by_repeat in runs.items() if by_repeat}}
         print(markdown_table(STUDY_HEADERS, study_rows(result)))
         print_where_lost(runs, baseline, args.budgets)
+        if args.traces:
+            print_traces(runs, measured, args.budgets)
         everything[name] = result
         if args.plot:
             plot_space(name, runs, measured, max(args.budgets), args.plot)
@@ -167,6 +172,33 @@ def print_where_lost(runs: dict, baseline: Baseline, budgets: list[int]) -> None
                          f"{np.mean([run.clock_s[:budget][-1] / len(run.clock_s[:budget]) for run in chosen]):.2f}"])
     print(markdown_table(["strategy", "budget", "score by quarter of the time", "evaluations in the time",
                           "failed", "seconds each"], body))
+
+
+TRACE_STRETCHES = ((1, 1), (2, 8), (9, 20), (21, 50), (51, 100))  # evaluations, counted from 1
+
+
+def print_traces(runs: dict, measured: MeasuredSpace, budgets: list[int]) -> None:
+    """How each strategy moves through the space, read from its runs at the largest budget: where its
+    evaluations rank among the space's configurations (the share faster than each, a failure 1; the mean
+    over the runs, per stretch of evaluations: a uniform draw is 0.5), and its runs' best found as a
+    multiple of the optimum at each budget, the median and the upper quartile (a tail of runs stuck in
+    a slow basin shows in the quartile)."""
+    ordered = np.sort([t for t in measured.time_ms.values() if t is not None])
+    body = []
+    for label, by_repeat in runs.items():
+        chosen = [repeat[max(budgets)] for repeat in by_repeat]
+        if not chosen:
+            continue
+        ranks = [[1.0 if t is None else np.searchsorted(ordered, t) / len(ordered) for t in run.times] for run in chosen]
+        stretches = [[r for run in ranks for r in run[first - 1:last]] for first, last in TRACE_STRETCHES]
+        spreads = []
+        for budget in budgets:
+            found = [min((t for t in run.times[:budget] if t is not None), default=np.inf) / ordered[0] for run in chosen]
+            spreads.append(f"{np.median(found):.2f} / {np.percentile(found, 75):.2f}")
+        body.append([label, *(f"{np.mean(shares):.2f}" if shares else "-" for shares in stretches), *spreads])
+    print(markdown_table(["strategy", *(f"rank of evaluations {a}-{b}" if a < b else f"rank of evaluation {a}"
+                                        for a, b in TRACE_STRETCHES),
+                          *(f"best / optimum at {b}: median / upper quartile" for b in budgets)], body))
 
 
 def print_summary(everything: dict, default: str, budgets: list[int]) -> None:
