@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -237,6 +238,33 @@ def test_a_template_broken_and_fixed_in_one_process_renders_again(copied: Path, 
             render(variant)
         template.write_text(working)  # fixed while the process runs (a notebook, a worker)
         assert render(variant) == first
+    finally:
+        registry.cache_clear()
+
+
+def test_a_new_familys_variants_rendered_by_many_threads_at_once_are_each_rendered_whole(copied: Path,
+                                                                                        monkeypatch) -> None:
+    """A compile pool's threads all start on a template no thread has loaded yet (one loads it, the others wait)."""
+    from gen.compiling.render import render
+    from gen.families.space import Space
+
+    monkeypatch.delenv("TILEGEN_FAMILY_PATH", raising=False)
+    try:
+        add_family_path(copied)
+        variants = Space.default(get_family("reduce")).expand(None).valid[:8]
+        start, sources = threading.Barrier(len(variants)), {}
+
+        def rendered(variant) -> None:
+            start.wait()
+            sources[variant] = render(variant)
+
+        threads = [threading.Thread(target=rendered, args=(variant,)) for variant in variants]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(set(sources.values())) == len(variants) > 1
+        assert all(sources[variant] == render(variant) for variant in variants)
     finally:
         registry.cache_clear()
 
