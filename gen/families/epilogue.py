@@ -114,7 +114,7 @@ class EpilogueGemmProblem(TmaGemmProblem):
     epilogue in float64. W: the kernel's `workspace`, where it takes one (named W)."""
 
     def __init__(self, epilogue: Epilogue, workspace: Workspace | None = None):
-        self.epilogue = epilogue
+        self.epilogue, self.workspace = epilogue, workspace
         extras = [Input("bias")] * (epilogue.bias == "col") + [Input("R")] * (epilogue.residual == "add") \
             + [workspace] * (workspace is not None)
         factors = [Scalar(n, ctype="float") for n, on in (("alpha", epilogue.alpha), ("beta", epilogue.beta)) if on]
@@ -124,15 +124,13 @@ class EpilogueGemmProblem(TmaGemmProblem):
     @property
     def checked_as(self) -> TmaGemmProblem:
         """Itself; with a workspace, the same epilogue's problem without one (its inputs and reference)."""
-        if not any(isinstance(a, Workspace) for a in self.arguments):
-            return self
-        return self.epilogue.problem.checked_as
+        return self if self.workspace is None else self.epilogue.problem.checked_as
 
     def arrays(self, shape: MatmulShape) -> dict[str, tuple[int, ...]]:
         extras = {"bias": (shape.n,), "R": (shape.m, shape.ldc)}
         names = {a.name for a in self.arguments}
         return {**super().arrays(shape), **{name: dims for name, dims in extras.items() if name in names},
-                **{a.name: (a.words,) for a in self.arguments if isinstance(a, Workspace)}}
+                **({self.workspace.name: (self.workspace.words,)} if self.workspace else {})}
 
     def scalars(self, shape: MatmulShape) -> dict[str, int | float]:
         factors = {"alpha": ALPHA, "beta": BETA}
