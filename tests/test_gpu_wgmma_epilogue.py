@@ -1,7 +1,8 @@
 """wgmma's fused epilogues on a real GPU (marker `gpu`; sm_90 only): every epilogue parameter's every
 value, in both element types (and every activation in both output types), on both store paths (and on ping-pong's and a
 block per tile's), right at odd and padded shapes: each output NaN-poisoned before its launch and
-compared with the float64 reference of the same epilogue (the sweep's check)."""
+compared with the float64 reference of the same epilogue (the sweep's check); the sanitizer finds nothing
+in a fused bias and GELU."""
 
 from __future__ import annotations
 
@@ -36,3 +37,12 @@ def test_every_epilogue_is_right_at_odd_padded_and_whole_tile_shapes(tmp_path: P
         for row in rows.values():
             if row.status == Status.OK:
                 assert row.error <= row.tolerance and row.checks >= 1
+
+
+def test_the_sanitizer_finds_nothing_in_a_fused_bias_and_gelu_variant(tmp_path: Path) -> None:
+    """The bias read at an N smaller than a tile (each read clamped to the vector) and GELU's tanh by the
+    special function unit, on both store paths."""
+    skip_unless_gpu(lambda cc: cc == (9, 0), "the wgmma family runs on sm_90 GPUs (H100, H200) only")
+    params = {**FIXED, "dtype": ["bf16"], "split": ["1"], "bias": ["col"], "act": ["gelu-tanh"], "store": ["direct", "bulk"]}
+    rows = run(tmp_path, "wgmma", params, ["77x45x200:200,48,45"], sanitize=True)
+    assert [row.status for row in rows.values()] == [Status.OK] * 2, {k: (r.status, r.message) for k, r in rows.items()}

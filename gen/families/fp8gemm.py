@@ -29,7 +29,7 @@ import numpy as np
 
 from ..core.errors import InvalidVariant
 from ..core.tensor_maps import BOX, box_map
-from .epilogue import ACTIVATION_ROUNDINGS, Epilogue, EpilogueGemmProblem
+from .epilogue import Epilogue, EpilogueGemmProblem, activation_error
 from .gemm import MatmulShape
 from .problem import GEMM_FP8, UNIT_ROUNDOFF, Ceiling, Input, numpy_dtype
 from .family import blocks
@@ -159,10 +159,10 @@ class Fp8GemmProblem(EpilogueGemmProblem):
         """The half-precision GEMM's rule with the tensor cores' FP8 sums in place of float32's: 16 u
         sqrt(K) with u = 2^-14, plus one rounding of each output to C's type (u of bfloat16 or float16,
         twice); the FP8 inputs are exact. With an epilogue, the epilogue's rule: that twice, plus the
-        activation's float32 evaluation."""
+        activation's evaluation."""
         rounding = 0.0 if dtype == "f32" else 2 * UNIT_ROUNDOFF[dtype]
         gemm = 16 * FP8_SUM_ROUNDOFF * math.sqrt(shape.k) + rounding
-        return 2 * gemm + ACTIVATION_ROUNDINGS * UNIT_ROUNDOFF["f32"] if self.epilogue.fused else gemm
+        return 2 * gemm + activation_error(dtype) if self.epilogue.fused else gemm
 
     def ceiling(self, dtype: str) -> Ceiling:
         return GEMM_FP8
