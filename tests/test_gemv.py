@@ -16,7 +16,7 @@ from gen.call.matmul import matmul_family
 from gen.compiling.compiler import CompileOptions
 from gen.compiling.pool import compile_variants
 from gen.compiling.render import render
-from gen.core.errors import InvalidVariant
+from gen.core.errors import InvalidVariant, UsageError
 from gen.families import gemm_families, get_family
 from gen.families.gemv import THREADS_READING
 from gen.families.space import Space
@@ -116,5 +116,27 @@ def test_gen_matmul_takes_gemv_for_one_row_of_half_precision_and_nothing_else() 
     for size in ("2x6144x4096", "8x6144x4096", "3x1000x1003"):  # two rows tie wgmma, more lose (matmul_rows)
         assert _chosen(size) != "gemv", size
     assert _chosen("9x4096x14336") != "gemv"
-    assert _chosen("1x4096x14336", epilogue="bias=col,act=gelu-tanh") != "gemv"  # gemv fuses no epilogue
+    assert _chosen("1x4096x14336", epilogue="bias=col,act=gelu-tanh") == "gemv"  # its epilogues are wgmma's
+    assert _chosen("1x4096x14336", epilogue="scale=alpha-beta,residual=add") == "gemv"
     assert _chosen("1x4096x14336", cc="8.0") == "hgemm"  # made and measured for sm_90
+
+
+def test_an_epilogue_is_named_takes_the_bias_and_residual_after_c_and_compiles_without_spills(
+        compile_options: CompileOptions) -> None:
+    plain = GEMV.likely_best(GEMV.parse_shape("1x4096x14336"), "bf16")[0]
+    fused = GEMV.with_epilogue(plain, "scale=alpha-beta,bias=col,act=gelu-tanh,residual=add")
+    assert fused.name == plain.name + "_alphabeta_biascol_gelutanh_resadd"
+    assert GEMV.epilogue_of(fused) == "scale=alpha-beta,bias=col,act=gelu-tanh,residual=add"
+    assert GEMV.with_epilogue(fused, "") == plain
+    shape = GEMV.parse_shape("1x45x77:80,48,45")
+    arguments = GEMV.problem_of(fused).kernel_arguments(
+        shape, {"A": 16, "B": 32, "C": 48, "bias": 64, "R": 80, "alpha": 0.5, "beta": -2.0})
+    assert [int(x) for x in arguments[:5]] == [16, 32, 48, 64, 80]  # pointers: A, B, C, then the epilogue's
+    assert [int(x) for x in arguments[5:11]] == [1, 45, 77, 80, 48, 45] and [float(x) for x in arguments[11:]] == [0.5, -2.0]
+    with pytest.raises(UsageError, match="none of gemv's epilogue parameters"):
+        GEMV.with_epilogue(plain, "bias=col,gelu=tanh")
+    variants = [GEMV.with_epilogue(replace(plain, dtype=dtype), f"bias=col,act={act}")
+                for dtype, act in (("bf16", "gelu-tanh"), ("f16", "silu"), ("bf16", "gelu-erf"), ("f16", "relu"))]
+    results = compile_variants(variants, compile_options)
+    assert not [(r.variant.name, r.log) for r in results if not r.ok] and len(results) == 4
+    assert all(r.resources.spill_bytes == 0 for r in results)

@@ -1,8 +1,8 @@
 """gemv on a real GPU (marker `gpu`; sm_90, where its clusters run): a slice of its space and every
 variant it names likeliest best, right at thin model shapes, odd N and K, a tiny shape and rows of B off
-16-byte multiples, each output NaN-poisoned before its launch and compared with float64; the same
-split launch twice gives the same bits; the sanitizer finds nothing in a split variant; and gen.matmul
-takes gemv at 1x4096x14336 in bfloat16 and matches torch.matmul."""
+16-byte multiples, each output NaN-poisoned before its launch and compared with float64, and so is every
+fused epilogue; the same split launch twice gives the same bits; the sanitizer finds nothing in a split
+variant, plain or fused; and gen.matmul takes gemv at 1x4096x14336 in bfloat16 and matches torch.matmul."""
 
 from __future__ import annotations
 
@@ -27,6 +27,13 @@ SLICE = {"dtype": ["bf16"], "rows": ["1", "8"], "bn": ["64", "256"], "kgroups": 
          "split": ["1", "4"], "copy": ["vector", "scalar"]}
 HALF = {"dtype": ["f16"], "rows": ["4"], "bn": ["128"], "kgroups": ["4", "16"], "unroll": ["2", "8"],
         "split": ["2", "8"], "copy": ["vector", "scalar"]}
+# The epilogues (wgmma's): every activation with every other part, in both types, one and eight rows;
+# then each part alone on the element-by-element path
+EPILOGUES = {"dtype": ["bf16", "f16"], "rows": ["1", "8"], "bn": ["64"], "kgroups": ["16"], "unroll": ["4"],
+             "split": ["4"], "scale": ["alpha-beta"], "bias": ["col"], "act": ["relu", "gelu-tanh", "gelu-erf", "silu"],
+             "residual": ["add"]}
+PARTS = {"dtype": ["bf16"], "rows": ["4"], "bn": ["128"], "kgroups": ["8"], "unroll": ["2"], "copy": ["scalar"],
+         "scale": ["none", "alpha"], "bias": ["none", "col"], "act": ["gelu-tanh"]}
 GEMV = get_family("gemv")
 
 
@@ -36,7 +43,7 @@ def _sm90() -> None:
 
 def test_a_slice_of_the_space_is_right_at_thin_odd_and_tiny_shapes(tmp_path: Path) -> None:
     _sm90()
-    for name, params, least in (("bf16", SLICE, 40), ("f16", HALF, 20)):
+    for name, params, least in (("bf16", SLICE, 40), ("f16", HALF, 20), ("epilogues", EPILOGUES, 40), ("parts", PARTS, 15)):
         rows = run(tmp_path / name, "gemv", params, SIZES)
         assert _only_skipped_and_ok(rows) == runnable("gemv", params, SIZES) > least, name
         for row in rows.values():
@@ -75,6 +82,9 @@ def test_the_sanitizer_finds_nothing_in_a_split_variant_on_either_read_path(tmp_
               "copy": ["vector", "scalar"]}
     rows = run(tmp_path, "gemv", params, ["3x77x200:200,80,77"], sanitize=True)
     assert [row.status for row in rows.values()] == [Status.OK] * 2, {k: (r.status, r.message) for k, r in rows.items()}
+    fused = {**params, "copy": ["vector"], "scale": ["alpha-beta"], "bias": ["col"], "act": ["gelu-tanh"], "residual": ["add"]}
+    rows = run(tmp_path / "fused", "gemv", fused, ["3x77x200:200,80,77"], sanitize=True)
+    assert [row.status for row in rows.values()] == [Status.OK], {k: (r.status, r.message) for k, r in rows.items()}
 
 
 def test_gen_matmul_takes_gemv_for_one_token_and_matches_torch() -> None:

@@ -1,6 +1,6 @@
 """gen.matmul's fused epilogues on a real GPU (marker `gpu`; sm_90 only, where the wgmma family
-runs): each keyword alone and all together, in both half types, at odd shapes with padded rows
-and at a thin one, each output NaN-poisoned before its call and compared with a float64
+runs): each keyword alone and all together, in both half types, at odd shapes with padded rows,
+at a thin one and at one token (gemv's), each output NaN-poisoned before its call and compared with a float64
 reference; a second call on the same layouts only launches, and a plain call on them stays plain."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ CALLS = [  # the keywords of one call: True stands for an array the test makes
     {"beta": -1.0, "residual": True}, {"bias": True, "activation": "gelu-tanh", "residual": True, "alpha": 0.75,
                                        "beta": 1.5},
 ]
-SHAPES = [(999, 1001, 1003), (77, 45, 33), (16, 6144, 4096)]
+SHAPES = [(999, 1001, 1003), (77, 45, 33), (16, 6144, 4096), (1, 1001, 1003)]  # one token: gemv's
 
 
 def _operands(torch, dtype, m, n, k):

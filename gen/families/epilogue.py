@@ -7,9 +7,10 @@ into the kernel's last step, in registers, before the conversion to C's type:
 float32, `R` a residual matrix like C (M x N with C's row stride ldc, in C's type), alpha and beta
 float32 arguments of the kernel. The residual is added after the activation, as a transformer block's
 residual connection needs (cuBLASLt's epilogue adds its C term before the activation instead).
-Each part is asked for by a variant parameter (wgmma's `scale`, `bias`, `act`, `residual`); at their
-defaults the kernel is the plain GEMM and takes the plain GEMM's problem (TMA_GEMM), unless it takes a
-workspace too (stream-K's: EpilogueGemmProblem with `workspace` words)."""
+Each part is asked for by a variant parameter (`scale`, `bias`, `act`, `residual`: wgmma's and gemv's,
+declared by epilogue_field); at their defaults the kernel is the plain GEMM and takes the plain GEMM's
+problem (wgmma's TMA_GEMM, gemv's HALF_GEMM), unless it takes a workspace too (stream-K's:
+EpilogueGemmProblem with `workspace` words)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,21 @@ import numpy as np
 
 from ..core.errors import InvalidVariant, UsageError
 from .gemm import MatmulShape
-from .hgemm import TMA_GEMM, TmaGemmProblem
+from .hgemm import TMA_GEMM, HalfGemmProblem, TmaGemmProblem
 from .problem import UNIT_ROUNDOFF, Input, Output, Scalar, Workspace, numpy_dtype
+from .variant import choice
 
 SCALES = ("none", "alpha", "alpha-beta")
 ACTIVATIONS = ("none", "relu", "gelu-tanh", "gelu-erf", "silu")
 RESIDUALS = ("none", "add")
 PARAMETERS = ("scale", "bias", "act", "residual")  # the variant parameters of an epilogue, in Epilogue's order
+FIELDS = {  # each parameter's default, values, name tag and help, as the variants declare them (epilogue_field)
+    "scale": ("none", SCALES, "", "alpha: the product times the float argument alpha; alpha-beta: the residual "
+              "times beta too (residual=add)"),
+    "bias": ("none", ("none", "col"), "bias", "col: a vector of N added to every row (the inputs' type)"),
+    "act": ("none", ACTIVATIONS, "", "the activation after the bias, in float32: ReLU, GELU (tanh or erf), SiLU"),
+    "residual": ("none", RESIDUALS, "res", "add: a matrix like C (C's type, row stride ldc) added after the activation"),
+}
 ALPHA, BETA = 0.25, -0.75  # the factors a check passes: exact in every type, neither 0 nor 1
 # float32 roundings an activation may add to a float32 output: erff's 2 ulp; __expf's 2 + 1.2 |z| ulp, where
 # the sigmoid's z beyond 25 moves the output by less (GELU and SiLU as x / (1 + __expf(-z)))
@@ -94,9 +103,27 @@ class Epilogue:
             raise InvalidVariant("scale=alpha-beta scales the residual by beta, and there is none: use residual=add, "
                                  "or scale=alpha")
 
-    @property
-    def problem(self) -> TmaGemmProblem:
-        return epilogue_problem(self) if self.fused else TMA_GEMM
+    def problem(self, plain: HalfGemmProblem = TMA_GEMM) -> HalfGemmProblem:
+        """The problem of a kernel that computes it after `plain`'s product (A and B passed as `plain` passes them)."""
+        return epilogue_problem(self, plain=plain) if self.fused else plain
+
+
+def epilogue_field(name: str) -> Any:
+    """Epilogue parameter `name` as a variant's dataclass field: asked for, never searched."""
+    default, values, tag, help = FIELDS[name]
+    return choice(default, values, tag=tag, omit="none", help=help)
+
+
+def with_epilogue(family: Any, variant: Any, epilogue: str) -> Any:
+    """`variant` of `family` computing `epilogue` ('bias=col,act=gelu-tanh'; '' for none) after its product."""
+    asked = dict(part.partition("=")[::2] for part in epilogue.split(",") if part)
+    if unknown := sorted(set(asked) - set(PARAMETERS)):
+        raise UsageError(f"epilogue {epilogue!r}: {', '.join(unknown)} is none of {family.name}'s epilogue parameters "
+                         f"({', '.join(PARAMETERS)}); write them like 'bias=col,act=gelu-tanh'")
+    try:
+        return family.variant({**variant.params(), **{name: asked.get(name, "none") for name in PARAMETERS}})
+    except InvalidVariant as reason:
+        raise UsageError(f"epilogue {epilogue!r}: {reason}") from None
 
 
 def called_epilogue(bias: bool, activation: str | None, residual: bool, alpha: bool, beta: bool) -> Epilogue:
@@ -111,18 +138,22 @@ def called_epilogue(bias: bool, activation: str | None, residual: bool, alpha: b
 
 
 @functools.cache
-def epilogue_problem(epilogue: Epilogue, workspace: Workspace | None = None) -> "EpilogueGemmProblem":
-    """One problem object per epilogue and workspace: the GPU worker keeps inputs and references per problem."""
-    return EpilogueGemmProblem(epilogue, workspace)
+def epilogue_problem(epilogue: Epilogue, workspace: Workspace | None = None,
+                     plain: HalfGemmProblem = TMA_GEMM) -> "EpilogueGemmProblem":
+    """One problem object per epilogue, workspace and plain problem: the GPU worker keeps inputs and
+    references per problem."""
+    return EpilogueGemmProblem(epilogue, workspace, plain)
 
 
 class EpilogueGemmProblem(TmaGemmProblem):
-    """The TMA GEMM with an epilogue: its kernel takes (a_map, b_map, C, [bias,] [R,] [W,] M, N, K, ldc,
-    [alpha,] [beta]); its inputs add the bias and the residual, and its reference applies the same
-    epilogue in float64. W: the kernel's `workspace`, where it takes one (named W)."""
+    """The half GEMM with an epilogue, A and B passed as its `plain` problem passes them: its kernel takes
+    (a_map, b_map, C, [bias,] [R,] [W,] M, N, K, ldc, [alpha,] [beta]) after TMA_GEMM (wgmma), (A, B, C,
+    [bias,] [R,] M, N, K, lda, ldb, ldc, [alpha,] [beta]) after HALF_GEMM (gemv); its inputs add the bias
+    and the residual, and its reference applies the same epilogue in float64. W: the kernel's
+    `workspace`, where it takes one (named W)."""
 
-    def __init__(self, epilogue: Epilogue, workspace: Workspace | None = None):
-        self.epilogue, self.workspace = epilogue, workspace
+    def __init__(self, epilogue: Epilogue, workspace: Workspace | None = None, plain: HalfGemmProblem = TMA_GEMM):
+        self.epilogue, self.workspace, self.plain = epilogue, workspace, plain
         extras = [Input("bias")] * (epilogue.bias == "col") + [Input("R")] * (epilogue.residual == "add") \
             + [workspace] * (workspace is not None)
         factors = [Scalar(n, ctype="float") for n, on in (("alpha", epilogue.alpha), ("beta", epilogue.beta)) if on]
@@ -132,7 +163,7 @@ class EpilogueGemmProblem(TmaGemmProblem):
     @property
     def checked_as(self) -> TmaGemmProblem:
         """Itself; with a workspace, the same epilogue's problem without one (its inputs and reference)."""
-        return self if self.workspace is None else self.epilogue.problem.checked_as
+        return self if self.workspace is None else self.epilogue.problem(self.plain).checked_as
 
     def arrays(self, shape: MatmulShape) -> dict[str, tuple[int, ...]]:
         extras = {"bias": (shape.n,), "R": (shape.m, shape.ldc)}
@@ -150,10 +181,10 @@ class EpilogueGemmProblem(TmaGemmProblem):
         if missing := [a.name for a in self.arguments[3:] if isinstance(a, Input) and a.name not in pointers]:
             raise UsageError(f"this kernel's epilogue also takes {' and '.join(missing)} (bias: a vector of N; R: a "
                              f"matrix like C): pass them")
-        a_map, b_map, c, *sizes = super().kernel_arguments(shape, pointers)
+        a, b, c, *sizes = self.plain.kernel_arguments(shape, pointers)
         scalars = self.scalars(shape)  # alpha and beta: the caller's where `pointers` holds them (gen.matmul)
         factors = [np.float32(pointers.get(name, scalars[name])) for name in ("alpha", "beta") if name in scalars]
-        return [a_map, b_map, c, *(np.uintp(int(pointers[name])) for name in extras), *sizes, *factors]
+        return [a, b, c, *(np.uintp(int(pointers[name])) for name in extras), *sizes, *factors]
 
     def element_type(self, name: str, dtype: str, output_dtype: str) -> str:
         return output_dtype if name == "R" else super().element_type(name, dtype, output_dtype)

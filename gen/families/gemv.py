@@ -6,7 +6,8 @@ Each thread owns 8 consecutive columns of C and reads B one row's 8 columns (16 
 rows in flight. The `kgroups` groups of threads of a block share K, row chunk by row chunk, and add their
 float32 sums in shared memory in a fixed order; with `split`, the blocks of a cluster share K too, and the
 first adds the others' sums through distributed shared memory in rank order. No float atomics: the same
-inputs give the same bits every run.
+inputs give the same bits every run. Its epilogues are wgmma's (gen.families.epilogue), applied to each
+output's float32 sum as it is stored.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import ClassVar
 from ..core.errors import InvalidVariant
 from .family import Family, Launch, arch_cc, blocks, check_shared_bytes, check_threads
 from .gemm import MatmulShape
-from .hgemm import CHUNK, HALF_GEMM
+from .epilogue import Epilogue, epilogue_field, with_epilogue
+from .hgemm import CHUNK, HALF_GEMM, HalfGemmProblem
 from .variant import Variant, choice
 
 ROWS = (1, 2, 4, 8)
@@ -49,6 +51,14 @@ class GemvVariant(Variant):
     copy: str = choice("vector", ("vector", "scalar"), omit="vector", space=("vector",), emitted=("vector", "scalar"),
                        help="vector: B read 16 bytes at a time (ldb a multiple of 8, B on a 16-byte boundary); "
                             "scalar: element by element, any stride and alignment")
+    scale: str = epilogue_field("scale")
+    bias: str = epilogue_field("bias")
+    act: str = epilogue_field("act")
+    residual: str = epilogue_field("residual")
+
+    @property
+    def epilogue(self) -> Epilogue:
+        return Epilogue(self.scale, self.bias, self.act, self.residual)
 
     @property
     def threads_per_block(self) -> int:
@@ -60,6 +70,7 @@ class GemvVariant(Variant):
         return 4 * self.kgroups * self.rows * self.bn
 
     def check_combination(self) -> None:
+        self.epilogue.check()
         check_threads(self.threads_per_block, f"bn {self.bn} with kgroups {self.kgroups}")
         check_shared_bytes("static", self.static_shared_bytes,
                            f"kgroups {self.kgroups} x rows {self.rows} x bn {self.bn} float32 sums")
@@ -82,6 +93,15 @@ class GemvFamily(Family):
     # gen.matmul's choice for one row of A only: on an H200 it ties wgmma at two rows and loses at four
     # and eight, where the float32 sums on the CUDA cores, not B's bytes, set the pace
     matmul_rows = 1
+
+    def problem_of(self, variant: GemvVariant) -> HalfGemmProblem:
+        return variant.epilogue.problem(HALF_GEMM)
+
+    def epilogue_of(self, variant: GemvVariant) -> str:
+        return variant.epilogue.text
+
+    def with_epilogue(self, variant: GemvVariant, epilogue: str) -> GemvVariant:
+        return with_epilogue(self, variant, epilogue)
 
     def launch(self, variant: GemvVariant, shape: MatmulShape) -> Launch:
         return Launch(grid=(blocks(shape.n, variant.bn) * variant.split,), block=(variant.threads_per_block,))

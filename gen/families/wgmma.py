@@ -17,12 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from ..core.errors import InvalidVariant, UsageError
+from ..core.errors import InvalidVariant
 from ..core.tensor_maps import BOX
 from .family import Family, Launch, blocks, check_shared_bytes
 from .gemm import MatmulShape
-from .epilogue import ACTIVATIONS, RESIDUALS, SCALES, Epilogue, epilogue_problem
-from .epilogue import PARAMETERS as EPILOGUE_PARAMETERS
+from .epilogue import Epilogue, epilogue_field, epilogue_problem, with_epilogue
 from .hgemm import ALIGNMENT_SLACK, TMA_GEMM, TmaGemmProblem
 from .problem import Workspace, element_bytes
 from .variant import Variant, choice
@@ -114,14 +113,10 @@ class WgmmaVariant(Variant):
                         help="blocks per tile of C, a cluster, each multiplying its share of K; the first adds the "
                              "others' float32 sums in their order (deterministic) and stores")
     # The epilogue (gen.families.epilogue): D = act(alpha * A·B + bias) + beta * R, asked for, never searched.
-    scale: str = choice("none", SCALES, omit="none", help="alpha: the product times the float argument alpha; "
-                        "alpha-beta: the residual times beta too (residual=add)")
-    bias: str = choice("none", ("none", "col"), tag="bias", omit="none",
-                       help="col: a vector of N added to every row (the inputs' type)")
-    act: str = choice("none", ACTIVATIONS, omit="none",
-                      help="the activation after the bias, in float32: ReLU, GELU (tanh or erf), SiLU")
-    residual: str = choice("none", RESIDUALS, tag="res", omit="none",
-                           help="add: a matrix like C (C's type, row stride ldc) added after the activation")
+    scale: str = epilogue_field("scale")
+    bias: str = epilogue_field("bias")
+    act: str = epilogue_field("act")
+    residual: str = epilogue_field("residual")
 
     @property
     def output_dtype(self) -> str:
@@ -236,20 +231,13 @@ class WgmmaFamily(Family):
     def problem_of(self, variant: WgmmaVariant) -> TmaGemmProblem:
         if variant.schedule == "streamk":
             return epilogue_problem(variant.epilogue, STREAM_K_WORKSPACE)
-        return variant.epilogue.problem
+        return variant.epilogue.problem()
 
     def epilogue_of(self, variant: WgmmaVariant) -> str:
         return variant.epilogue.text
 
     def with_epilogue(self, variant: WgmmaVariant, epilogue: str) -> WgmmaVariant:
-        asked = dict(part.partition("=")[::2] for part in epilogue.split(",") if part)
-        if unknown := sorted(set(asked) - set(EPILOGUE_PARAMETERS)):
-            raise UsageError(f"epilogue {epilogue!r}: {', '.join(unknown)} is none of wgmma's epilogue parameters "
-                             f"({', '.join(EPILOGUE_PARAMETERS)}); write them like 'bias=col,act=gelu-tanh'")
-        try:
-            return self.variant({**variant.params(), **{name: asked.get(name, "none") for name in EPILOGUE_PARAMETERS}})
-        except InvalidVariant as reason:
-            raise UsageError(f"epilogue {epilogue!r}: {reason}") from None
+        return with_epilogue(self, variant, epilogue)
 
     def launch(self, variant: WgmmaVariant, shape: MatmulShape) -> Launch:
         units = blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn)  # a tile per block
