@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""What a fused epilogue costs and saves on this GPU (issue 48): a wgmma variant with bias + GELU (tanh)
-fused (gen.matmul's untuned choice for the shape, unless --variant changes it), the same variant
-without the epilogue, and torch.matmul followed by PyTorch's bias add and GELU,
+"""What a fused epilogue costs and saves on this GPU (issue 48): a variant with bias + GELU (tanh) fused
+(gen.matmul's untuned choice for the shape: gemv's at one token, else wgmma's, unless --variant changes
+it), the same variant without the epilogue, and torch.matmul followed by PyTorch's bias add and GELU,
 in bfloat16, in one process on the same inputs. Each sample launches one case between CUDA events, the
 L2 flushed before it; the cases take turns, sample by sample. Each output is first compared with the
 float32 result of the same formula (PyTorch's): the relative error is printed beside the times.
@@ -36,9 +36,11 @@ FLUSH_BYTES = 256 * 2**20  # over five times an H100's or H200's L2
 
 
 def tilegen_case(params: dict[str, str], size: str, arrays: dict[str, Any]) -> tuple[str, Callable[[], None]]:
-    """A wgmma variant's call (gen.kernel's path: a stream-K variant's workspace is the stream's) on
-    these PyTorch tensors, on PyTorch's stream; called once here, so that compiling and loading are not timed."""
-    family = get_family("wgmma")
+    """A variant's call (gen.kernel's path: a stream-K variant's workspace is the stream's) on these
+    PyTorch tensors, on PyTorch's stream, of gen.matmul's family on an H100 or H200 (gemv for its rows of A,
+    else wgmma); called once here, so that compiling and loading are not timed."""
+    gemv = get_family("gemv")
+    family = gemv if int(size.split("x")[0]) <= gemv.matmul_rows else get_family("wgmma")
     shape = family.parse_shape(size)
     variant = family.variant({**family.safe_variant(shape, "bf16").params(), **params})
     kernel = Kernel(family, variant, shape)
@@ -109,7 +111,7 @@ def main() -> int:
     parser.add_argument("--size", action="append", help=f"MxNxK (default: {', '.join(SIZES)})")
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--variant", action="append", default=[],
-                        help="a wgmma parameter of the fused variant, PARAM=VALUE (default: the family's default, "
+                        help="a parameter of the fused variant, PARAM=VALUE (default: gen.matmul's untuned choice, "
                              "bf16, bias=col, act=gelu-tanh)")
     parser.add_argument("--models", action="store_true", help="the model suite's shapes (scripts/model_shapes.py)")
     parser.add_argument("--markdown", type=Path)
