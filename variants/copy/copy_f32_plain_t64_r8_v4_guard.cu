@@ -8,7 +8,7 @@
 //   vec       4
 //   bounds    guard
 //   smem      static
-//   template  copy.cu.j2 (sha256 3e4060edb7df)
+//   template  copy.cu.j2 (sha256 16be9cd874e3)
 //
 // Reproduce with:
 //   tilegen render copy -p dtype=f32 -p method=plain -p tile=64 -p rows=8 -p vec=4 -p bounds=guard -p smem=static

@@ -8,13 +8,17 @@
 //   unroll    4
 //   split     1
 //   copy      scalar
-//   template  gemv.cu.j2 (sha256 7eb6bcf2ef0b)
+//   scale     none
+//   bias      none
+//   act       none
+//   residual  none
+//   template  gemv.cu.j2 (sha256 bea73f3245ea)
 //
 // Reproduce with:
-//   tilegen render gemv -p dtype=f16 -p rows=8 -p bn=64 -p kgroups=16 -p unroll=4 -p split=1 -p copy=scalar
+//   tilegen render gemv -p dtype=f16 -p rows=8 -p bn=64 -p kgroups=16 -p unroll=4 -p split=1 -p copy=scalar -p scale=none -p bias=none -p act=none -p residual=none
 // Compile it with NVRTC where installed, else nvcc (`--compiler nvcc` chooses nvcc); the row of the
 // compile names the compiler that made the cubin:
-//   tilegen compile gemv -p dtype=f16 -p rows=8 -p bn=64 -p kgroups=16 -p unroll=4 -p split=1 -p copy=scalar
+//   tilegen compile gemv -p dtype=f16 -p rows=8 -p bn=64 -p kgroups=16 -p unroll=4 -p split=1 -p copy=scalar -p scale=none -p bias=none -p act=none -p residual=none
 //
 // C = A * B for M <= ROWS = 8 rows of A: A (M x K) and B (K x N) in float16, row-major with
 // row strides lda and ldb; products summed in float32 on the CUDA cores; C (M x N, row stride ldc) in
