@@ -59,36 +59,37 @@ def forest(positions: np.ndarray, values: np.ndarray, candidates: np.ndarray, tr
     time, all at once, and the candidates follow each split as it is made, so no tree is kept."""
     count, width = positions.shape
     cuts = [np.unique(positions[:, f]) for f in range(width)]
-    levels = max((len(c) for c in cuts), default=1)  # a position's level: how many cuts lie below it
+    levels = max([2, *(len(c) for c in cuts)])  # a position's level: how many cuts lie below it
     position_of = lambda x: np.array([np.searchsorted((c[1:] + c[:-1]) / 2, x[:, f]) for f, c in enumerate(cuts)],
                                      dtype=np.int64).reshape(width, len(x)).T
     known, asked = position_of(positions), position_of(candidates)
     rows = rng.integers(count, size=(trees, count)).ravel()  # the bootstrap resamples, tree after tree
-    node, followed = np.repeat(np.arange(trees), count), np.repeat(np.arange(trees), len(candidates))
+    node, nodes = np.repeat(np.arange(trees), count), trees  # each resampled point's node, numbered in order
+    followed = np.repeat(np.arange(trees), len(candidates))  # each (tree, candidate)'s node
     guesses, at_candidate = np.empty(trees * len(candidates)), np.arange(trees * len(candidates))
     while at_candidate.size:
-        nodes, at = np.unique(node, return_inverse=True)
-        bins = ((at[:, None] * width + np.arange(width)) * levels + known[rows]).ravel()
-        shape = (len(nodes), width, levels)
+        shape = (nodes, width, levels)
+        bins = ((node[:, None] * width + np.arange(width)) * levels + known[rows]).ravel()
         sums = np.bincount(bins, np.repeat(values[rows], width), np.prod(shape)).reshape(shape)
         ns = np.bincount(bins, None, np.prod(shape)).reshape(shape)
         total, total_n = sums[:, 0].sum(axis=1), ns[:, 0].sum(axis=1)
         left, left_n = sums.cumsum(axis=2)[:, :, :-1], ns.cumsum(axis=2)[:, :, :-1]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            gain = left ** 2 / left_n + (total[:, None, None] - left) ** 2 / (total_n[:, None, None] - left_n)
-        chosen = rng.random((len(nodes), width)) < share
-        chosen[np.arange(len(nodes)), rng.integers(width, size=len(nodes))] = True
-        gain[(left_n < leaf) | (total_n[:, None, None] - left_n < leaf) | ~chosen[:, :, None]] = -np.inf
-        best = gain.reshape(len(nodes), -1).argmax(axis=1)
-        splits = gain.reshape(len(nodes), -1)[np.arange(len(nodes)), best] > total ** 2 / total_n + 1e-9
-        feature, cut = np.divmod(best, max(levels - 1, 1))
-        where = np.searchsorted(nodes, followed)
-        ended = ~splits[where]
-        guesses[at_candidate[ended]] = (total / total_n)[where[ended]]
-        going = splits[at]
-        rows, node = rows[going], 2 * at[going] + (known[rows[going], feature[at[going]]] > cut[at[going]])
-        kept = where[~ended]
-        at_candidate, followed = at_candidate[~ended], 2 * kept + (
-            asked[at_candidate[~ended] % len(candidates), feature[kept]] > cut[kept])
+        right_n = total_n[:, None, None] - left_n
+        gain = left ** 2 / np.maximum(left_n, 1) + (total[:, None, None] - left) ** 2 / np.maximum(right_n, 1)
+        chosen = rng.random((nodes, width)) < share
+        chosen[np.arange(nodes), rng.integers(width, size=nodes)] = True
+        gain[(left_n < leaf) | (right_n < leaf) | ~chosen[:, :, None]] = -np.inf
+        best = gain.reshape(nodes, -1).argmax(axis=1)
+        splits = gain.reshape(nodes, -1)[np.arange(nodes), best] > total ** 2 / total_n + 1e-9
+        feature, cut = np.divmod(best, levels - 1)
+        child = 2 * np.cumsum(splits) - 2  # a split node's left child; its right child is the next
+        ended = ~splits[followed]
+        guesses[at_candidate[ended]] = (total / total_n)[followed[ended]]
+        parent = node[splits[node]]
+        rows = rows[splits[node]]
+        node = child[parent] + (known[rows, feature[parent]] > cut[parent])
+        at_candidate, parent = at_candidate[~ended], followed[~ended]
+        followed = child[parent] + (asked[at_candidate % len(candidates), feature[parent]] > cut[parent])
+        nodes = 2 * int(splits.sum())
     by_tree = guesses.reshape(trees, len(candidates))
     return by_tree.mean(axis=0), by_tree.std(axis=0)
