@@ -59,10 +59,10 @@ def forest(positions: np.ndarray, values: np.ndarray, candidates: np.ndarray, tr
     time, all at once, and the candidates follow each split as it is made, so no tree is kept."""
     count, width = positions.shape
     cuts = [np.unique(positions[:, f]) for f in range(width)]
-    levels = max([2, *(len(c) for c in cuts)])  # a position's level: how many cuts lie below it
-    position_of = lambda x: np.array([np.searchsorted((c[1:] + c[:-1]) / 2, x[:, f]) for f, c in enumerate(cuts)],
-                                     dtype=np.int64).reshape(width, len(x)).T
-    known, asked = position_of(positions), position_of(candidates)
+    middles = [(c[1:] + c[:-1]) / 2 for c in cuts]  # a position's level: how many middles lie below it
+    known, asked = (np.array([np.searchsorted(m, x[:, f]) for f, m in enumerate(middles)], dtype=np.int64)
+                    .reshape(width, len(x)).T for x in (positions, candidates))
+    levels = max([2, *(len(c) for c in cuts)])
     rows = rng.integers(count, size=(trees, count)).ravel()  # the bootstrap resamples, tree after tree
     node, nodes = np.repeat(np.arange(trees), count), trees  # each resampled point's node, numbered in order
     followed = np.repeat(np.arange(trees), len(candidates))  # each (tree, candidate)'s node
@@ -85,8 +85,8 @@ def forest(positions: np.ndarray, values: np.ndarray, candidates: np.ndarray, tr
         child = 2 * np.cumsum(splits) - 2  # a split node's left child; its right child is the next
         ended = ~splits[followed]
         guesses[at_candidate[ended]] = (total / total_n)[followed[ended]]
-        parent = node[splits[node]]
-        rows = rows[splits[node]]
+        going = splits[node]
+        parent, rows = node[going], rows[going]
         node = child[parent] + (known[rows, feature[parent]] > cut[parent])
         at_candidate, parent = at_candidate[~ended], followed[~ended]
         followed = child[parent] + (asked[at_candidate % len(candidates), feature[parent]] > cut[parent])
