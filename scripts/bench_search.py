@@ -97,11 +97,13 @@ def main() -> None:
 def tilegen_runs(strategy: str, measured: MeasuredSpace, args: argparse.Namespace, prior: Prior | None = None
                  ) -> list[Run]:
     """One run per seed up to the largest budget: tilegen's strategies do not plan by the budget, so
-    each budget's figures are the run's prefix."""
+    each budget's figures are the run's prefix. Prints the time an evaluation took (a strategy's
+    proposal cost, the replay's own included)."""
     started = time.perf_counter()
     runs = [replay_measured(strategy, measured, max(args.budgets), seed, prior) for seed in range(args.repeats)]
-    print(f"tilegen {strategy}{', prior' if prior else ''}: {args.repeats} runs in "
-          f"{time.perf_counter() - started:.0f} s")
+    seconds = time.perf_counter() - started
+    print(f"tilegen {strategy}{', prior' if prior else ''}: {args.repeats} runs in {seconds:.0f} s "
+          f"({1000 * seconds / sum(len(run.times) for run in runs):.1f} ms an evaluation, its proposal and the replay's)")
     return runs
 
 

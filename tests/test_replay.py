@@ -21,7 +21,7 @@ from gen.evaluate.loop import ListSink, evaluate
 from gen.search.proposers import Search
 from gen.search.replay import Baseline, Run, measured_prior, replay, replay_measured, score_runs
 from gen.search.strategies import make_strategy
-from gen.search.surrogates import quadratic_trend
+from gen.search.surrogates import forest, quadratic_trend
 
 from .conftest import REPO
 from .test_bad_inputs import assert_one_line_error, run_main
@@ -275,6 +275,24 @@ def test_the_trend_fits_a_quadratic_of_the_positions_and_guesses_between_the_poi
     assert np.allclose(quadratic_trend(positions, truth(positions), candidates, 0.0), truth(candidates))
     shrunk = quadratic_trend(positions, truth(positions), candidates, 100.0)
     assert np.ptp(shrunk) < 0.5 * np.ptp(truth(candidates))
+
+
+def test_the_forest_fits_a_step_of_two_parameters_together_and_is_the_same_for_the_same_seed() -> None:
+    """Values that step up only where two parameters are both high (a conjunction no sum of
+    per-parameter trends holds), measured on 60 points of a 5 x 5 x 5 grid: the forest's guess puts
+    every point of the grid on its side of the step, where the trend does not, and the same seed gives
+    the same guesses, another seed others."""
+    grid = np.array([(a, b, c) for a in range(5) for b in range(5) for c in range(5)]) / 4.0
+
+    def step(x: np.ndarray) -> np.ndarray:
+        return ((x[:, 0] > 0.6) & (x[:, 1] > 0.3)).astype(float)
+    measured = grid[np.random.default_rng(0).permutation(len(grid))[:60]]
+    mean, spread = forest(measured, step(measured), grid, 10, 2, 0.8, np.random.default_rng(1))
+    assert np.array_equal(mean > 0.5, step(grid) > 0.5) and np.abs(mean - step(grid)).mean() < 0.1
+    assert not np.array_equal(quadratic_trend(measured, step(measured), grid, 0.0) > 0.5, step(grid) > 0.5)
+    again, _ = forest(measured, step(measured), grid, 10, 2, 0.8, np.random.default_rng(1))
+    other, _ = forest(measured, step(measured), grid, 10, 2, 0.8, np.random.default_rng(2))
+    assert np.array_equal(mean, again) and not np.array_equal(mean, other)
 
 
 def test_the_trend_proposes_where_its_model_of_five_points_says_time_falls_beyond_them(tmp_path: Path) -> None:

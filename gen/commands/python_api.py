@@ -86,7 +86,7 @@ def tune(family: str, size: str, *, params: Mapping[str, Any] | None = None, str
          quiet: bool = False, executor: Executor | None = None, objective: str = DEFAULT_OBJECTIVE,
          screen: str | None = DEFAULT_SCREEN, dry_run: bool = False, **old_keywords: Any) -> list[dict[str, Any]]:
     """Autotune `family` at one `size` on each GPU model among `gpus`, as `tilegen tune` does: the
-    `strategy` (brute, random, anneal, local, genetic, trend, bayes, portfolio: the default) evaluates up to
+    `strategy` (brute, random, anneal, local, genetic, trend, forest, bayes, portfolio: the default) evaluates up to
     `budget` variants (brute force without one: the whole space; the others: 100) or as many as fit
     in `time` seconds, the finalists are timed again, and everything goes into the tuning database `db` (default: $TILEGEN_DB,
     else tuning.sqlite in tilegen's cache folder), where gen.tuned and gen.kernel find the winner.

@@ -1,6 +1,6 @@
 """The Gaussian process of Bayesian optimisation (gen.search.strategies.BayesianOptimisation): an RBF
 kernel over the scaled parameter positions, its posterior, its marginal likelihood, and expected
-improvement's normal density and distribution."""
+improvement (which the forest's screen uses too)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,14 @@ class Posterior:
     def __init__(self, space: Any, x: np.ndarray, y: np.ndarray, scale: float, noise: float):
         self.space, self.x, self.y, self.scale, self.noise = space, x, y, scale, noise
         self.best = float(y.min())
+
+    @classmethod
+    def fitted(cls, space: Any, x: np.ndarray, log_times: np.ndarray, scales: Sequence[float], noise: float
+               ) -> Posterior:
+        """The process of the log times standardised, with the length scale among `scales` of highest
+        marginal likelihood."""
+        y = (log_times - log_times.mean()) / (log_times.std() or 1.0)
+        return cls(space, x, y, max(scales, key=lambda s: log_likelihood(x, y, s, noise)), noise)
 
     def __call__(self, variants: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         candidates = self.space.encoded(variants)
@@ -55,3 +63,10 @@ def normal_pdf(z: np.ndarray) -> np.ndarray:
 
 def normal_cdf(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
+
+
+def expected_improvement(mu: np.ndarray, sigma: np.ndarray, best: float) -> np.ndarray:
+    """How far below `best` each guess (mean mu, standard deviation sigma, normal) is expected to fall."""
+    sigma = np.maximum(sigma, 1e-9)
+    z = (best - mu) / sigma
+    return (best - mu) * normal_cdf(z) + sigma * normal_pdf(z)

@@ -16,10 +16,10 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..families.variant import Variant
-from .gaussian_process import Posterior, log_likelihood, normal_cdf, normal_pdf
+from .gaussian_process import Posterior, expected_improvement
 from .prior import Prior
 from .space import SearchSpace
-from .surrogates import nearest_mean, quadratic_trend
+from .surrogates import nearest_mean, quadratic_trend, ranks_of, trend_and_forest
 
 
 class Strategy(ABC):
@@ -264,8 +264,7 @@ class Trend(Strategy):
     last: ranks, so a few very slow points do not outweigh the rest), of up to NEAR unseen points one or
     two steps from the best found and DRAWN random unseen ones: a few points say which way is faster."""
 
-    name = "trend"
-    INITIAL, NEAR, DRAWN, RIDGE = 2, 8, 256, 0.1
+    name, INITIAL, NEAR, DRAWN, RIDGE = "trend", 2, 8, 256, 0.1
 
     def _propose(self) -> Variant | None:
         measured = [v for v, t in self.results.items() if t is not None]
@@ -279,10 +278,24 @@ class Trend(Strategy):
         if not pool:
             return self.random_unseen()
         told = list(self.results)
-        times = [math.inf if self.results[v] is None else self.results[v] for v in told]
-        ranks = np.argsort(np.argsort(times, kind="stable"), kind="stable") / max(len(told) - 1, 1)
-        guesses = quadratic_trend(self.space.encoded(told), ranks, self.space.encoded(pool), self.RIDGE)
-        return pool[int(np.argmin(guesses))]
+        ranks = ranks_of([self.results[v] for v in told])
+        return pool[int(np.argmin(self._guesses(self.space.encoded(told), ranks, self.space.encoded(pool))))]
+
+    def _guesses(self, positions: np.ndarray, ranks: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """Each candidate's guess from the told points' positions and ranks: the lowest is proposed."""
+        return quadratic_trend(positions, ranks, candidates, self.RIDGE)
+
+
+class Forest(Trend):
+    """The trend's screen by the trend plus a random forest of its residuals (TREES trees, LEAF points a
+    leaf, SHARE of the parameters a split): the highest expected improvement, from the trees' spread."""
+
+    name, INITIAL, TREES, LEAF, SHARE = "forest", 5, 10, 3, 0.8
+
+    def _guesses(self, positions: np.ndarray, ranks: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        guess, spread = trend_and_forest(positions, ranks, candidates, self.RIDGE, self.TREES, self.LEAF, self.SHARE,
+                                         np.random.default_rng(self.rng.getrandbits(32)))
+        return -expected_improvement(guess, spread, float(ranks.min()))
 
 
 class BayesianOptimisation(Strategy):
@@ -295,11 +308,7 @@ class BayesianOptimisation(Strategy):
     proposed but not yet told enters the model as if it had measured the best time so far (the
     constant liar, CL-min), so the next proposal looks elsewhere instead of next to it."""
 
-    name = "bayes"
-    INITIAL = 10
-    LOCAL_EVERY = 4
-    LENGTH_SCALES = (0.15, 0.25, 0.4, 0.7)
-    NOISE = 1e-3
+    name, INITIAL, LOCAL_EVERY, LENGTH_SCALES, NOISE = "bayes", 10, 4, (0.15, 0.25, 0.4, 0.7), 1e-3
 
     def __init__(self, space: SearchSpace, seed: int = 0, prior: Prior | None = None):
         super().__init__(space, seed, prior)
@@ -319,10 +328,7 @@ class BayesianOptimisation(Strategy):
             if local:
                 mu, _ = predict(local)
                 return local[int(np.argmin(mu))]
-        mu, sigma = predict(unseen)
-        best = predict.best
-        z = (best - mu) / sigma
-        improvement = (best - mu) * normal_cdf(z) + sigma * normal_pdf(z)
+        improvement = expected_improvement(*predict(unseen), predict.best)
         self._ranked = [unseen[i] for i in np.argsort(-improvement, kind="stable")]
         return self._ranked[0]
 
@@ -335,14 +341,10 @@ class BayesianOptimisation(Strategy):
 
     def _model(self) -> Posterior:
         told, pending = list(self.results), list(self.pending)
-        x = self.space.encoded(told + pending)
         measured = [t for t in self.results.values() if t is not None]
-        worst, lie = max(measured), min(measured)
-        times = [self.results[v] if self.results[v] is not None else worst for v in told] + [lie] * len(pending)
-        y = np.log(np.array(times))
-        y = (y - y.mean()) / (y.std() or 1.0)
-        scale = max(self.LENGTH_SCALES, key=lambda s: log_likelihood(x, y, s, self.NOISE))
-        return Posterior(self.space, x, y, scale, self.NOISE)
+        times = [self.results[v] if self.results[v] is not None else max(measured) for v in told]
+        return Posterior.fitted(self.space, self.space.encoded(told + pending),
+                                np.log(times + [min(measured)] * len(pending)), self.LENGTH_SCALES, self.NOISE)
 
 
 class Portfolio(Strategy):
@@ -353,9 +355,7 @@ class Portfolio(Strategy):
     moves from sampling to refining). Every member is told every result, failures included, so each
     climbs from what the others found, and none proposes a point another has measured or is measuring."""
 
-    name = "portfolio"
-    MEMBERS = ("local", "trend", "anneal")
-    FORGET = 0.9
+    name, MEMBERS, FORGET = "portfolio", ("local", "trend", "anneal"), 0.9
 
     def __init__(self, space: SearchSpace, seed: int = 0, prior: Prior | None = None):
         super().__init__(space, seed, prior)
@@ -387,8 +387,8 @@ class Portfolio(Strategy):
             member.tell(variant, time_ms)
 
 
-STRATEGY_TYPES: dict[str, type[Strategy]] = {c.name: c for c in (  # --strategy's choices, in this order
-    BruteForce, RandomSampling, SimulatedAnnealing, LocalSearch, GeneticAlgorithm, Trend, BayesianOptimisation, Portfolio)}
+STRATEGY_TYPES: dict[str, type[Strategy]] = {c.name: c for c in (BruteForce, RandomSampling, SimulatedAnnealing,
+    LocalSearch, GeneticAlgorithm, Trend, Forest, BayesianOptimisation, Portfolio)}  # --strategy's choices, in order
 STRATEGIES = tuple(STRATEGY_TYPES)
 DEFAULT_STRATEGY = "portfolio"  # the best replayed, on public spaces and sgemm: docs/results/search-replay.md
 
