@@ -172,13 +172,22 @@ def test_a_kill_while_the_local_cluster_starts_waits_for_nothing_and_leaves_noth
     assert len(made) == 1 and made[0].status.name == "closed"
 
 
-def test_a_worker_killed_mid_sweep_loses_no_row_and_is_named(tmp_path: Path) -> None:
-    executor = DaskExecutor("local", gpus=[0, 1, 2], silence_s=patient(30), target=FAKE)
+def test_a_worker_killed_mid_sweep_loses_no_row_and_is_named(tmp_path: Path, held: Held) -> None:
+    """GPU 1's worker is killed while GPU 0 holds a job, so the sweep is still running when the
+    executor next looks at the workers: it names the one it lost, and no row is lost."""
+    executor = DaskExecutor("local", gpus=[0, 1, 2], silence_s=patient(30), target=HELD)
     sweeping = _InThread(executor, _sweep, tmp_path, executor)
-    _wait_for_lines(tmp_path / "results.jsonl", 25)
-    victim = sorted(executor.gpu_workers())[1]
+    held.said.until("waiting")  # GPU 0 holds a job: the sweep goes on until the gate opens
+    workers = executor.client.scheduler_info(n_workers=-1)["workers"]
+    victim = next(address for address, info in workers.items() if info.get("name") == "gpu1")
     pid = executor.client.run(os.getpid, workers=[victim])[victim]
-    os.kill(pid, signal.SIGKILL)  # the Dask worker process, mid-job: its nanny starts a fresh one
+    os.kill(pid, signal.SIGKILL)  # the Dask worker process: its nanny starts a fresh one
+    try:
+        deadline = time.monotonic() + patient(60)
+        while not any(victim in name for name in executor.lost) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        held.gate.open()
     sweeping.result(120)
     _assert_complete(_rows(tmp_path))
     assert any(victim in name for name in executor.lost), executor.lost
