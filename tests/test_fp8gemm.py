@@ -257,3 +257,17 @@ def test_gen_matmul_refuses_fp8_calls_it_cannot_run_in_one_line(changes: dict, s
     with pytest.raises(UsageError, match=None) as refused:
         _fp8_call(**changes)
     assert said in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_fused_fp8_kernel_takes_its_own_one_byte_tensor_maps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A with M x K and B with N x K one-byte elements, fused or not (tensor maps are encoded by the
+    driver: here each records what it was asked for)."""
+    import gen.families.fp8gemm
+
+    monkeypatch.setattr(gen.families.fp8gemm, "box_map", lambda *asked: np.void(repr(asked).encode()))
+    shape = FP8.parse_shape("1000x2048x512")
+    pointers = {"A": 1 << 20, "B": 2 << 20, "C": 3 << 20, "R": 4 << 20, "scale_a": 5 << 20, "scale_b": 6 << 20}
+    for params in ({}, {"act": "relu", "residual": "add", "scale": "alpha-beta"}):
+        a_map, b_map = FP8.problem_of(FP8.variant(params)).kernel_arguments(shape, pointers)[:2]
+        assert (a_map.tobytes().decode(), b_map.tobytes().decode()) == (
+            repr((1 << 20, 1000, 512, 512, "A", 1)), repr((2 << 20, 2048, 512, 512, "B", 1))), params

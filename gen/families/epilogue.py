@@ -181,7 +181,10 @@ class EpilogueGemmProblem(TmaGemmProblem):
         if missing := [a.name for a in self.arguments[3:] if isinstance(a, Input) and a.name not in pointers]:
             raise UsageError(f"this kernel's epilogue also takes {' and '.join(missing)} (bias: a vector of N; R: a "
                              f"matrix like C): pass them")
-        a, b, c, *sizes = self.plain.kernel_arguments(shape, pointers)
+        # A, B, C and the sizes as the plain problem passes them; tensor maps are this problem's own (FP8's
+        # subclass makes them of one-byte elements)
+        plain = super() if isinstance(self.plain, TmaGemmProblem) else self.plain
+        a, b, c, *sizes = plain.kernel_arguments(shape, pointers)
         scalars = self.scalars(shape)  # alpha and beta: the caller's where `pointers` holds them (gen.matmul)
         factors = [np.float32(pointers.get(name, scalars[name])) for name in ("alpha", "beta") if name in scalars]
         return [a, b, c, *(np.uintp(int(pointers[name])) for name in extras), *sizes, *factors]
