@@ -8,7 +8,7 @@
 //   vec       4
 //   bounds    guard
 //   smem      static
-//   template  copy.cu.j2 (sha256 16be9cd874e3)
+//   template  copy.cu.j2 (sha256 eb6102178d01)
 //
 // Reproduce with:
 //   tilegen render copy -p dtype=f32 -p method=plain -p tile=32 -p rows=8 -p vec=4 -p bounds=guard -p smem=static

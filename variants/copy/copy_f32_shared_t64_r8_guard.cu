@@ -8,7 +8,7 @@
 //   vec       1
 //   bounds    guard
 //   smem      static
-//   template  copy.cu.j2 (sha256 16be9cd874e3)
+//   template  copy.cu.j2 (sha256 eb6102178d01)
 //
 // Reproduce with:
 //   tilegen render copy -p dtype=f32 -p method=shared -p tile=64 -p rows=8 -p vec=1 -p bounds=guard -p smem=static

@@ -12,7 +12,7 @@
 //   bias      none
 //   act       none
 //   residual  none
-//   template  gemv.cu.j2 (sha256 bea73f3245ea)
+//   template  gemv.cu.j2 (sha256 b49b3a5701c9)
 //
 // Reproduce with:
 //   tilegen render gemv -p dtype=f16 -p rows=8 -p bn=64 -p kgroups=16 -p unroll=4 -p split=1 -p copy=vector -p scale=none -p bias=none -p act=none -p residual=none

@@ -8,7 +8,7 @@
 //   sync      none
 //   smem      static
 //   method    tiled
-//   template  matmul.cu.j2 (sha256 58cedba80c40)
+//   template  matmul.cu.j2 (sha256 1df01086e054)
 //
 // Reproduce with:
 //   tilegen render matmul -p dtype=f32 -p tile=16 -p padding=1 -p bounds=split -p sync=none -p smem=static -p method=tiled

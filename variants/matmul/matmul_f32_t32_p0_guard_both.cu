@@ -8,7 +8,7 @@
 //   sync      both
 //   smem      static
 //   method    tiled
-//   template  matmul.cu.j2 (sha256 58cedba80c40)
+//   template  matmul.cu.j2 (sha256 1df01086e054)
 //
 // Reproduce with:
 //   tilegen render matmul -p dtype=f32 -p tile=32 -p padding=0 -p bounds=guard -p sync=both -p smem=static -p method=tiled

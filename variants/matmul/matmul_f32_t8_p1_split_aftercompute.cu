@@ -8,7 +8,7 @@
 //   sync      after-compute
 //   smem      static
 //   method    tiled
-//   template  matmul.cu.j2 (sha256 58cedba80c40)
+//   template  matmul.cu.j2 (sha256 1df01086e054)
 //
 // Reproduce with:
 //   tilegen render matmul -p dtype=f32 -p tile=8 -p padding=1 -p bounds=split -p sync=after-compute -p smem=static -p method=tiled

@@ -17,7 +17,7 @@
 //   bounds    split
 //   sync      none
 //   smem      static
-//   template  sgemm.cu.j2 (sha256 57fb0fe7a4ee)
+//   template  sgemm.cu.j2 (sha256 72355693bd6d)
 //
 // Reproduce with:
 //   tilegen render sgemm -p dtype=f32 -p bm=128 -p bn=128 -p bk=16 -p wm=64 -p wn=64 -p tm=8 -p tn=4 -p padding=4 -p vec=4 -p stages=2 -p load=registers -p splitk=1 -p bounds=split -p sync=none -p smem=static

@@ -12,7 +12,7 @@
 //   bounds    guard
 //   sync      none
 //   smem      static
-//   template  transpose.cu.j2 (sha256 d517c59b8a84)
+//   template  transpose.cu.j2 (sha256 12196539f697)
 //
 // Reproduce with:
 //   tilegen render transpose -p dtype=f32 -p method=shared -p tile=16 -p rows=4 -p padding=0 -p group=0 -p vec=1 -p hint=normal -p bounds=guard -p sync=none -p smem=static

@@ -12,7 +12,7 @@
 //   bounds    none
 //   sync      none
 //   smem      static
-//   template  transpose.cu.j2 (sha256 d517c59b8a84)
+//   template  transpose.cu.j2 (sha256 12196539f697)
 //
 // Reproduce with:
 //   tilegen render transpose -p dtype=f32 -p method=shared -p tile=16 -p rows=8 -p padding=1 -p group=0 -p vec=1 -p hint=normal -p bounds=none -p sync=none -p smem=static

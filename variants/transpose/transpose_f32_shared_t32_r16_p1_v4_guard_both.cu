@@ -12,7 +12,7 @@
 //   bounds    guard
 //   sync      both
 //   smem      static
-//   template  transpose.cu.j2 (sha256 d517c59b8a84)
+//   template  transpose.cu.j2 (sha256 12196539f697)
 //
 // Reproduce with:
 //   tilegen render transpose -p dtype=f32 -p method=shared -p tile=32 -p rows=16 -p padding=1 -p group=0 -p vec=4 -p hint=normal -p bounds=guard -p sync=both -p smem=static
