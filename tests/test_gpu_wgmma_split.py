@@ -3,7 +3,7 @@
 split's sum, right at odd shapes with padded rows, a shape whose K is one step (most blocks of a
 cluster multiply only zeros) and a thin model shape (16 tokens), each output NaN-poisoned before its
 launch and compared with float64 (the sweep's check); the same split launch twice gives the same
-bits; the sanitizer finds nothing in one split variant; and every variant the family names likeliest
+bits; the sanitizer finds nothing in one split variant nor in thin tiles (16 and 32 rows); and every variant the family names likeliest
 best at thin, few-tile and odd shapes (a tune's first picks, gen.matmul's untuned choice) is right."""
 
 from __future__ import annotations
@@ -30,6 +30,13 @@ HALF = {**TILES, "dtype": ["f16"], "out": ["same", "f32"], "split": ["4"], "stor
 FUSED = {"dtype": ["bf16"], "bm": ["128", "256"], "bn": ["128"], "schedule": ["grid"], "split": ["2", "8"],
          "specialize": ["producer", "none"], "store": ["direct", "bulk"], "bias": ["col"], "act": ["gelu-tanh"],
          "residual": ["add"], "scale": ["alpha-beta"]}
+# thin tiles: 16 or 32 rows of A a stage, wgmma's m64 reading on into B's (those sums dropped); at the
+# odd shape 63 and 32 tiles one above the other, the last partly past M
+THIN = {"dtype": ["f16", "bf16"], "out": ["same", "f32"], "bm": ["16", "32"], "bn": ["64", "128", "256"],
+        "consumers": ["1"], "stages": ["4", "12"], "schedule": ["grid", "persistent"], "store": ["direct"],
+        "split": ["1", "2"]}
+THIN_FUSED = {**THIN, "dtype": ["bf16"], "out": ["same"], "bn": ["128"], "stages": ["8"], "bias": ["col"],
+              "act": ["gelu-tanh", "silu"], "residual": ["add"], "scale": ["alpha-beta"]}
 
 
 def _sm90() -> None:
@@ -38,7 +45,8 @@ def _sm90() -> None:
 
 def test_every_split_and_tile_is_right_at_odd_short_k_and_thin_shapes(tmp_path: Path) -> None:
     _sm90()
-    for name, params, least in (("splits", SPLITS, 100), ("half", HALF, 20), ("fused", FUSED, 20)):
+    for name, params, least in (("splits", SPLITS, 100), ("half", HALF, 20), ("fused", FUSED, 20), ("thin", THIN, 100),
+                                ("thin-fused", THIN_FUSED, 20)):
         rows = run(tmp_path / name, "wgmma", params, SIZES)
         assert _only_skipped_and_ok(rows) == runnable("wgmma", params, SIZES) > least, name
         for row in rows.values():
@@ -77,6 +85,16 @@ def test_the_sanitizer_finds_nothing_in_a_split_variant_on_either_store_path(tmp
     _sm90()
     params = {"dtype": ["bf16"], "bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["3"],
               "schedule": ["grid"], "split": ["2"], "store": ["direct", "bulk"]}
+    rows = run(tmp_path, "wgmma", params, ["77x45x200:200,48,45"], sanitize=True)
+    assert [row.status for row in rows.values()] == [Status.OK] * 2, {k: (r.status, r.message) for k, r in rows.items()}
+
+
+def test_the_sanitizer_finds_nothing_in_a_thin_tile_fused_or_split(tmp_path: Path) -> None:
+    """wgmma's m64 reads past a thin tile's rows of A into the stage's B: inside shared memory, and none of
+    those rows is stored."""
+    _sm90()
+    params = {"dtype": ["bf16"], "bm": ["16"], "bn": ["64"], "consumers": ["1"], "stages": ["4"], "schedule": ["grid"],
+              "store": ["direct"], "split": ["1", "2"], "bias": ["col"], "act": ["gelu-tanh"]}
     rows = run(tmp_path, "wgmma", params, ["77x45x200:200,48,45"], sanitize=True)
     assert [row.status for row in rows.values()] == [Status.OK] * 2, {k: (r.status, r.message) for k, r in rows.items()}
 

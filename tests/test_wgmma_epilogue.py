@@ -35,12 +35,16 @@ def test_epilogue_names_round_trip_and_the_plain_gemm_keeps_its_name() -> None:
 def test_the_default_space_searches_no_epilogue_and_plain_variants_keep_the_plain_problem() -> None:
     variants = Space.default(WGMMA).expand().valid
     assert variants and not any(v.epilogue.fused for v in variants)
-    assert {WGMMA.problem_of(v) for v in variants if v.schedule != "streamk"} == {WGMMA.problem}
+    assert {WGMMA.problem_of(v) for v in variants if v.schedule != "streamk" and v.bm >= 64} == {WGMMA.problem}
+    thin = {WGMMA.problem_of(v) for v in variants if v.bm < 64}  # A in boxes of their rows, the same inputs
+    assert {p.a_rows for p in thin} == {16} and {p.checked_as for p in thin} == {WGMMA.problem.checked_as}
     assert len({WGMMA.problem_of(v) for v in variants if v.schedule == "streamk"}) == 1  # with stream-K's workspace
     fused = WGMMA.variant(FUSED)
     assert WGMMA.problem_of(fused) is WGMMA.problem_of(WGMMA.variant({**FUSED, "store": "direct"}))  # one per epilogue
     f32 = WGMMA.variant({**FUSED, "out": "f32", "store": "direct"})
     assert WGMMA.problem_of(fused) is not WGMMA.problem_of(f32)  # R is like C
+    thin = WGMMA.variant({**FUSED, "bm": 16, "consumers": 1, "schedule": "grid", "store": "direct"})
+    assert WGMMA.problem_of(thin).a_rows == 16 and WGMMA.problem_of(thin).checked_as is WGMMA.problem_of(fused)
 
 
 def test_a_beta_without_a_residual_is_refused_with_what_to_use(capsys: pytest.CaptureFixture) -> None:

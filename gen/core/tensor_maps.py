@@ -29,9 +29,10 @@ def l2_promotion(row_bytes: int) -> int:
     return _L2_256B if row_bytes % SECTOR == 0 else _L2_128B
 
 
-def box_map(address: int, rows: int, columns: int, row_bytes: int, name: str, element_bytes: int = 2) -> np.void:
+def box_map(address: int, rows: int, columns: int, row_bytes: int, name: str, element_bytes: int = 2,
+            box_rows: int = BOX) -> np.void:
     """The map of matrix `name` (rows x columns of 16-bit elements, or 8-bit ones, rows `row_bytes`
-    apart, at device `address`) in boxes of 64 rows of 128 bytes (64 x 64 elements, or 64 x 128).
+    apart, at device `address`) in boxes of `box_rows` rows of 128 bytes (64 x 64 elements, or 64 x 128).
     Elements beyond the matrix read as zeros. UsageError when the matrix does not start, or its rows
     do not fall, on 16-byte boundaries."""
     if address % ALIGNMENT or row_bytes % ALIGNMENT:
@@ -42,7 +43,7 @@ def box_map(address: int, rows: int, columns: int, row_bytes: int, name: str, el
     bits = (ctypes.c_uint64 * 16).from_buffer(room, -ctypes.addressof(room) % 64)
     kind, box_columns = (_UINT16, BOX) if element_bytes == 2 else (_UINT8, 2 * BOX)
     status = _encode()(ctypes.byref(bits), kind, 2, ctypes.c_void_p(address), (ctypes.c_uint64 * 2)(columns, rows),
-                       (ctypes.c_uint64 * 1)(row_bytes), (ctypes.c_uint32 * 2)(box_columns, BOX), (ctypes.c_uint32 * 2)(1, 1),
+                       (ctypes.c_uint64 * 1)(row_bytes), (ctypes.c_uint32 * 2)(box_columns, box_rows), (ctypes.c_uint32 * 2)(1, 1),
                        0, _SWIZZLE_128B, l2_promotion(row_bytes), 0)
     if status:
         raise TilegenError(f"the driver refused the tensor map of {name} ({rows} x {columns}, rows {row_bytes} bytes "

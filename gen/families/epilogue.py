@@ -22,6 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..core.errors import InvalidVariant, UsageError
+from ..core.tensor_maps import BOX
 from .gemm import MatmulShape
 from .hgemm import TMA_GEMM, HalfGemmProblem, TmaGemmProblem
 from .problem import UNIT_ROUNDOFF, Input, Output, Scalar, Workspace, numpy_dtype
@@ -153,6 +154,7 @@ class EpilogueGemmProblem(TmaGemmProblem):
     `workspace`, where it takes one (named W)."""
 
     def __init__(self, epilogue: Epilogue, workspace: Workspace | None = None, plain: HalfGemmProblem = TMA_GEMM):
+        super().__init__(getattr(plain, "a_rows", BOX))  # the tensor maps' boxes: plain's
         self.epilogue, self.workspace, self.plain = epilogue, workspace, plain
         extras = [Input("bias")] * (epilogue.bias == "col") + [Input("R")] * (epilogue.residual == "add") \
             + [workspace] * (workspace is not None)
@@ -162,8 +164,11 @@ class EpilogueGemmProblem(TmaGemmProblem):
 
     @property
     def checked_as(self) -> TmaGemmProblem:
-        """Itself; with a workspace, the same epilogue's problem without one (its inputs and reference)."""
-        return self if self.workspace is None else self.epilogue.problem(self.plain).checked_as
+        """Itself; with a workspace or thin boxes of A, the same epilogue's problem without them (its inputs
+        and reference)."""
+        if self.workspace is None and self.a_rows == BOX:
+            return self
+        return self.epilogue.problem(TMA_GEMM if self.a_rows != BOX else self.plain).checked_as
 
     def arrays(self, shape: MatmulShape) -> dict[str, tuple[int, ...]]:
         extras = {"bias": (shape.n,), "R": (shape.m, shape.ldc)}

@@ -34,7 +34,7 @@ from .gemm import MatmulShape
 from .problem import GEMM_FP8, UNIT_ROUNDOFF, Ceiling, Input, numpy_dtype
 from .family import blocks
 from .variant import Variant, choice
-from .wgmma import MAX_SUMS, PERSISTENT_BLOCKS, SCHEDULES, SPLITS, WgmmaFamily, WgmmaVariant
+from .wgmma import MAX_SUMS, PERSISTENT_BLOCKS, SCHEDULES, SPLITS, THIN_ROWS, WgmmaFamily, WgmmaVariant
 
 FP8_TYPES = ("e4m3", "e5m2")
 FP8_OUTPUTS = ("bf16", "f16", "f32")
@@ -93,6 +93,9 @@ class Fp8Variant(WgmmaVariant):
         return self.out
 
     def check_combination(self) -> None:
+        if self.bm in THIN_ROWS:
+            raise InvalidVariant(f"fp8gemm has no thin tiles (bm {self.bm}): its boxes of A are 64 rows; use bm 64, "
+                                 f"128 or 256")
         if self.scaling == "block":
             self._check_block_scaling()
         if self.bias != "none":

@@ -13,6 +13,7 @@ the tiles in 64 x 64 boxes with its 128-byte swizzle (the kernel then takes tens
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Mapping
 
@@ -55,7 +56,10 @@ HALF_GEMM = HalfGemmProblem()
 
 class TmaGemmProblem(HalfGemmProblem):
     """The half-precision GEMM, with A and B passed as TMA tensor maps: the kernel's parameters are
-    (a_map, b_map, C, M, N, K, ldc)."""
+    (a_map, b_map, C, M, N, K, ldc). A's boxes are `a_rows` rows (fewer than BOX: a thin tile's)."""
+
+    def __init__(self, a_rows: int = BOX):
+        self.a_rows = a_rows
 
     def kernel_arguments(self, shape: MatmulShape, pointers: Mapping[str, Any]) -> list[Any]:
         address = {name: int(pointer) for name, pointer in pointers.items()}
@@ -67,7 +71,7 @@ class TmaGemmProblem(HalfGemmProblem):
 
     def tensor_maps(self, shape: MatmulShape, address: Mapping[str, int]) -> list[np.void]:
         """A's and B's tensor maps, both row-major: M x K and K x N."""
-        return [box_map(address["A"], shape.m, shape.k, 2 * shape.lda, "A"),
+        return [box_map(address["A"], shape.m, shape.k, 2 * shape.lda, "A", box_rows=self.a_rows),
                 box_map(address["B"], shape.k, shape.n, 2 * shape.ldb, "B")]
 
     @property
@@ -83,6 +87,12 @@ class TmaGemmProblem(HalfGemmProblem):
 
 
 TMA_GEMM = TmaGemmProblem()
+
+
+@functools.cache
+def tma_gemm(a_rows: int) -> TmaGemmProblem:
+    """The TMA GEMM whose A boxes are `a_rows` rows: one object each (TMA_GEMM's BOX)."""
+    return TMA_GEMM if a_rows == BOX else TmaGemmProblem(a_rows)
 
 
 @dataclass(frozen=True, order=True)

@@ -22,12 +22,13 @@ from ..core.tensor_maps import BOX
 from .family import Family, Launch, blocks, check_shared_bytes
 from .gemm import MatmulShape
 from .epilogue import Epilogue, epilogue_field, epilogue_problem, with_epilogue
-from .hgemm import ALIGNMENT_SLACK, TMA_GEMM, TmaGemmProblem
+from .hgemm import ALIGNMENT_SLACK, TMA_GEMM, TmaGemmProblem, tma_gemm
 from .problem import Workspace, element_bytes
 from .variant import Variant, choice
 
 SCHEDULES = ("grid", "persistent", "pingpong", "streamk")
-STAGES = (2, 3, 4, 5, 6, 8, 10, 12)  # tiles of A and B in shared memory at once (thin tiles take the deep ones)
+THIN_ROWS = (16, 32)  # a thin tile's rows: its stages hold only those of A (wgmma's m64 reads on into B's)
+STAGES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20)  # tiles of A and B in shared memory at once (thin tiles take the deep ones)
 SPLITS = (1, 2, 4, 8)  # split-K: blocks of a cluster per tile, 8 the most a cluster portably holds
 BK = 64  # K per stage: 128 bytes of a row, the width of the 128-byte swizzle
 MAX_SUMS = 128  # float32 sums per consumer thread: beyond them, the consumers' 232 registers spill
@@ -52,6 +53,13 @@ THIN_M = ({"bm": 64, "bn": 64, "consumers": 1, "stages": 12, "schedule": "grid",
           {"bm": 64, "bn": 128, "consumers": 1, "stages": 8, "schedule": "grid", "store": "direct", "split": FILL},
           {"bm": 64, "bn": 192, "consumers": 1, "stages": 5, "schedule": "grid", "store": "direct", "split": FILL},
           {"bm": 64, "bn": 256, "stages": 4, "schedule": "pingpong", "store": "direct"}, {})
+# A few tokens (up to a thin tile's 16 rows): thin tiles, whose stages hold 16 rows of A where 64-row
+# tiles hold 64, so as deep again in the same shared memory (64 and 128 columns: 20 and 8 stages).
+# Against the 64-row choices at the six 16-token shapes: 87% against 83% of cuBLAS at 16x6144x4096,
+# 97% against 90% at 16x4096x14336, 99% against 94% at 16x10240x8192; thin 192-column tiles split in two
+# ran 83% there, 64-row ping-pong 39-78% below 132 tiles (docs/results/data/h200/session-2026-11-29c/thin-16-tokens.md).
+FEW_TOKENS = ({"bm": 16, "bn": 64, "consumers": 1, "stages": 20, "schedule": "grid", "store": "direct", "split": FILL},
+              {"bm": 16, "bn": 128, "consumers": 1, "stages": 8, "schedule": "grid", "store": "direct", "split": FILL}, {})
 THIN_M_WIDE_N = ({"bm": 64, "bn": 256, "consumers": 1, "stages": 4, "store": "direct"},
                  {"bm": 64, "bn": 256, "stages": 4, "schedule": "pingpong", "store": "direct"}, {})
 FEW_TILES = ({"bn": 192, "stages": 5, "schedule": "streamk", "store": "direct"},
@@ -85,13 +93,15 @@ class WgmmaVariant(Variant):
                         help="element type of A and B: float16 or bfloat16")
     out: str = choice("same", ("same", "f32"), tag="c", space=("same",), emitted=("same",),
                       help="C's type: the inputs' (same) or float32")
-    bm: int = choice(128, (64, 128, 256), tag="bm", space=(64, 128, 256), emitted=(128,),
-                     help="block tile rows (of C); 64: one consumer, or ping-pong's two, for a thin M")
+    bm: int = choice(128, THIN_ROWS + (64, 128, 256), tag="bm", space=(16, 64, 128, 256), emitted=(128,),
+                     help="block tile rows (of C); 64: one consumer, or ping-pong's two, for a thin M; 16 and 32: "
+                          "a thin tile, whose stages hold only its rows of A (one consumer's m64 product, the rest "
+                          "dropped)")
     bn: int = choice(256, (64, 128, 192, 256), tag="bn", space=(64, 128, 192, 256), emitted=(256,),
                      help="block tile columns: the wgmma's N")
     consumers: int = choice(2, (1, 2), tag="wg", space=(1, 2), emitted=(2,),
                             help="consumer warp groups, each multiplying bm / consumers rows (64 or 128)")
-    stages: int = choice(3, STAGES, tag="s", space=(3, 4, 5, 6, 8, 12), emitted=(3,),
+    stages: int = choice(3, STAGES, tag="s", space=(3, 4, 5, 6, 8, 12, 16, 20), emitted=(3,),
                          help="tiles in shared memory at once; the producer refills each as soon as it is free")
     schedule: str = choice("persistent", SCHEDULES, space=SCHEDULES, emitted=("persistent", "streamk"),
                            help=f"grid: a block per tile; persistent: {PERSISTENT_BLOCKS} blocks walk the tiles; pingpong: "
@@ -131,9 +141,14 @@ class WgmmaVariant(Variant):
         return self.bm if self.schedule == "pingpong" else self.bm // self.consumers
 
     @property
+    def multiplied_rows(self) -> int:
+        """The rows each consumer multiplies: its rows of the tile, at least wgmma's m64."""
+        return max(self.rows_per_consumer, 64)
+
+    @property
     def sums_per_thread(self) -> int:
         """The float32 sums each consumer thread holds: its rows x bn over a warp group's 128 threads."""
-        return self.rows_per_consumer * self.bn // 128
+        return self.multiplied_rows * self.bn // 128
 
     @property
     def skips_rows_outside_c(self) -> bool:
@@ -186,7 +201,9 @@ class WgmmaVariant(Variant):
         if self.schedule == "pingpong" and rows not in (64, 128):
             raise InvalidVariant(f"schedule=pingpong gives each consumer a whole tile: bm {self.bm} is not 64 or 128 "
                                  f"rows (wgmma's m64, once or twice)")
-        if rows not in (64, 128):
+        if self.bm in THIN_ROWS:
+            self._check_thin()
+        elif rows not in (64, 128):
             raise InvalidVariant(f"bm {self.bm} over {self.consumers} consumer warp groups gives each {rows} rows; "
                                  f"a consumer multiplies 64 or 128 (wgmma's m64, once or twice)")
         sums = self.sums_per_thread
@@ -202,15 +219,20 @@ class WgmmaVariant(Variant):
                                  f"{self.bm} x bn {self.bn} is more")
         self._check_split()
 
+    def _check_thin(self) -> None:
+        if (self.consumers, self.schedule in ("grid", "persistent"), self.store, self.cluster) != (1, True, "direct", 1):
+            raise InvalidVariant(f"a thin tile (bm {self.bm}) is one consumer's m64 product with its rows past the tile "
+                                 f"dropped: use consumers=1, schedule=grid or persistent, store=direct and cluster=1")
+
     def _check_split(self) -> None:
         if self.split == 1:
             return
         if self.schedule != "grid" or self.cluster != 1:
             raise InvalidVariant(f"split {self.split} makes each tile's blocks a cluster that ends with the tile: use "
                                  f"schedule=grid and cluster=1 (schedule is {self.schedule}, cluster {self.cluster})")
-        sums, stages = self.bm * self.bn * 4, self.stages * (self.bm + self.bn) * BK * 2
+        sums, stages = self.multiplied_rows * self.consumers * self.bn * 4, self.stages * (self.bm + self.bn) * BK * 2
         if sums > stages:
-            raise InvalidVariant(f"split {self.split} gathers each block's {self.bm} x {self.bn} float32 sums ({sums} "
+            raise InvalidVariant(f"split {self.split} gathers each block's {sums // 4 // self.bn} x {self.bn} float32 sums ({sums} "
                                  f"bytes) in its stages' shared memory, {stages} bytes: use more stages")
 
 
@@ -231,7 +253,7 @@ class WgmmaFamily(Family):
     def problem_of(self, variant: WgmmaVariant) -> TmaGemmProblem:
         if variant.schedule == "streamk":
             return epilogue_problem(variant.epilogue, STREAM_K_WORKSPACE)
-        return variant.epilogue.problem()
+        return variant.epilogue.problem(tma_gemm(min(variant.bm, BOX)))
 
     def epilogue_of(self, variant: WgmmaVariant) -> str:
         return variant.epilogue.text
@@ -256,7 +278,8 @@ class WgmmaFamily(Family):
         if many:
             changes = sorted(MANY_TILES, key=lambda change: wave_cost(replace(default, **change), shape))
         elif shape.m <= 64:
-            changes = THIN_M_WIDE_N if blocks(shape.n, 192) >= PERSISTENT_BLOCKS else THIN_M
+            changes = (THIN_M_WIDE_N if blocks(shape.n, 192) >= PERSISTENT_BLOCKS
+                       else FEW_TOKENS if shape.m <= FEW_TOKENS[0]["bm"] else THIN_M)
         else:
             changes = FEW_TILES
         chosen: list[Variant] = []
@@ -272,11 +295,19 @@ class WgmmaFamily(Family):
             # in 4 last (with 64 and 128 columns 1.3-1.6x slower than a split in 2 at 16 and 128 tokens), then
             # the most consumer warp groups at work, then the widest tile (data/h200/thin-2026-11-28/thin.md)
             chosen.sort(key=lambda v: (self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS, v.split > 2,
-                                       -self.launch(v, shape).grid[0] * v.consumers, -v.bn))
+                                       -self.launch(v, shape).grid[0] * consumers_at_work(v, shape), -v.bn))
         return chosen
 
     def sanitize_size(self, variant: WgmmaVariant) -> str:
         return f"{variant.bm + 3}x{variant.bn + 8}x{BOX + 40}"
+
+
+def consumers_at_work(variant: WgmmaVariant, shape: MatmulShape) -> int:
+    """A block's consumer warp groups with rows of C to multiply: ping-pong's take whole tiles in turn; the
+    others share a tile's rows, and at a thin M the lower ones have none."""
+    if variant.schedule == "pingpong":
+        return variant.consumers
+    return min(variant.consumers, blocks(shape.m, variant.rows_per_consumer))
 
 
 def fill_split(bm: int, bn: int, shape: MatmulShape) -> int:

@@ -18,7 +18,7 @@
 //   act       none
 //   residual  none
 //   scaling   none
-//   template  wgmma.cu.j2 (sha256 4a0762789983)
+//   template  wgmma.cu.j2 (sha256 f07ba763e5e7)
 //
 // Reproduce with:
 //   tilegen render fp8gemm -p dtype=e5m2 -p out=bf16 -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=bulk -p split=1 -p scale=none -p bias=none -p act=none -p residual=none -p scaling=none
@@ -61,10 +61,10 @@ constexpr int STAGES = 3, CONSUMERS = 2;
 constexpr int CLUSTER = 1;  // blocks of a cluster, on tiles one above the other
 constexpr int ROWS = BM / CONSUMERS;  // rows of a tile each consumer warp group multiplies
 constexpr int USERS = CONSUMERS;  // consumer warp groups that read each stage
-constexpr int PIECES = ROWS / 64;         // wgmma m64 pieces per consumer
+constexpr int PIECES = ROWS < 64 ? 1 : ROWS / 64;  // wgmma m64 pieces per consumer (a thin tile's one piece past its rows)
 constexpr int SUMS = BN / 2;              // float32 sums per thread and piece: 64 x BN over 128 threads
 constexpr int BOX = 64;                   // a TMA box is 64 rows of 128 one-byte elements
-constexpr int BOX_BYTES = BOX * BK;
+constexpr int BOX_BYTES = BOX * BK, A_BOX = BM < BOX ? BM : BOX;  // A's boxes: BM rows in a thin tile
 constexpr int A_BYTES = BM * BK, STAGE_BYTES = A_BYTES + BN * BK;  // one stage: A's tile, then B's (N rows of K)
 constexpr int OUT_BYTES = 2;
 // A row of C staged in shared memory, padded so that the 8 rows a warp writes at once start on
@@ -261,8 +261,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8gemm_e5m2_cbf16_bm128_bn
         const unsigned a = stages + copy_stage * STAGE_BYTES, b = a + A_BYTES, arrived = full + 8 * copy_stage;
         barrier_expect(arrived, STAGE_BYTES);  // whole boxes: what lies beyond the matrix comes as zeros
         #pragma unroll
-        for (int i = 0; i < BM / BOX; ++i)
-            load_box(a + i * BOX_BYTES, a_map, (copy_first + copy_step) * BK, block_m + i * BOX, arrived);
+        for (int i = 0; i < BM / A_BOX; ++i)
+            load_box(a + i * A_BOX * 128, a_map, (copy_first + copy_step) * BK, block_m + i * A_BOX, arrived);
         #pragma unroll
         for (int j = 0; j < BN / BOX; ++j)
             load_box(b + j * BOX_BYTES, b_map, (copy_first + copy_step) * BK, block_n + j * BOX, arrived);

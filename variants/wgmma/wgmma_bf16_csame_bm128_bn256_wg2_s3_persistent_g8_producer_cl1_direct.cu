@@ -17,7 +17,7 @@
 //   bias      none
 //   act       none
 //   residual  none
-//   template  wgmma.cu.j2 (sha256 4a0762789983)
+//   template  wgmma.cu.j2 (sha256 f07ba763e5e7)
 //
 // Reproduce with:
 //   tilegen render wgmma -p dtype=bf16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=direct -p split=1 -p scale=none -p bias=none -p act=none -p residual=none
@@ -59,10 +59,10 @@ constexpr int STAGES = 3, CONSUMERS = 2;
 constexpr int CLUSTER = 1;  // blocks of a cluster, on tiles one above the other
 constexpr int ROWS = BM / CONSUMERS;  // rows of a tile each consumer warp group multiplies
 constexpr int USERS = CONSUMERS;  // consumer warp groups that read each stage
-constexpr int PIECES = ROWS / 64;         // wgmma m64 pieces per consumer
+constexpr int PIECES = ROWS < 64 ? 1 : ROWS / 64;  // wgmma m64 pieces per consumer (a thin tile's one piece past its rows)
 constexpr int SUMS = BN / 2;              // float32 sums per thread and piece: 64 x BN over 128 threads
 constexpr int BOX = 64;                   // a TMA box is 64 x 64 elements: 64 rows of 128 bytes
-constexpr int BOX_BYTES = BOX * BK * 2;
+constexpr int BOX_BYTES = BOX * BK * 2, A_BOX = BM < BOX ? BM : BOX;  // A's boxes: BM rows in a thin tile
 constexpr int A_BYTES = BM * BK * 2, STAGE_BYTES = A_BYTES + BK * BN * 2;  // one stage: A's tile, then B's
 constexpr int STAGING_BYTES = 0;
 
@@ -249,8 +249,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) wgmma_bf16_csame_bm128_bn25
         const unsigned a = stages + copy_stage * STAGE_BYTES, b = a + A_BYTES, arrived = full + 8 * copy_stage;
         barrier_expect(arrived, STAGE_BYTES);  // whole boxes: what lies beyond the matrix comes as zeros
         #pragma unroll
-        for (int i = 0; i < BM / BOX; ++i)
-            load_box(a + i * BOX_BYTES, a_map, (copy_first + copy_step) * BK, block_m + i * BOX, arrived);
+        for (int i = 0; i < BM / A_BOX; ++i)
+            load_box(a + i * A_BOX * 128, a_map, (copy_first + copy_step) * BK, block_m + i * A_BOX, arrived);
         #pragma unroll
         for (int j = 0; j < BN / BOX; ++j)
             load_box(b + j * BOX_BYTES, b_map, block_n + j * BOX, (copy_first + copy_step) * BK, arrived);
