@@ -103,8 +103,8 @@ def test_every_likely_best_variant_is_right_at_thin_few_tile_and_odd_shapes() ->
     _sm90()
     torch = _torch()
     wgmma = get_family("wgmma")
-    for size in ("16x6144x4096", "1x4096x14336", "16x28672x4096", "128x4096x14336", "512x6144x4096",
-                 "999x1001x1003:1008,1008,1001", "77x45x33:40,48,45"):
+    for size in ("16x6144x4096", "1x4096x14336", "16x28672x4096", "16x10240x8192", "128x4096x14336", "512x6144x4096",
+                 "512x10240x8192", "1000x1000x1000", "999x1001x1003:1008,1008,1001", "77x45x33:40,48,45"):
         shape = wgmma.parse_shape(size)
         a = torch.randn(shape.m, shape.lda, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(shape.k, shape.ldb, device="cuda", dtype=torch.bfloat16)

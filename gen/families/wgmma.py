@@ -72,6 +72,10 @@ FEW_TILES = ({"bn": 192, "stages": 5, "schedule": "streamk", "store": "direct"},
 MANY_TILES = ({}, {"bn": 192, "stages": 5, "store": "direct"}, {"stages": 4, "store": "direct"},
               {"bm": 256, "bn": 128, "store": "direct"}, {"bn": 128, "stages": 5, "schedule": "pingpong", "store": "direct"},
               {"schedule": "streamk"})
+# A tune's pick after those, never the untuned choice: 87.8% of cuBLAS against 82.3% at 512x10240x8192
+# (data/h200/session-2026-11-29c/low-rows.md; 87.2% against 83.4% the day before), but 70.8% against
+# 73.5% at 2000x7000x3000, where wave_cost would put it first
+TALL_STREAM_K = {"bm": 256, "bn": 128, "stages": 4, "schedule": "streamk", "store": "direct"}
 # wave_cost's cost of a tile's element by tile: a 128 x 256 tile (or 256 x 128) multiplies most per
 # byte it loads; narrower tiles pay for their loads (fitted to the 512-token shapes' winners)
 ELEMENT_COST = {128 * 256: 1.0, 128 * 192: 1.1, 128 * 128: 1.2}
@@ -276,7 +280,7 @@ class WgmmaFamily(Family):
         default = self.adapted_default(shape, dtype)
         many = shape.m > 64 and blocks(shape.m, default.bm) * blocks(shape.n, default.bn) >= PERSISTENT_BLOCKS // 2
         if many:
-            changes = sorted(MANY_TILES, key=lambda change: wave_cost(replace(default, **change), shape))
+            changes = sorted(MANY_TILES, key=lambda change: wave_cost(replace(default, **change), shape)) + [TALL_STREAM_K]
         elif shape.m <= 64:
             changes = (THIN_M_WIDE_N if blocks(shape.n, 192) >= PERSISTENT_BLOCKS
                        else FEW_TOKENS if shape.m <= FEW_TOKENS[0]["bm"] else THIN_M)
@@ -293,9 +297,12 @@ class WgmmaFamily(Family):
                 chosen.append(variant)
         if not many:  # a thin M or few tiles: those whose blocks all fit the SMs at once first, splits
             # in 4 last (with 64 and 128 columns 1.3-1.6x slower than a split in 2 at 16 and 128 tokens), then
-            # the most consumer warp groups at work, then the widest tile (data/h200/thin-2026-11-28/thin.md)
+            # the most consumer warp groups at work (data/h200/thin-2026-11-28/thin.md), then the most blocks
+            # (at 1000³, 64 x 128 tiles on 128 SMs ran 80% of cuBLAS, 128 x 128 ones on 64 SMs with two
+            # consumers each 74%: data/h200/session-2026-11-29c/low-rows.md), then the widest tile
             chosen.sort(key=lambda v: (self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS, v.split > 2,
-                                       -self.launch(v, shape).grid[0] * consumers_at_work(v, shape), -v.bn))
+                                       -self.launch(v, shape).grid[0] * consumers_at_work(v, shape),
+                                       -self.launch(v, shape).grid[0], -v.bn))
         return chosen
 
     def sanitize_size(self, variant: WgmmaVariant) -> str:
