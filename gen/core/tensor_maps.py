@@ -1,6 +1,6 @@
 """Tensor maps for Hopper's Tensor Memory Accelerator (TMA): the driver's 128-byte CUtensorMap that
-describes a row-major matrix of 16-bit elements and the 64 x 64 box one copy moves into shared
-memory with the 128-byte swizzle. Encoded on the host by the driver's cuTensorMapEncodeTiled (libcuda
+describes a row-major matrix of 16-bit elements and the box one copy moves into shared memory with
+the 128-byte swizzle (64 x 64; a thin tile's A: its rows x 64). Encoded on the host by the driver's cuTensorMapEncodeTiled (libcuda
 through ctypes: a host function that needs no context), passed to a kernel by value."""
 
 from __future__ import annotations

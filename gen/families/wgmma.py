@@ -2,7 +2,7 @@
 
 Round 2 of the tensor-core GEMM (round 1 is hgemm, on mma.sync). A block's producer warp group
 copies tiles of A and B into shared memory with the Tensor Memory Accelerator (TMA), `stages` deep,
-in 64 x 64 boxes with the 128-byte swizzle; its `consumers` warp groups multiply them with
+in 64 x 64 boxes with the 128-byte swizzle (a thin tile's A: 16 or 32 rows); its `consumers` warp groups multiply them with
 wgmma.mma_async straight from shared memory; mbarriers pass each stage between them. `cluster` pairs
 blocks on tiles one above the other, each copying half of their shared tiles of B into both (TMA
 multicast); `schedule` gives each block one tile of C, or keeps a persistent block per SM walking through the tiles (the
