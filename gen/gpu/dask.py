@@ -113,9 +113,8 @@ class DaskExecutor:
                             if (sent := self._received(future)) is not None]
                 if received and not self._killed.is_set():
                     yield from self._measurements(received)
-            if not self._killed.is_set():  # a worker that left after the last look is named too
-                members = self._gpu_members()
-                with self._lock:
+            if not self._killed.is_set() and (members := self._gpu_members()) is not None:
+                with self._lock:  # a worker that left after the last look is named too
                     self._forget_left(members)
         finally:
             stop.set()
@@ -148,17 +147,21 @@ class DaskExecutor:
 
     def gpu_workers(self) -> list[str]:
         """The addresses of the scheduler's workers that offer a GPU."""
-        return sorted(self._gpu_members())
+        return sorted(self._gpu_members() or {})
 
-    def _gpu_members(self) -> dict[str, str]:
-        """address -> name of the scheduler's workers that offer a GPU."""
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+    def _gpu_members(self) -> dict[str, str] | None:
+        """address -> name of the scheduler's workers that offer a GPU; None while the client has no view
+        of them (distributed empties its copy of the scheduler's identity as the client closes, as when a
+        kill races the end of a run), so that none is named lost for it."""
+        workers = self.client.scheduler_info(n_workers=-1).get("workers")
+        if workers is None:
+            return None
         return {address: str(info.get("name", address)) for address, info in workers.items()
                 if info.get("resources", {}).get(GPU)}
 
     def _first_devices(self) -> dict[str, DeviceInfo]:
         """The GPU workers whose GPU answers now; each one refused is named, with why."""
-        members = self._gpu_members()
+        members = self._gpu_members() or {}
         if not members:
             raise GpuUnavailable(f"no Dask worker of {self.address} offers a GPU; start them with "
                                  f"`tilegen worker {self.address}` on each GPU host")
@@ -302,8 +305,10 @@ class DaskExecutor:
         """Name the accepted workers that left; ask each worker that joined for its GPU and accept it
         if that is of one of this executor's models; send jobs again that only workers that left
         could take (a restarted worker comes back at a new address). GpuUnavailable when no accepted
-        worker has been left for the hang timeout."""
+        worker has been left for the hang timeout. Nothing while the client has no view of the workers."""
         members = self._gpu_members()
+        if members is None:
+            return
         with self._lock:
             self._names.update(members)
             self._forget_left(members)
