@@ -234,9 +234,10 @@ class WgmmaVariant(Variant):
         if self.schedule != "grid" or self.cluster != 1:
             raise InvalidVariant(f"split {self.split} makes each tile's blocks a cluster that ends with the tile: use "
                                  f"schedule=grid and cluster=1 (schedule is {self.schedule}, cluster {self.cluster})")
-        sums, stages = self.multiplied_rows * self.consumers * self.bn * 4, self.stages * (self.bm + self.bn) * BK * 2
+        rows = self.multiplied_rows * self.consumers  # a thin tile's consumer passes on its whole m64 product
+        sums, stages = rows * self.bn * 4, self.stages * (self.bm + self.bn) * BK * 2
         if sums > stages:
-            raise InvalidVariant(f"split {self.split} gathers each block's {sums // 4 // self.bn} x {self.bn} float32 sums ({sums} "
+            raise InvalidVariant(f"split {self.split} gathers each block's {rows} x {self.bn} float32 sums ({sums} "
                                  f"bytes) in its stages' shared memory, {stages} bytes: use more stages")
 
 
