@@ -112,3 +112,18 @@ def test_a_tune_first_measures_the_familys_likely_best_then_the_nearest_tuned_sh
     matmul = get_family("matmul")  # a family that names no likely best: only the nearest tuned shape's (none here)
     assert first_picks(TuningDB(tmp_path / "t.sqlite"), replace(problem, family="matmul", dtype="f32"), matmul,
                        matmul.parse_shape("64x64x64"), Space.default(matmul).expand().valid) == []
+
+
+def test_a_tie_in_consumers_at_work_goes_to_the_most_blocks() -> None:
+    """At 1000³ (16 steps of K: no split) 128 x 128 tiles take 64 SMs with two consumers each, 64 x 128 ones
+    128 SMs with one: the same consumers at work, on twice the SMs (80% of cuBLAS against 74% on an H200)."""
+    shape = WGMMA.parse_shape("1000x1000x1000")
+    untuned = WGMMA.safe_variant(shape, "bf16")
+    assert (untuned.bm, untuned.bn, untuned.consumers, WGMMA.launch(untuned, shape).grid[0]) == (64, 128, 1, 128)
+
+
+def test_tall_stream_k_tiles_are_a_tunes_last_pick_never_the_untuned_choice() -> None:
+    for size in ("512x10240x8192", "2000x7000x3000"):
+        likely = WGMMA.likely_best(WGMMA.parse_shape(size), "bf16")
+        assert (likely[-1].bm, likely[-1].bn, likely[-1].schedule) == (256, 128, "streamk"), size
+        assert (likely[0].bm, likely[0].bn) != (256, 128), size
