@@ -436,6 +436,23 @@ def test_a_prior_proposes_the_other_gpus_fastest_first_one_gpu_then_the_next(tmp
         assert _keys(measured, replay("random", measured.time_ms, measured.space, 10, seed))[:3] != picks
 
 
+def test_given_a_prior_the_portfolio_starts_from_its_picks_not_from_the_corners(tmp_path: Path) -> None:
+    """The prior's three picks are the start: its members propose the next points, where without a
+    prior the first INITIAL points are its space-filling start, no member's."""
+    rng = np.random.default_rng(7)
+    files = _other_gpus(tmp_path, {gpu: 1.0 + rng.permutation(100) for gpu in ("here", "other")})
+    measured = read_measured(files["here"])
+    for prior, by_members in ((measured_prior(measured, [read_measured(files["other"])]), [False] * 3 + [True] * 3),
+                              (None, [False] * 6)):
+        portfolio = make_strategy("portfolio", measured.space, seed=2, prior=prior)
+        members = []
+        for _ in range(portfolio.INITIAL):
+            (variant,) = portfolio.ask(1)
+            members.append(variant in portfolio.proposer)
+            portfolio.tell(variant, measured.time_ms[variant.name])
+        assert members == by_members
+
+
 def test_tilegen_replay_takes_other_gpus_spaces_as_prior_and_refuses_another_kernel_s(tmp_path: Path,
                                                                                          capsys) -> None:
     rng = np.random.default_rng(5)
