@@ -156,9 +156,24 @@ def test_the_portfolio_tells_every_member_every_result_and_proposes_each_point_o
             seen.append(variant)
     assert len(set(seen)) == 60
     assert all(member.results == portfolio.results for member in portfolio.members)
-    # each result credited once to its proposer, the older ones forgotten a little at every result
+    # each result after the start credited once to its proposer, the older ones forgotten a little at every result
     assert sum(improved + not_improved for improved, not_improved in portfolio.record) \
-        == pytest.approx(sum(portfolio.FORGET ** age for age in range(60)))
+        == pytest.approx(sum(portfolio.FORGET ** age for age in range(60 - portfolio.INITIAL)))
+
+
+def test_the_portfolio_starts_with_the_points_farthest_apart(tmp_path: Path) -> None:
+    """On a 5 x 5 grid its first points are a maximin design: after the first, each is the point
+    farthest (L1 over the positions) from all before it, so the second is a corner as far as any
+    point from the first and none is next to another; no member proposed them."""
+    grid = [({"a": a, "b": b}, 1.0 + a + b, 1.0) for a in range(5) for b in range(5)]
+    measured = read_measured(_t4(tmp_path / "grid.json", grid))
+    for seed in range(5):
+        portfolio = make_strategy("portfolio", measured.space, seed=seed)
+        start = [measured.space.position(v) for v in portfolio.ask(portfolio.INITIAL)]
+        assert len({tuple(p) for p in start}) == portfolio.INITIAL and not portfolio.proposer
+        (a, b), (c, d) = start[0], start[1]
+        assert abs(a - c) + abs(b - d) == max(a, 4 - a) + max(b, 4 - b)  # an opposite corner
+        assert min(abs(p[0] - q[0]) + abs(p[1] - q[1]) for i, p in enumerate(start) for q in start[:i]) >= 2
 
 
 def test_the_portfolio_follows_the_member_that_improves_lately() -> None:
@@ -166,6 +181,8 @@ def test_the_portfolio_follows_the_member_that_improves_lately() -> None:
     improves now: the counts of long ago are forgotten."""
     measured = read_measured(T4)
     portfolio = make_strategy("portfolio", measured.space, seed=1)
+    for variant in portfolio.ask(portfolio.INITIAL):  # the start: no member's
+        portfolio.tell(variant, 1000.0)
     chosen = []
     for step in range(40):
         (variant,) = portfolio.ask(1)
@@ -417,6 +434,23 @@ def test_a_prior_proposes_the_other_gpus_fastest_first_one_gpu_then_the_next(tmp
         asked = _keys(measured, replay("random", measured.time_ms, measured.space, 10, seed, prior=prior))
         assert asked[:3] == picks and len(set(asked)) == 10
         assert _keys(measured, replay("random", measured.time_ms, measured.space, 10, seed))[:3] != picks
+
+
+def test_given_a_prior_the_portfolio_starts_from_its_picks_not_from_the_corners(tmp_path: Path) -> None:
+    """The prior's three picks are the start: its members propose the next points, where without a
+    prior the first INITIAL points are its space-filling start, no member's."""
+    rng = np.random.default_rng(7)
+    files = _other_gpus(tmp_path, {gpu: 1.0 + rng.permutation(100) for gpu in ("here", "other")})
+    measured = read_measured(files["here"])
+    for prior, by_members in ((measured_prior(measured, [read_measured(files["other"])]), [False] * 3 + [True] * 3),
+                              (None, [False] * 6)):
+        portfolio = make_strategy("portfolio", measured.space, seed=2, prior=prior)
+        members = []
+        for _ in range(portfolio.INITIAL):
+            (variant,) = portfolio.ask(1)
+            members.append(variant in portfolio.proposer)
+            portfolio.tell(variant, measured.time_ms[variant.name])
+        assert members == by_members
 
 
 def test_tilegen_replay_takes_other_gpus_spaces_as_prior_and_refuses_another_kernel_s(tmp_path: Path,

@@ -67,6 +67,16 @@ class SearchSpace:
         return [candidate for name in self.varying for value in self.values[name] if value != getattr(variant, name)
                 if (candidate := self.index.get(self._moved(variant, name, value))) is not None]
 
+    def farthest(self, taken: Sequence[Variant]) -> list[Variant]:
+        """The valid points not taken farthest from those taken: the largest L1 distance over the scaled
+        positions to the nearest taken point (a maximin design's next point is one of them; every
+        point when none is taken)."""
+        distance = np.full(len(self.variants), np.inf)
+        for row in self.encoded(taken):
+            np.minimum(distance, np.abs(self.features - row).sum(axis=1), out=distance)
+        distance[[self.row[v] for v in taken]] = -1
+        return [self.variants[i] for i in np.flatnonzero(distance == distance.max()) if distance[i] >= 0]
+
     def position(self, variant: Variant) -> list[int]:
         """Each varying parameter's position in its ordered values."""
         return [self.values[n].index(getattr(variant, n)) for n in self.varying]

@@ -348,14 +348,18 @@ class BayesianOptimisation(Strategy):
 
 
 class Portfolio(Strategy):
-    """Several strategies sharing one budget by their progress: each proposal comes from the member
-    whose proposals have lately most often improved the best time (Thompson sampling of a Beta(1 +
-    improved, 1 + not) per member, from the strategy's seed, the counts multiplied by FORGET at every
-    result told, so that the last ten or so weigh most: the member that leads changes as the search
-    moves from sampling to refining). Every member is told every result, failures included, so each
-    climbs from what the others found, and none proposes a point another has measured or is measuring."""
+    """Several strategies sharing one budget by their progress, after a space-filling start: the first
+    INITIAL points are a maximin design (a random point, then each the point farthest from all taken,
+    by the L1 distance over the parameters' scaled positions: the space's corners and extremes, which
+    also give the trend a wide base; given a prior, its fastest points are the start instead). Then
+    each proposal comes from the member whose proposals have lately most often improved the best time
+    (Thompson sampling of a Beta(1 + improved, 1 + not) per member, from the strategy's seed, the
+    counts multiplied by FORGET at every result told, so that the last ten or so weigh most: the
+    member that leads changes as the search moves from sampling to refining). Every member is told
+    every result, failures included, so each climbs from what the others found, and none proposes a
+    point another has measured or is measuring."""
 
-    name, MEMBERS, FORGET = "portfolio", ("local", "trend", "anneal"), 0.9
+    name, MEMBERS, FORGET, INITIAL = "portfolio", ("local", "trend", "anneal"), 0.9, 6
 
     def __init__(self, space: SearchSpace, seed: int = 0, prior: Prior | None = None):
         super().__init__(space, seed, prior)
@@ -364,18 +368,34 @@ class Portfolio(Strategy):
         self.proposer: dict[Variant, int] = {}
 
     def _propose(self) -> Variant | None:
+        taken = [*self.results, *self.pending]
+        if self._starting(taken):
+            return self._shared(self.rng.choice(self.space.farthest(taken)))
         draws = [self.rng.betavariate(1 + improved, 1 + not_improved) for improved, not_improved in self.record]
         for number in sorted(range(len(self.members)), key=lambda m: -draws[m]):
             proposed = self.members[number].ask(1)
             if proposed:
-                for other in self.members:
-                    other.pending.add(proposed[0])
                 self.proposer[proposed[0]] = number
-                return proposed[0]
+                return self._shared(proposed[0])
         return None
 
+    def _starting(self, taken: list[Variant]) -> bool:
+        """Still in the space-filling start: fewer than INITIAL taken, and no prior (whose fastest
+        points start a search better than the space's corners)."""
+        return self.prior is None and len(taken) < self.INITIAL
+
+    def _shared(self, variant: Variant) -> Variant:
+        """The proposal, pending for every member: none proposes it again."""
+        for member in self.members:
+            member.pending.add(variant)
+        return variant
+
     def likely_next(self, count: int) -> list[Variant]:
-        """What its members expect to propose next, the local search's first."""
+        """In the start, its next point's candidates; then what its members expect to propose next, the
+        local search's first."""
+        taken = [*self.results, *self.pending]
+        if self._starting(taken):
+            return self.space.farthest(taken)[:count] if taken else self.random_draws(count)
         return list(dict.fromkeys(v for member in self.members for v in member.likely_next(count)))[:count]
 
     def _learn(self, variant: Variant, time_ms: float | None) -> None:
