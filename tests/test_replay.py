@@ -18,6 +18,7 @@ from gen.cli.main import main
 from gen.search.measured import read_measured
 from gen.core.results import Row, Status
 from gen.evaluate.loop import ListSink, evaluate
+from gen.search.prior import Prior
 from gen.search.proposers import Search
 from gen.search.replay import Baseline, Run, measured_prior, replay, replay_measured, score_runs
 from gen.search.strategies import make_strategy
@@ -438,12 +439,14 @@ def test_a_prior_proposes_the_other_gpus_fastest_first_one_gpu_then_the_next(tmp
 
 def test_given_a_prior_the_portfolio_starts_from_its_picks_not_from_the_corners(tmp_path: Path) -> None:
     """The prior's three picks are the start: its members propose the next points, where without a
-    prior the first INITIAL points are its space-filling start, no member's."""
+    prior, or with one that picks nothing here, the first INITIAL points are its space-filling start,
+    no member's."""
     rng = np.random.default_rng(7)
     files = _other_gpus(tmp_path, {gpu: 1.0 + rng.permutation(100) for gpu in ("here", "other")})
     measured = read_measured(files["here"])
+    nothing_here = Prior(measured.space, [{}])  # another GPU's points, none of them in this space: no picks
     for prior, by_members in ((measured_prior(measured, [read_measured(files["other"])]), [False] * 3 + [True] * 3),
-                              (None, [False] * 6)):
+                              (None, [False] * 6), (nothing_here, [False] * 6)):
         portfolio = make_strategy("portfolio", measured.space, seed=2, prior=prior)
         members = []
         for _ in range(portfolio.INITIAL):

@@ -307,9 +307,10 @@ class Portfolio(Strategy):
         return None
 
     def _starting(self, taken: list[Variant]) -> bool:
-        """Still in the space-filling start: fewer than INITIAL taken, and no prior (whose fastest
-        points start a search better than the space's corners)."""
-        return self.prior is None and len(taken) < self.INITIAL
+        """Still in the space-filling start: fewer than INITIAL taken (a tune's warm picks, a family's
+        likely best, count among them: they take the corners' place), and no prior's picks (the other
+        GPUs' fastest points start a search better than the space's corners)."""
+        return (self.prior is None or not self.prior.picks) and len(taken) < self.INITIAL
 
     def _shared(self, variant: Variant) -> Variant:
         """The proposal, pending for every member: none proposes it again."""
