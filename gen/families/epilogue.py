@@ -154,13 +154,17 @@ class EpilogueGemmProblem(TmaGemmProblem):
     `workspace`, where it takes one (named W)."""
 
     def __init__(self, epilogue: Epilogue, workspace: Workspace | None = None, plain: HalfGemmProblem = TMA_GEMM):
-        super().__init__(getattr(plain, "a_rows", BOX))  # the tensor maps' boxes: plain's
         self.epilogue, self.workspace, self.plain = epilogue, workspace, plain
         extras = [Input("bias")] * (epilogue.bias == "col") + [Input("R")] * (epilogue.residual == "add") \
             + [workspace] * (workspace is not None)
         factors = [Scalar(n, ctype="float") for n, on in (("alpha", epilogue.alpha), ("beta", epilogue.beta)) if on]
         self.arguments = (Input("A"), Input("B"), Output("C"), *extras, Scalar("M", "m"), Scalar("N", "n"),
                           Scalar("K", "k"), Scalar("lda"), Scalar("ldb"), Scalar("ldc"), *factors)
+
+    @property
+    def a_rows(self) -> int:
+        """The rows of A's boxes in its tensor maps: its plain problem's."""
+        return getattr(self.plain, "a_rows", BOX)
 
     @property
     def checked_as(self) -> TmaGemmProblem:

@@ -284,7 +284,7 @@ class WgmmaFamily(Family):
             changes = sorted(MANY_TILES, key=lambda change: wave_cost(replace(default, **change), shape)) + [TALL_STREAM_K]
         elif shape.m <= 64:
             changes = (THIN_M_WIDE_N if blocks(shape.n, 192) >= PERSISTENT_BLOCKS
-                       else FEW_TOKENS if shape.m <= FEW_TOKENS[0]["bm"] else THIN_M)
+                       else FEW_TOKENS if shape.m <= THIN_ROWS[0] else THIN_M)
         else:
             changes = FEW_TILES
         chosen: list[Variant] = []
