@@ -66,12 +66,13 @@ FEW_TILES = ({"bn": 192, "stages": 5, "schedule": "streamk", "store": "direct"},
              {"bn": 128, "stages": 6, "schedule": "streamk", "store": "direct"},
              {"bn": 128, "stages": 6, "schedule": "grid", "store": "direct", "split": FILL},
              {"bm": 64, "bn": 128, "consumers": 1, "stages": 8, "schedule": "grid", "store": "direct", "split": FILL},
+             {"bm": 64, "bn": 128, "consumers": 1, "stages": 8, "schedule": "grid", "store": "direct", "cluster": 2},
              {"bm": 64, "bn": 192, "consumers": 1, "stages": 5, "schedule": "grid", "store": "direct", "split": FILL},
              {"stages": 4, "schedule": "grid", "store": "direct", "split": FILL},
              {"bn": 192, "stages": 4, "schedule": "grid", "split": FILL}, {})
 MANY_TILES = ({}, {"bn": 192, "stages": 5, "store": "direct"}, {"stages": 4, "store": "direct"},
               {"bm": 256, "bn": 128, "store": "direct"}, {"bn": 128, "stages": 5, "schedule": "pingpong", "store": "direct"},
-              {"schedule": "streamk"})
+              {"schedule": "streamk"}, {"cluster": 2})
 # A tune's pick after those, never the untuned choice: 87.8% of cuBLAS against 82.3% at 512x10240x8192
 # (data/h200/session-2026-11-29c/low-rows.md; 87.2% against 83.4% the day before), but 70.8% against
 # 73.5% at 2000x7000x3000, where wave_cost would put it first
@@ -117,7 +118,7 @@ class WgmmaVariant(Variant):
     specialize: str = choice("producer", ("producer", "none"), space=("producer",), emitted=("producer",),
                              help="producer: a warp group of its own copies, the others multiply; none: the "
                                   "multiplying warps' first thread asks for the copies too")
-    cluster: int = choice(1, (1, 2), tag="cl", space=(1,), emitted=(1,),
+    cluster: int = choice(1, (1, 2), tag="cl", space=(1, 2), emitted=(1,),
                           help="blocks of a cluster, on tiles one above the other: each copies half of B's boxes into "
                                "both (TMA multicast)")
     store: str = choice("bulk", ("direct", "bulk"), space=("direct", "bulk"), emitted=("direct", "bulk"),
@@ -349,6 +350,7 @@ def wave_cost(variant: WgmmaVariant, shape: MatmulShape) -> float:
     tiles, steps = blocks(shape.m, variant.bm) * blocks(shape.n, variant.bn), blocks(shape.k, BK)
     if variant.schedule == "streamk":
         per_sm = tiles * steps / PERSISTENT_BLOCKS + STREAM_K_FIXUP_STEPS
-    else:
-        per_sm = blocks(tiles, PERSISTENT_BLOCKS) * steps
+    else:  # a cluster's blocks take a unit of tiles one above the other together
+        units = blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn)
+        per_sm = blocks(units, PERSISTENT_BLOCKS // variant.cluster) * steps
     return per_sm * variant.bm * variant.bn * ELEMENT_COST[variant.bm * variant.bn]
