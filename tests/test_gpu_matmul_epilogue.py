@@ -73,6 +73,23 @@ def test_each_epilogue_keyword_matches_float64_at_odd_and_thin_shapes(dtype: str
             assert error < RELATIVE, f"{m}x{n}x{k} {call}: relative error {error}"
 
 
+def test_a_bias_off_a_16_byte_boundary_is_read_element_by_element() -> None:
+    """The kernel fetches a tile's bias columns into shared memory 16 bytes a lane; a bias that is a view
+    one element in (2-byte aligned) takes the element-wise path, at an odd shape and one of whole tiles."""
+    skip_unless_gpu(lambda cc: cc == (9, 0), "the fused epilogues are the wgmma family's: sm_90 GPUs only")
+    torch = _torch()
+    for m, n, k in ((999, 1001, 1003), (512, 768, 256)):
+        a, b, _, residual = _operands(torch, torch.bfloat16, m, n, k)
+        bias = torch.randn(n + 1, device="cuda", dtype=torch.bfloat16)[1:]
+        assert bias.data_ptr() % 16 != 0
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        call = {"bias": True, "activation": "gelu-tanh"}
+        _call(a, b, out, bias, residual, call)
+        reference = _reference(a, b, bias, residual, call)
+        torch.cuda.synchronize()
+        assert float((out.double() - reference).norm() / reference.norm()) < RELATIVE, (m, n, k)
+
+
 def test_a_fused_call_on_layouts_seen_before_only_launches_and_a_plain_one_stays_plain(monkeypatch) -> None:
     skip_unless_gpu(lambda cc: cc == (9, 0), "the fused epilogues are the wgmma family's: sm_90 GPUs only")
     torch = _torch()

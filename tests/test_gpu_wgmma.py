@@ -24,16 +24,17 @@ pytestmark = pytest.mark.gpu
 WGMMA_SIZES = ["999x1001x1003:1008,1008,1001", "77x45x33:40,48,45", "1000x2000x200"]
 RUNGS = {"dtype": ["f16", "bf16"], "out": ["same", "f32"], "bm": ["64", "128", "256"], "bn": ["64", "128", "256"],
          "consumers": ["1", "2"], "stages": ["2", "4"], "schedule": ["grid", "persistent", "pingpong"],
-         "store": ["direct", "bulk"]}
+         "store": ["direct", "bulk"], "cluster": ["1"]}  # clusters of two: CLUSTERED
 CLUSTERED = {"dtype": ["f16", "bf16"], "out": ["same", "f32"], "bm": ["64", "128", "256"], "bn": ["128", "256"],
              "consumers": ["1", "2"], "stages": ["3"], "schedule": ["grid", "persistent", "pingpong"],
              "store": ["direct", "bulk"], "cluster": ["2"]}
 UNSPECIALIZED = {"dtype": ["f16", "bf16"], "bm": ["64", "128", "256"], "bn": ["128", "256"], "consumers": ["1", "2"],
                  "stages": ["2", "4"], "schedule": ["grid", "persistent"], "store": ["direct", "bulk"],
                  "specialize": ["none"]}
-DEEP = {"bm": ["128"], "bn": ["128"], "stages": ["2", "3", "4", "5", "6"], "group": ["1", "8", "16"], "store": ["bulk"]}
+DEEP = {"bm": ["128"], "bn": ["128"], "stages": ["2", "3", "4", "5", "6"], "group": ["1", "8", "16"], "store": ["bulk"],
+        "cluster": ["1"]}
 THIN_DEEP = {"dtype": ["f16", "bf16"], "bm": ["64"], "bn": ["64", "128", "192"], "consumers": ["1"], "stages": ["6", "8", "12"],
-             "schedule": ["grid"], "store": ["direct", "bulk"], "split": ["1", "2"]}  # a few tokens' pipelines
+             "schedule": ["grid"], "store": ["direct", "bulk"], "split": ["1", "2"], "cluster": ["1"]}  # a few tokens' pipelines
 
 
 def _sm90() -> None:

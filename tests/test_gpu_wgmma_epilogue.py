@@ -20,12 +20,13 @@ pytestmark = pytest.mark.gpu
 # apart: the bulk path falls back to checked stores), a problem smaller than every tile, and one of
 # whole tiles only, which the bulk path stores through shared memory.
 SIZES = ["999x1001x1003:1008,1008,1001", "77x45x33:40,48,45", "1024x768x200"]
-FIXED = {"bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["3"], "schedule": ["persistent"]}
+FIXED = {"bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["3"], "schedule": ["persistent"], "cluster": ["1"]}
 BOTH = {**FIXED, "dtype": ["f16", "bf16"], "out": ["same", "f32"], "store": ["direct", "bulk"]}
 ACTIVATIONS = {**BOTH, "act": ["none", "relu", "gelu-tanh", "gelu-erf", "silu"], "bias": ["col"],
                "residual": ["add"], "scale": ["alpha-beta"]}
 PARTS = {**BOTH, "out": ["same"], "scale": ["none", "alpha", "alpha-beta"], "bias": ["none", "col"], "residual": ["none", "add"]}
-SCHEDULES = {**FIXED, "dtype": ["bf16"], "schedule": ["grid", "pingpong"], "store": ["direct", "bulk"],
+SCHEDULES = {**FIXED, "dtype": ["bf16"], "schedule": ["grid", "pingpong", "streamk"], "cluster": ["1", "2"],
+             "store": ["direct", "bulk"],
              "act": ["silu"], "bias": ["col"], "residual": ["add"], "scale": ["alpha-beta"]}
 
 

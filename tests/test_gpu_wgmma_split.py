@@ -24,7 +24,8 @@ from .test_gpu_call_path import _torch
 pytestmark = pytest.mark.gpu
 
 SIZES = ["999x1001x1003:1008,1008,1001", "77x45x33:40,48,45", "16x6144x4096"]
-TILES = {"bm": ["64", "128"], "bn": ["64", "128"], "consumers": ["1", "2"], "schedule": ["grid"], "stages": ["3"]}
+TILES = {"bm": ["64", "128"], "bn": ["64", "128"], "consumers": ["1", "2"], "schedule": ["grid"], "stages": ["3"],
+         "cluster": ["1"]}
 SPLITS = {**TILES, "dtype": ["bf16"], "split": ["1", "2", "4", "8"], "store": ["direct", "bulk"]}
 HALF = {**TILES, "dtype": ["f16"], "out": ["same", "f32"], "split": ["4"], "store": ["bulk"]}
 FUSED = {"dtype": ["bf16"], "bm": ["128", "256"], "bn": ["128"], "schedule": ["grid"], "split": ["2", "8"],
@@ -84,7 +85,7 @@ def assert_the_same_bits_twice(family: Family, variant: Variant, size: str) -> N
 def test_the_sanitizer_finds_nothing_in_a_split_variant_on_either_store_path(tmp_path: Path) -> None:
     _sm90()
     params = {"dtype": ["bf16"], "bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["3"],
-              "schedule": ["grid"], "split": ["2"], "store": ["direct", "bulk"]}
+              "schedule": ["grid"], "split": ["2"], "store": ["direct", "bulk"], "cluster": ["1"]}
     rows = run(tmp_path, "wgmma", params, ["77x45x200:200,48,45"], sanitize=True)
     assert [row.status for row in rows.values()] == [Status.OK] * 2, {k: (r.status, r.message) for k, r in rows.items()}
 

@@ -182,9 +182,14 @@ class WgmmaVariant(Variant):
         return self.consumers * self.rows_per_consumer * (self.bn + 8) * out_bytes
 
     @property
+    def bias_bytes(self) -> int:
+        """bias=col: each consumer's last two tiles' columns of the bias (the inputs' type)."""
+        return 2 * self.consumers * self.bn * 2 if self.bias == "col" else 0
+
+    @property
     def shared_bytes(self) -> int:
-        return (self.stages * ((self.bm + self.bn) * BK * 2 + BARRIER_BYTES) + self.staging_bytes + TURN_BYTES
-                + ALIGNMENT_SLACK)
+        return (self.stages * ((self.bm + self.bn) * BK * 2 + BARRIER_BYTES) + self.staging_bytes + self.bias_bytes
+                + TURN_BYTES + ALIGNMENT_SLACK)
 
     @property
     def dynamic_shared_bytes(self) -> int:
