@@ -95,7 +95,7 @@ def test_the_sanitizer_finds_nothing_in_a_thin_tile_fused_or_split(tmp_path: Pat
     those rows is stored."""
     _sm90()
     params = {"dtype": ["bf16"], "bm": ["16"], "bn": ["64"], "consumers": ["1"], "stages": ["4"], "schedule": ["grid"],
-              "store": ["direct"], "split": ["1", "2"], "bias": ["col"], "act": ["gelu-tanh"]}
+              "store": ["direct"], "split": ["1", "2"], "bias": ["col"], "act": ["gelu-tanh"], "cluster": ["1"]}
     rows = run(tmp_path, "wgmma", params, ["77x45x200:200,48,45"], sanitize=True)
     assert [row.status for row in rows.values()] == [Status.OK] * 2, {k: (r.status, r.message) for k, r in rows.items()}
 

@@ -54,7 +54,7 @@ def test_the_same_stream_k_launch_twice_gives_the_same_bits(size: str) -> None:
 def test_the_sanitizer_finds_nothing_in_a_stream_k_variant(tmp_path: Path) -> None:
     _sm90()
     params = {"dtype": ["bf16"], "bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["3"],
-              "schedule": ["streamk"], "split": ["1"], "store": ["direct", "bulk"]}
+              "schedule": ["streamk"], "split": ["1"], "store": ["direct", "bulk"], "cluster": ["1"]}
     rows = run(tmp_path, "wgmma", params, ["77x45x200:200,48,45", "200x136x520"], sanitize=True)
     assert [row.status for row in rows.values()] == [Status.OK] * 4, {k: (r.status, r.message) for k, r in rows.items()}
 
