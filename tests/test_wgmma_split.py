@@ -7,6 +7,7 @@ and splits where the default's tiles would leave them idle."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -137,7 +138,8 @@ def test_clusters_of_two_are_in_the_space_and_a_tunes_picks_but_not_fp8s() -> No
     assert {v.cluster for v in valid} == {1, 2}
     assert {v.schedule for v in valid if v.cluster == 2} == {"grid", "persistent", "pingpong"}  # not stream-K, not split
     for size in ("3000x5000x1000", "2000x7000x3000", "1000x1000x1000"):
-        shape = WGMMA.parse_shape(size)
-        likely = WGMMA.likely_best(shape, "bf16")
-        assert likely[0].cluster == 1 and any(v.cluster == 2 for v in likely), size
+        assert any(v.cluster == 2 for v in WGMMA.likely_best(WGMMA.parse_shape(size), "bf16")), size
+    for m, n, k in itertools.product((1, 100, 128, 1000, 3000, 8192), (64, 1000, 6144, 28672), (64, 1000, 14336)):
+        likely = WGMMA.likely_best(WGMMA.parse_shape(f"{m}x{n}x{k}"), "bf16")  # more blocks or fewer rounds:
+        assert likely[0].cluster == 1, (m, n, k)  # still clusters last
     assert {v.cluster for v in Space.default(get_family("fp8gemm")).expand().valid} == {1}

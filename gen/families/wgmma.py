@@ -47,7 +47,10 @@ TURN_BYTES = 16  # two more for schedule=pingpong: whose turn it is to multiply
 # docs/results/data/h200/thin-2026-11-28/thin.md). A few tiles (the default's fill less than
 # half the SMs): stream-K over tiles of 192 and 128 columns, narrower tiles and splits. Many: the
 # default and its relatives, stream-K's among them, in the order of wave_cost. Stream-K only where
-# it pays (stream_k_pays).
+# it pays (stream_k_pays). Clusters of two (the default's tiles, and 64 x 128 ones for a few tiles)
+# after their tiles alone: they won at a short K (3000x5000x1000, 2000x7000x3000) and took 1.04-1.13x
+# the time at the Llama shapes (data/h200/session-2026-11-29d/cluster-suite.md), so a tune measures
+# them and the untuned choice is never one.
 FILL = 0
 THIN_M = ({"bm": 64, "bn": 64, "consumers": 1, "stages": 12, "schedule": "grid", "store": "direct", "split": FILL},
           {"bm": 64, "bn": 128, "consumers": 1, "stages": 8, "schedule": "grid", "store": "direct", "split": FILL},
@@ -287,7 +290,8 @@ class WgmmaFamily(Family):
         default = self.adapted_default(shape, dtype)
         many = shape.m > 64 and blocks(shape.m, default.bm) * blocks(shape.n, default.bn) >= PERSISTENT_BLOCKS // 2
         if many:
-            changes = sorted(MANY_TILES, key=lambda change: wave_cost(replace(default, **change), shape)) + [TALL_STREAM_K]
+            changes = sorted(MANY_TILES, key=lambda change: (change.get("cluster", 1) > 1,  # clusters last
+                                                             wave_cost(replace(default, **change), shape))) + [TALL_STREAM_K]
         elif shape.m <= 64:
             changes = (THIN_M_WIDE_N if blocks(shape.n, 192) >= PERSISTENT_BLOCKS
                        else FEW_TOKENS if shape.m <= THIN_ROWS[0] else THIN_M)
@@ -306,8 +310,8 @@ class WgmmaFamily(Family):
             # in 4 last (with 64 and 128 columns 1.3-1.6x slower than a split in 2 at 16 and 128 tokens), then
             # the most consumer warp groups at work (data/h200/thin-2026-11-28/thin.md), then the most blocks
             # (at 1000³, 64 x 128 tiles on 128 SMs ran 80% of cuBLAS, 128 x 128 ones on 64 SMs with two
-            # consumers each 74%: data/h200/session-2026-11-29c/low-rows.md), then the widest tile
-            chosen.sort(key=lambda v: (self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS, v.split > 2,
+            # consumers each 74%: data/h200/session-2026-11-29c/low-rows.md), then the widest tile; clusters last
+            chosen.sort(key=lambda v: (v.cluster > 1, self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS, v.split > 2,
                                        -self.launch(v, shape).grid[0] * consumers_at_work(v, shape),
                                        -self.launch(v, shape).grid[0], -v.bn))
         return chosen
