@@ -47,16 +47,17 @@ def test_every_stream_k_tile_is_right_at_odd_short_k_thin_and_many_tile_shapes(t
 def test_the_same_stream_k_launch_twice_gives_the_same_bits(size: str) -> None:
     _sm90()
     wgmma = get_family("wgmma")
-    variant = wgmma.variant({"dtype": "bf16", "schedule": "streamk", "store": "direct"})
-    assert_the_same_bits_twice(wgmma, variant, size)
+    for cluster in (1, 2):  # clusters of two: a worker is a cluster, each block adding its own tile's sums
+        variant = wgmma.variant({"dtype": "bf16", "schedule": "streamk", "store": "direct", "cluster": cluster})
+        assert_the_same_bits_twice(wgmma, variant, size)
 
 
 def test_the_sanitizer_finds_nothing_in_a_stream_k_variant(tmp_path: Path) -> None:
     _sm90()
     params = {"dtype": ["bf16"], "bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["3"],
-              "schedule": ["streamk"], "split": ["1"], "store": ["direct", "bulk"], "cluster": ["1"]}
+              "schedule": ["streamk"], "split": ["1"], "store": ["direct", "bulk"], "cluster": ["1", "2"]}
     rows = run(tmp_path, "wgmma", params, ["77x45x200:200,48,45", "200x136x520"], sanitize=True)
-    assert [row.status for row in rows.values()] == [Status.OK] * 4, {k: (r.status, r.message) for k, r in rows.items()}
+    assert [row.status for row in rows.values()] == [Status.OK] * 8, {k: (r.status, r.message) for k, r in rows.items()}
 
 
 def test_a_stream_k_kernel_first_called_in_a_graph_replays_right_and_two_streams_keep_their_sums_apart() -> None:

@@ -23,9 +23,12 @@ WGMMA = get_family("wgmma")
 STREAM_K = {"schedule": "streamk"}
 
 
-def test_stream_k_shares_tiles_block_by_block_so_it_takes_no_cluster() -> None:
-    with pytest.raises(InvalidVariant, match="schedule=streamk shares tiles between blocks one by one: use cluster=1"):
-        WGMMA.variant_type(schedule="streamk", cluster=2).check()
+def test_stream_k_in_clusters_shares_units_cluster_by_cluster_and_takes_no_split() -> None:
+    clustered = WGMMA.variant({**STREAM_K, "cluster": 2})
+    for size, clusters in (("2000x7000x3000", 66), ("77x45x200:200,48,45", 4)):  # 224 units of two tiles; 1 x 4 steps
+        assert WGMMA.launch(clustered, WGMMA.parse_shape(size)).grid == (2 * clusters, 1, 1), size
+    with pytest.raises(InvalidVariant, match="schedule=streamk in clusters of 2 takes tiles of at most 128 rows"):
+        WGMMA.variant_type(schedule="streamk", cluster=2, bm=256, bn=128).check()
     with pytest.raises(InvalidVariant, match="split 2 makes each tile's blocks a cluster"):
         WGMMA.variant_type(schedule="streamk", split=2).check()
 

@@ -17,7 +17,7 @@
 //   bias      none
 //   act       none
 //   residual  none
-//   template  wgmma.cu.j2 (sha256 49b0784e5c3f)
+//   template  wgmma.cu.j2 (sha256 0192fbfe72f6)
 //
 // Reproduce with:
 //   tilegen render wgmma -p dtype=f16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=streamk -p group=8 -p specialize=producer -p cluster=1 -p store=direct -p split=1 -p scale=none -p bias=none -p act=none -p residual=none
@@ -194,17 +194,18 @@ __device__ __forceinline__ void store_pair(__half* C, int ldc, int M, int N, int
     }
 }
 
-// Stream-K's sums of a tile shared between blocks, after a piece of its steps along K. A piece that
+// Stream-K's sums of a tile shared between workers, after a piece of its steps along K. A piece that
 // does not end its tile leaves its float32 sums in its block's slot of the workspace, in 16-byte
 // groups laid out thread by thread (a warp writes whole lines), and raises the block's flag; a block
-// has at most one such piece (its run's end). The piece that ends the tile adds the earlier blocks'
-// sums, the nearest first (a fixed order), each once its flag is up, and lowers the flag for the next
-// launch. Blocks wait only for blocks before them, which the GPU starts no later (it dispatches a
-// grid's blocks in order, as CUTLASS's stream-K also takes for granted): no block waits forever, even
-// where the SMs hold fewer blocks than the grid (a GPU of fewer than 132 SMs: correct, but a second
-// round). True where this block's sums are another's to store.
+// has at most one such piece (its run's end). The piece that ends the tile adds the sums of the
+// earlier workers' blocks , the nearest first (a fixed order), each
+// once its flag is up, and lowers the flag for the next launch. Workers wait only for workers before
+// them, which the GPU starts no later (it dispatches a grid's blocks in order, as CUTLASS's stream-K
+// also takes for granted): no block waits forever, even where the SMs hold fewer blocks than the grid
+// (a GPU of fewer than 132 SMs: correct, but a second round). True where this block's sums are
+// another's to store.
 __device__ __forceinline__ bool stream_k_sums(float (&d)[PIECES][SUMS], float* workspace, bool ends, long long tile_start,
-                                              long long shared_steps, int warp_group)
+                                              long long shared_steps, int warp_group, unsigned rank)
 {
     unsigned* const flags = reinterpret_cast<unsigned*>(workspace);
     const int mine = warp_group * PIECES * SUMS / 4 * 128 + threadIdx.x % 128;  // this thread's first group
@@ -221,8 +222,10 @@ __device__ __forceinline__ bool stream_k_sums(float (&d)[PIECES][SUMS], float* w
             asm volatile("fence.acq_rel.gpu;\nst.relaxed.gpu.global.u32 [%0], 1;\n" :: "l"(flags + blockIdx.x) : "memory");
         return true;
     }
-    for (int block = blockIdx.x - 1; block >= 0; --block) {
-        const long long start = block * shared_steps / gridDim.x, end = (block + 1) * shared_steps / gridDim.x;
+    const int workers = gridDim.x / CLUSTER;
+    for (int earlier = blockIdx.x / CLUSTER - 1; earlier >= 0; --earlier) {
+        const long long start = earlier * shared_steps / workers, end = (earlier + 1) * shared_steps / workers;
+        const int block = earlier * CLUSTER + rank;
         if (end <= tile_start)
             break;  // its run ends before the tile starts, and so do the runs before it
         if (start == end)
@@ -279,17 +282,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) wgmma_f16_csame_bm128_bn256
     const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER, units = units_m * tiles_n;  // the clusters' shares
     const unsigned rank = 0;
     const int all_steps = (K + BK - 1) / BK;  // BK-wide steps along K per tile
-    // Stream-K: whole_units go one to a block in turn (whole_pieces each); the steps of the others in a
-    // row, shared_steps of them, are cut into gridDim.x equal runs, this block's [run_first, run_last).
-    const int shared_units = units % gridDim.x == 0 ? 0 : units < 2 * gridDim.x ? units : units % gridDim.x + gridDim.x;
-    const int whole_units = units - shared_units, whole_pieces = whole_units / gridDim.x;
+    // Stream-K: whole_units go one to a worker (a block) in turn
+    // (whole_pieces each); the steps of the others in a row, shared_steps of them, are cut into `workers`
+    // equal runs, this worker's [run_first, run_last).
+    const int worker = blockIdx.x / CLUSTER, workers = gridDim.x / CLUSTER;
+    const int shared_units = units % workers == 0 ? 0 : units < 2 * workers ? units : units % workers + workers;
+    const int whole_units = units - shared_units, whole_pieces = whole_units / workers;
     const long long shared_steps = static_cast<long long>(shared_units) * all_steps;
-    const int run_first = blockIdx.x * shared_steps / gridDim.x, run_last = (blockIdx.x + 1) * shared_steps / gridDim.x;
+    const int run_first = worker * shared_steps / workers, run_last = (worker + 1) * shared_steps / workers;
     // Piece j of this block's work: `count` steps along K of unit `unit` from step `first`; false past
     // its last. Its whole units first, then its run backwards, a unit's share at a time.
     auto piece = [&](int j, int& unit, int& first, int& count) -> bool {
         if (j < whole_pieces) {
-            unit = blockIdx.x + j * gridDim.x, first = 0, count = all_steps;
+            unit = worker + j * workers, first = 0, count = all_steps;
             return true;
         }
         const int shared = (run_last - 1) / all_steps - (j - whole_pieces);  // of the shared units
@@ -384,7 +389,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) wgmma_f16_csame_bm128_bn256
             if (previous >= 0 && lane == 0)
                 release(empty + 8 * previous, rank);
             if (count < all_steps && stream_k_sums(d, workspace, first + count == all_steps,
-                                                   static_cast<long long>(unit - whole_units) * all_steps, shared_steps, warp_group))
+                                                   static_cast<long long>(unit - whole_units) * all_steps, shared_steps, warp_group, rank))
                 continue;  // a later block ends this tile: it adds these sums and stores them
 
             // d[i][4g + e] holds row 16 warp + lane / 4 (+ 8 for e >= 2) of piece i, and column
