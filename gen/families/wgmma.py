@@ -356,10 +356,10 @@ def wave_cost(variant: WgmmaVariant, shape: MatmulShape) -> float:
     """A tile schedule's time, relatively: the steps along K an SM takes (whole rounds of tiles, the
     last one as long as a full one; stream-K: an equal share of every tile's steps, and its sums)
     times a tile's elements at ELEMENT_COST."""
-    tiles, steps = blocks(shape.m, variant.bm) * blocks(shape.n, variant.bn), blocks(shape.k, BK)
+    # a cluster's blocks take a unit of tiles one above the other together (past M: tiles of zeros)
+    units, steps = blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn), blocks(shape.k, BK)
     if variant.schedule == "streamk":
-        per_sm = tiles * steps / PERSISTENT_BLOCKS + STREAM_K_FIXUP_STEPS
-    else:  # a cluster's blocks take a unit of tiles one above the other together
-        units = blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn)
+        per_sm = units * variant.cluster * steps / PERSISTENT_BLOCKS + STREAM_K_FIXUP_STEPS
+    else:
         per_sm = blocks(units, PERSISTENT_BLOCKS // variant.cluster) * steps
     return per_sm * variant.bm * variant.bn * ELEMENT_COST[variant.bm * variant.bn]
