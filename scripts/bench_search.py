@@ -163,14 +163,16 @@ def kernel_tuner_run(strategy: str, path: Path, seed: int, budget: int, names: l
     try:
         from kernel_tuner.interface import tune_cache
         from kernel_tuner.runners.simulation import SimulationRunner
+        from kernel_tuner.util import StopCriterionReached
     except ImportError:
         return None
     random.seed(seed)
     np.random.seed(seed)
-    run = SimulationRunner.run
+    run, evaluated = SimulationRunner.run, []
     if until is not None:
         def run_until(self, parameter_space, tuning_options):
             results = run(self, parameter_space, tuning_options)
+            evaluated.extend(r for r in results if r is not None)
             if any(isinstance(r, dict) and isinstance(r.get("time"), (int, float)) and r["time"] <= until for r in results):
                 tuning_options.budget.max_fevals = tuning_options.budget.num_fevals  # spent: it stops here
             return results
@@ -178,6 +180,8 @@ def kernel_tuner_run(strategy: str, path: Path, seed: int, budget: int, names: l
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             results, _ = tune_cache(str(path), strategy=strategy, strategy_options={"max_fevals": budget}, quiet=True)
+    except StopCriterionReached:  # a strategy that does not expect its budget spent at its first evaluation
+        results = evaluated
     finally:
         SimulationRunner.run = run
     seen = dict.fromkeys(tuple(r[n] for n in names) for r in results)
