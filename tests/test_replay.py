@@ -76,6 +76,7 @@ def test_a_run_until_the_optimum_stops_there_and_the_runs_that_never_get_there_a
     assert figures["median_s"] == 201.0 and figures["mean_s"] == pytest.approx(103.0)
     assert figures["median_evaluations"] == 201 and figures["mean_evaluations"] == pytest.approx(101.5)
     assert time_to_optimum([never, never, soon], 1.0)["median_s"] is None
+    assert time_to_optimum([never, soon], [2.0, 1.0])["reached"] == 2  # an optimum per run: runs of two spaces
 
 
 def test_the_baseline_scores_random_search_0_and_the_optimum_found_at_once_1() -> None:

@@ -179,12 +179,15 @@ def reach(run: Run, optimum: float, budget: int | None = None) -> int | None:
     return next((i for i, t in enumerate(run.times[:budget]) if t is not None and t <= optimum * (1 + WITHIN)), None)
 
 
-def time_to_optimum(runs: Sequence[Run], optimum: float, by: int = 100) -> dict[str, float | int | None]:
+def time_to_optimum(runs: Sequence[Run], optimum: float | Sequence[float], by: int = 100
+                    ) -> dict[str, float | int | None]:
     """Runs made until within WITHIN of the optimum (replay_measured(until_optimum=True), or cut
     there): how many got there (`reached` of `of`; the others are censored at their end), the median
     simulated seconds and evaluations to get there over all runs (None when half or more are censored),
-    the means over those that got there, and how many got there by `by` evaluations."""
-    reached = [(i, run) for i, run in ((reach(run, optimum), run) for run in runs) if i is not None]
+    the means over those that got there, and how many got there by `by` evaluations. `optimum`: one
+    per run for runs of several spaces."""
+    optima = [optimum] * len(runs) if isinstance(optimum, (int, float)) else list(optimum)
+    reached = [(i, run) for i, run in ((reach(run, best), run) for run, best in zip(runs, optima)) if i is not None]
     seconds = sorted([run.clock_s[i] for i, run in reached] + [np.inf] * (len(runs) - len(reached)))
     evaluations = sorted([i + 1 for i, _ in reached] + [np.inf] * (len(runs) - len(reached)))
 
