@@ -18,7 +18,14 @@ Usage (Kernel Tuner 1.5 in a venv of its own, tilegen on the path):
   PYTHONPATH=. /work/venv-kt/bin/python scripts/bench_search.py --data /work/data-bench \\
       [--spaces convolution_A100 ...] [--budgets 20 50 100] [--repeats 50] [--tilegen bayes ...] \\
       [--prior-from convolution_A4000 ...] [--kernel-tuner genetic_algorithm ...] [--json OUT.json] [--plot DIR]
-      [--traces]
+      [--traces] [--to-optimum 1000]
+
+With --to-optimum CAP, each strategy instead runs until within 1% of the optimum or CAP evaluations
+(Kernel Tuner's with max_fevals = CAP, stopped as its budget stops it once a configuration within 1%
+is evaluated: the run is the same up to there), and the script prints per space and per kernel (its
+GPUs' runs pooled) the simulated seconds and evaluations to get there: the median over all runs (a
+run that never got there counts as longer than any), the mean over those that got there, and how
+many got there within CAP and within 100 evaluations (gen.search.replay.time_to_optimum).
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ import numpy as np
 from gen.core.table import markdown_table
 from gen.search.measured import MeasuredSpace, read_measured
 from gen.search.prior import Prior
-from gen.search.replay import STUDY_HEADERS, Baseline, Run, measured_prior, replay_measured, score_runs, study_rows
+from gen.search.replay import (STUDY_HEADERS, WITHIN, Baseline, Run, measured_prior, replay_measured, score_runs,
+                               study_rows, time_to_optimum)
 from gen.search.strategies import DEFAULT_STRATEGY, STRATEGIES
 
 SPACES = [f"{kernel}_{gpu}" for kernel in ("convolution", "dedispersion") for gpu in ("A100", "A4000", "MI250X", "W6600")]
@@ -62,7 +70,12 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, help="folder for a plot of performance over time per space")
     parser.add_argument("--traces", action="store_true",
                         help="also print how each strategy moves: where its evaluations rank in the space, and its runs' spread")
+    parser.add_argument("--to-optimum", type=int, metavar="CAP",
+                        help="instead run each strategy until within 1%% of the optimum (or CAP evaluations) and print the time it took")
     args = parser.parse_args()
+    if args.to_optimum:
+        print_time_to_optimum(args)
+        return
     everything = {}
     for name in args.spaces:
         path = args.data / f"{name}.json"
@@ -96,11 +109,13 @@ def main() -> None:
 
 def tilegen_runs(strategy: str, measured: MeasuredSpace, args: argparse.Namespace, prior: Prior | None = None
                  ) -> list[Run]:
-    """One run per seed up to the largest budget: tilegen's strategies do not plan by the budget, so
-    each budget's figures are the run's prefix. Prints the time an evaluation took (a strategy's
-    proposal cost, the replay's own included)."""
+    """One run per seed up to the largest budget (or until within 1% of the optimum, --to-optimum):
+    tilegen's strategies do not plan by the budget, so each budget's figures are the run's prefix.
+    Prints the time an evaluation took (a strategy's proposal cost, the replay's own included)."""
     started = time.perf_counter()
-    runs = [replay_measured(strategy, measured, max(args.budgets), seed, prior) for seed in range(args.repeats)]
+    budget = args.to_optimum or max(args.budgets)
+    runs = [replay_measured(strategy, measured, budget, seed, prior, until_optimum=bool(args.to_optimum))
+            for seed in range(args.repeats)]
     seconds = time.perf_counter() - started
     print(f"tilegen {strategy}{', prior' if prior else ''}: {args.repeats} runs in {seconds:.0f} s "
           f"({1000 * seconds / sum(len(run.times) for run in runs):.1f} ms an evaluation, its proposal and the replay's)")
@@ -118,12 +133,13 @@ def kernel_tuner_runs(strategy: str, path: Path, measured: MeasuredSpace, args: 
     variant_type = type(measured.space.variants[0])
     names = [p.name for p in variant_type.parameters()]
     started, runs, ran = time.perf_counter(), [], 0
+    until = measured.optimum_ms * (1 + WITHIN) if args.to_optimum else None
     for seed in range(args.kt_repeats or args.repeats):
         by_budget = {}
-        for budget in args.budgets:
-            key = f"{strategy}/{path.stem}/{seed}/{budget}"
+        for budget in [args.to_optimum] if args.to_optimum else args.budgets:
+            key = f"{strategy}/{path.stem}/{seed}/{budget}" + ("/to-optimum" if until else "")
             if key not in cache:
-                evaluated = kernel_tuner_run(strategy, path, seed, budget, names)
+                evaluated = kernel_tuner_run(strategy, path, seed, budget, names, until)
                 if evaluated is None:
                     return []
                 cache[key], ran = evaluated, ran + 1
@@ -139,19 +155,79 @@ def kernel_tuner_runs(strategy: str, path: Path, measured: MeasuredSpace, args: 
     return runs
 
 
-def kernel_tuner_run(strategy: str, path: Path, seed: int, budget: int, names: list[str]) -> list[list] | None:
+def kernel_tuner_run(strategy: str, path: Path, seed: int, budget: int, names: list[str], until: float | None = None
+                     ) -> list[list] | None:
     """The distinct configurations one Kernel Tuner run evaluated, in its order, cut at the budget
-    (None without Kernel Tuner)."""
+    (None without Kernel Tuner); `until`: the run stopped, as its budget stops it, once it has
+    evaluated a configuration of that time (ms) or less."""
     try:
         from kernel_tuner.interface import tune_cache
+        from kernel_tuner.runners.simulation import SimulationRunner
+        from kernel_tuner.util import StopCriterionReached
     except ImportError:
         return None
     random.seed(seed)
     np.random.seed(seed)
-    with contextlib.redirect_stdout(io.StringIO()):
-        results, _ = tune_cache(str(path), strategy=strategy, strategy_options={"max_fevals": budget}, quiet=True)
+    run, evaluated = SimulationRunner.run, []
+    if until is not None:
+        def run_until(self, parameter_space, tuning_options):
+            results = run(self, parameter_space, tuning_options)
+            evaluated.extend(r for r in results if r is not None)
+            if any(isinstance(r, dict) and isinstance(r.get("time"), (int, float)) and r["time"] <= until for r in results):
+                tuning_options.budget.max_fevals = tuning_options.budget.num_fevals  # spent: it stops here
+            return results
+        SimulationRunner.run = run_until
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            results, _ = tune_cache(str(path), strategy=strategy, strategy_options={"max_fevals": budget}, quiet=True)
+    except StopCriterionReached:  # a strategy that does not expect its budget spent at its first evaluation
+        results = evaluated
+    finally:
+        SimulationRunner.run = run
     seen = dict.fromkeys(tuple(r[n] for n in names) for r in results)
     return [list(values) for values in seen][:budget]
+
+
+def print_time_to_optimum(args: argparse.Namespace) -> None:
+    """--to-optimum: each strategy run until within 1% of the optimum or the cap, per space and then per
+    kernel (its spaces' runs pooled): how many got there, and in how many simulated seconds and
+    evaluations (gen.search.replay.time_to_optimum)."""
+    by_kernel: dict[str, dict[str, list[tuple[Run, float]]]] = {}
+    for name in args.spaces:
+        path = args.data / f"{name}.json"
+        measured = read_measured(path)
+        print(f"\n## {name}: {len(measured):,} configurations, optimum {measured.optimum_ms:.4g} ms, "
+              f"until within 1% or {args.to_optimum} evaluations")
+        runs = {f"tilegen {s}": tilegen_runs(s, measured, args) for s in args.tilegen}
+        runs.update({f"KT {s}": [r[args.to_optimum] for r in kernel_tuner_runs(s, path, measured, args)]
+                     for s in args.kernel_tuner})
+        print(markdown_table(TO_OPTIMUM_HEADERS, [[label, *to_optimum_row(time_to_optimum(chosen, measured.optimum_ms))]
+                                                  for label, chosen in runs.items() if chosen]))
+        for label, chosen in runs.items():
+            by_kernel.setdefault(name.split("_")[0], {}).setdefault(label, []).extend(
+                (run, measured.optimum_ms) for run in chosen)
+    for kernel, runs in by_kernel.items():
+        print(f"\n## {kernel}: the runs of its spaces pooled")
+        print(markdown_table(TO_OPTIMUM_HEADERS, [[label, *to_optimum_row(pooled_time_to_optimum(chosen))]
+                                                  for label, chosen in runs.items() if chosen]))
+
+
+TO_OPTIMUM_HEADERS = ["strategy", "runs within 1% (by 100 evaluations)", "seconds to 1%: median, mean of those",
+                      "evaluations to 1%: median, mean of those"]
+
+
+def pooled_time_to_optimum(runs: list[tuple[Run, float]]) -> dict:
+    """time_to_optimum over runs of several spaces, each run with its space's optimum."""
+    return time_to_optimum([run for run, _ in runs], [optimum for _, optimum in runs])
+
+
+def to_optimum_row(figures: dict) -> list[str]:
+    def number(value: float | None) -> str:
+        return "never" if value is None else f"{value:.0f}"
+
+    return [f"{figures['reached']}/{figures['of']} ({figures['reached_by']})",
+            f"{number(figures['median_s'])}, {number(figures['mean_s'])}",
+            f"{number(figures['median_evaluations'])}, {number(figures['mean_evaluations'])}"]
 
 
 def print_where_lost(runs: dict, baseline: Baseline, budgets: list[int]) -> None:

@@ -20,7 +20,7 @@ from gen.core.results import Row, Status
 from gen.evaluate.loop import ListSink, evaluate
 from gen.search.prior import Prior
 from gen.search.proposers import Search
-from gen.search.replay import Baseline, Run, measured_prior, replay, replay_measured, score_runs
+from gen.search.replay import Baseline, Run, measured_prior, replay, replay_measured, score_runs, time_to_optimum
 from gen.search.strategies import make_strategy
 from gen.search.surrogates import forest, quadratic_trend
 
@@ -58,6 +58,25 @@ def test_failed_configurations_are_answered_as_failures_and_cost_their_time(tmp_
     scored = score_runs([run], Baseline(measured, 4), 4)
     assert scored["fraction"]["mean"] == 1.0 and scored["evaluations_to_1pc"]["mean"] == 4
     assert scored["seconds_to_1pc"]["mean"] == pytest.approx(10.004)
+
+
+def test_a_run_until_the_optimum_stops_there_and_the_runs_that_never_get_there_are_counted(tmp_path: Path) -> None:
+    """A run made until within 1% of the optimum is the capped run's prefix up to there; the median
+    over runs counts one that never got there as longer than any, the mean is over those that did."""
+    measured = read_measured(T4)
+    capped = replay_measured("random", measured, 304, seed=4)
+    stopped = replay_measured("random", measured, 304, seed=4, until_optimum=True)
+    assert stopped.times[-1] <= measured.optimum_ms * 1.01 and capped.times[:len(stopped.times)] == stopped.times
+    assert len(stopped.times) < len(capped.times) and all(t is None or t > measured.optimum_ms * 1.01
+                                                          for t in stopped.times[:-1])
+    never, soon, late = (Run([2.0, 3.0], [1.0, 2.0]), Run([2.0, 1.0], [1.0, 5.0]),
+                         Run([2.0] * 200 + [1.005], [float(s) for s in range(1, 202)]))
+    figures = time_to_optimum([never, soon, late], 1.0)
+    assert (figures["reached"], figures["of"], figures["reached_by"]) == (2, 3, 1)
+    assert figures["median_s"] == 201.0 and figures["mean_s"] == pytest.approx(103.0)
+    assert figures["median_evaluations"] == 201 and figures["mean_evaluations"] == pytest.approx(101.5)
+    assert time_to_optimum([never, never, soon], 1.0)["median_s"] is None
+    assert time_to_optimum([never, soon], [2.0, 1.0])["reached"] == 2  # an optimum per run: runs of two spaces
 
 
 def test_the_baseline_scores_random_search_0_and_the_optimum_found_at_once_1() -> None:

@@ -22,12 +22,14 @@ from .strategies import STRATEGIES, STRATEGY_TYPES, SearchSpace, make_strategy
 
 
 def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpace, budget: int,
-           seed: int = 0, in_flight: int = 1, prior: Prior | None = None) -> list[tuple[str, float | None]]:
+           seed: int = 0, in_flight: int = 1, prior: Prior | None = None, until: float | None = None
+           ) -> list[tuple[str, float | None]]:
     """Run a strategy against recorded measurements (name -> median ms, None for failures), no GPU:
     what it asked for and the median it would have seen, in order. With `in_flight`, it is asked as a
     tune's loop asks it (gen.search.proposers.Search) while that many points compile or run: up to
     `in_flight` asked and not yet told, the oldest told first, and as many asked again as were told.
-    `prior`: other GPUs' measurements of the same kernel (gen.search.prior), as a tune gives them."""
+    `prior`: other GPUs' measurements of the same kernel (gen.search.prior), as a tune gives them.
+    `until`: stop once a median at or below it is told (the run is the same up to there)."""
     search = make_strategy(strategy, space, seed, prior)
     seen: list[tuple[str, float | None]] = []
     waiting: deque[Variant] = deque()
@@ -40,6 +42,8 @@ def replay(strategy: str, recorded: Mapping[str, float | None], space: SearchSpa
         median = recorded.get(variant.name)
         search.tell(variant, median)
         seen.append((variant.name, median))
+        if until is not None and median is not None and median <= until:
+            break
     return seen
 
 
@@ -59,9 +63,12 @@ class Run:
     clock_s: list[float]
 
 
-def replay_measured(strategy: str, measured: MeasuredSpace, budget: int, seed: int, prior: Prior | None = None) -> Run:
-    """A strategy replayed over a measured space, the clock advanced by each evaluation's cost."""
-    asked = replay(strategy, measured.time_ms, measured.space, budget, seed, prior=prior)
+def replay_measured(strategy: str, measured: MeasuredSpace, budget: int, seed: int, prior: Prior | None = None,
+                    until_optimum: bool = False) -> Run:
+    """A strategy replayed over a measured space, the clock advanced by each evaluation's cost;
+    `until_optimum`: stopped once within WITHIN of the optimum (`reach`), or at the budget."""
+    until = measured.optimum_ms * (1 + WITHIN) if until_optimum else None
+    asked = replay(strategy, measured.time_ms, measured.space, budget, seed, prior=prior, until=until)
     return Run([t for _, t in asked], list(itertools.accumulate(measured.cost_s[name] for name, _ in asked)))
 
 
@@ -167,10 +174,37 @@ def score_runs(runs: Sequence[Run], baseline: Baseline, budget: int) -> dict[str
     return summary
 
 
+def reach(run: Run, optimum: float, budget: int | None = None) -> int | None:
+    """The index of the run's first evaluation within WITHIN of the optimum (None: not within the budget)."""
+    return next((i for i, t in enumerate(run.times[:budget]) if t is not None and t <= optimum * (1 + WITHIN)), None)
+
+
+def time_to_optimum(runs: Sequence[Run], optimum: float | Sequence[float], by: int = 100
+                    ) -> dict[str, float | int | None]:
+    """Runs made until within WITHIN of the optimum (replay_measured(until_optimum=True), or cut
+    there): how many got there (`reached` of `of`; the others are censored at their end), the median
+    simulated seconds and evaluations to get there over all runs (None when half or more are censored),
+    the means over those that got there, and how many got there by `by` evaluations. `optimum`: one
+    per run for runs of several spaces."""
+    optima = [optimum] * len(runs) if isinstance(optimum, (int, float)) else list(optimum)
+    reached = [(i, run) for i, run in ((reach(run, best), run) for run, best in zip(runs, optima)) if i is not None]
+    seconds = sorted([run.clock_s[i] for i, run in reached] + [np.inf] * (len(runs) - len(reached)))
+    evaluations = sorted([i + 1 for i, _ in reached] + [np.inf] * (len(runs) - len(reached)))
+
+    def median(values: list[float]) -> float | None:
+        value = float(np.median(values)) if values else np.inf
+        return value if np.isfinite(value) else None
+
+    return {"of": len(runs), "reached": len(reached), "by": by, "reached_by": sum(i < by for i, _ in reached),
+            "median_s": median(seconds), "mean_s": float(np.mean(seconds[:len(reached)])) if reached else None,
+            "median_evaluations": median(evaluations),
+            "mean_evaluations": float(np.mean(evaluations[:len(reached)])) if reached else None}
+
+
 def _figures(run: Run, baseline: Baseline, budget: int) -> dict[str, Any]:
     curve = best_so_far(run.times[:budget])
     best = curve[-1] if curve else None
-    reached = next((i for i, b in enumerate(curve) if b is not None and b <= baseline.optimum * (1 + WITHIN)), None)
+    reached = reach(run, baseline.optimum, budget)
     found = baseline.found(run, budget)
     return {"fraction": baseline.optimum / best if best else 0.0,
             "evaluations_to_1pc": None if reached is None else reached + 1,
