@@ -34,7 +34,7 @@ from .gemm import MatmulShape
 from .problem import GEMM_FP8, UNIT_ROUNDOFF, Ceiling, Input, numpy_dtype
 from .family import blocks
 from .variant import Variant, choice
-from .wgmma import MAX_SUMS, PERSISTENT_BLOCKS, SCHEDULES, SPLITS, THIN_ROWS, WgmmaFamily, WgmmaVariant
+from .wgmma import CLUSTER_HELP, MAX_SUMS, PERSISTENT_BLOCKS, SCHEDULES, SPLITS, THIN_ROWS, WgmmaFamily, WgmmaVariant
 
 FP8_TYPES = ("e4m3", "e5m2")
 FP8_OUTPUTS = ("bf16", "f16", "f32")
@@ -80,9 +80,7 @@ class Fp8Variant(WgmmaVariant):
                          help="tiles in shared memory at once; the producer refills each as soon as it is free")
     schedule: str = choice("persistent", FP8_SCHEDULES, space=FP8_SCHEDULES, emitted=("persistent",),
                            help="wgmma's schedules but streamk (its workspace is not passed with FP8's scales yet)")
-    cluster: int = choice(1, (1, 2), tag="cl", space=(1,), emitted=(1,),  # wgmma's clusters: not measured here
-                          help="blocks of a cluster, on tiles one above the other: each copies half of B's boxes into "
-                               "both (TMA multicast)")
+    cluster: int = choice(1, (1, 2), tag="cl", space=(1,), emitted=(1,), help=CLUSTER_HELP)  # not measured here
     split: int = choice(1, SPLITS, tag="split", omit=1, space=SPLITS[:3], emitted=(1,),
                         help="blocks per tile of C, a cluster, each multiplying its share of K; the first adds the "
                              "others' float32 sums in their order (deterministic), then scales and stores")

@@ -38,6 +38,7 @@ STREAM_K_SLOT = 128 * 256  # then a slot of float32 sums per block, as many as t
 STREAM_K_WORKSPACE = Workspace("W", STREAM_K_FLAGS + PERSISTENT_BLOCKS * STREAM_K_SLOT)
 BARRIER_BYTES = 16  # two mbarriers per stage
 TURN_BYTES = 16  # two more for schedule=pingpong: whose turn it is to multiply
+CLUSTER_HELP = "blocks of a cluster, on tiles one above the other: each copies half of B's boxes into both (TMA multicast)"
 # A tune's first picks and the untuned choice (WgmmaFamily.likely_best): the tiles that won the Llama-3
 # projections and odd shapes on an H200 (docs/results/h200-models.md: 30-evaluation tunes and brute
 # force over the space), as changes to the default. A thin M (up to 64 rows): 64-row tiles, with K
@@ -121,9 +122,7 @@ class WgmmaVariant(Variant):
     specialize: str = choice("producer", ("producer", "none"), space=("producer",), emitted=("producer",),
                              help="producer: a warp group of its own copies, the others multiply; none: the "
                                   "multiplying warps' first thread asks for the copies too")
-    cluster: int = choice(1, (1, 2), tag="cl", space=(1, 2), emitted=(1,),
-                          help="blocks of a cluster, on tiles one above the other: each copies half of B's boxes into "
-                               "both (TMA multicast)")
+    cluster: int = choice(1, (1, 2), tag="cl", space=(1, 2), emitted=(1,), help=CLUSTER_HELP)
     store: str = choice("bulk", ("direct", "bulk"), space=("direct", "bulk"), emitted=("direct", "bulk"),
                         help="direct: from registers, each element checked; bulk: whole tiles through shared memory "
                              "and the bulk copy engine, behind the next tile's products")
@@ -276,7 +275,7 @@ class WgmmaFamily(Family):
         return with_epilogue(self, variant, epilogue)
 
     def launch(self, variant: WgmmaVariant, shape: MatmulShape) -> Launch:
-        units = blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn)  # a tile per block
+        units = cluster_units(variant, shape)  # a tile per block
         clusters = units if variant.schedule == "grid" else min(units, PERSISTENT_BLOCKS // variant.cluster)
         if variant.schedule == "streamk":  # a block per SM, each cluster with a run of steps along K
             clusters = min(units * blocks(shape.k, BK), PERSISTENT_BLOCKS // variant.cluster)
@@ -352,12 +351,17 @@ def stream_k_pays(variant: WgmmaVariant, shape: MatmulShape) -> bool:
             and last > 0 and (tiles < PERSISTENT_BLOCKS or last <= STREAM_K_MAX_FILL * PERSISTENT_BLOCKS))
 
 
+def cluster_units(variant: WgmmaVariant, shape: MatmulShape) -> int:
+    """The units of C a cluster's blocks take together: its tiles one above the other (past M: tiles of
+    zeros), one tile each without clusters."""
+    return blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn)
+
+
 def wave_cost(variant: WgmmaVariant, shape: MatmulShape) -> float:
     """A tile schedule's time, relatively: the steps along K an SM takes (whole rounds of tiles, the
     last one as long as a full one; stream-K: an equal share of every tile's steps, and its sums)
     times a tile's elements at ELEMENT_COST."""
-    # a cluster's blocks take a unit of tiles one above the other together (past M: tiles of zeros)
-    units, steps = blocks(blocks(shape.m, variant.bm), variant.cluster) * blocks(shape.n, variant.bn), blocks(shape.k, BK)
+    units, steps = cluster_units(variant, shape), blocks(shape.k, BK)
     if variant.schedule == "streamk":
         per_sm = units * variant.cluster * steps / PERSISTENT_BLOCKS + STREAM_K_FIXUP_STEPS
     else:
