@@ -75,10 +75,11 @@ def test_each_epilogue_keyword_matches_float64_at_odd_and_thin_shapes(dtype: str
 
 def test_a_bias_off_a_16_byte_boundary_is_read_element_by_element() -> None:
     """The kernel fetches a tile's bias columns into shared memory 16 bytes a lane; a bias that is a view
-    one element in (2-byte aligned) takes the element-wise path, at an odd shape and one of whole tiles."""
+    one element in (2-byte aligned) takes the element-wise path, at an odd shape, one of whole tiles and
+    one of many tiles a block."""
     skip_unless_gpu(lambda cc: cc == (9, 0), "the fused epilogues are the wgmma family's: sm_90 GPUs only")
     torch = _torch()
-    for m, n, k in ((999, 1001, 1003), (512, 768, 256)):
+    for m, n, k in ((999, 1001, 1003), (512, 768, 256), (4000, 3000, 136)):
         a, b, _, residual = _operands(torch, torch.bfloat16, m, n, k)
         bias = torch.randn(n + 1, device="cuda", dtype=torch.bfloat16)[1:]
         assert bias.data_ptr() % 16 != 0

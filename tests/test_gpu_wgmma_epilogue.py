@@ -40,6 +40,19 @@ def test_every_epilogue_is_right_at_odd_padded_and_whole_tile_shapes(tmp_path: P
                 assert row.error <= row.tolerance and row.checks >= 1
 
 
+def test_a_bias_is_right_where_each_consumer_stores_three_tiles_and_more(tmp_path: Path) -> None:
+    """A consumer keeps its last two tiles' bias columns in two buffers taken in turn: at 4000x3000 each
+    block of 128 x 128 tiles takes five or six of the 768 (persistent, ping-pong: three a consumer;
+    stream-K: whole tiles and shared ones), in clusters and not; a split's other blocks fetch none."""
+    skip_unless_gpu(lambda cc: cc == (9, 0), "the wgmma family runs on sm_90 GPUs (H100, H200) only")
+    params = {**FIXED, "dtype": ["bf16"], "schedule": ["persistent", "pingpong", "streamk", "grid"], "cluster": ["1", "2"],
+              "split": ["1", "2"], "store": ["direct", "bulk"], "bias": ["col"], "act": ["gelu-tanh"]}
+    sizes = ["4000x3000x136", "3999x3001x136:136,3008,3001"]
+    rows = run(tmp_path, "wgmma", params, sizes)
+    assert _only_skipped_and_ok(rows) == runnable("wgmma", params, sizes) >= 30
+    assert all(row.error <= row.tolerance for row in rows.values() if row.status == Status.OK)
+
+
 def test_the_sanitizer_finds_nothing_in_a_fused_bias_and_gelu_variant(tmp_path: Path) -> None:
     """The bias read at an N smaller than a tile (each read clamped to the vector) and GELU's tanh by the
     special function unit, on both store paths."""
