@@ -60,6 +60,16 @@ def test_every_wgmma_rung_is_right_at_odd_tiny_and_many_tile_shapes(tmp_path: Pa
                 assert row.error < 1e-5
 
 
+def test_the_sanitizer_finds_nothing_where_a_cluster_s_blocks_leave_one_before_the_other(tmp_path: Path) -> None:
+    """Clusters of two end without a barrier between their blocks: each block's producer waits until both
+    blocks' consumers have freed every stage, and the other warps leave at once."""
+    _sm90()
+    params = {"dtype": ["bf16"], "bm": ["128"], "bn": ["128"], "consumers": ["2"], "stages": ["3"],
+              "schedule": ["grid", "persistent", "pingpong"], "store": ["direct", "bulk"], "split": ["1"], "cluster": ["2"]}
+    rows = run(tmp_path, "wgmma", params, ["300x520x200"], sanitize=True)
+    assert [row.status for row in rows.values()] == [Status.OK] * 6, {k: (r.status, r.message) for k, r in rows.items()}
+
+
 def test_a_tma_variant_is_loaded_once_through_the_driver_api_for_its_checks_its_timing_and_the_next_job(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Its tensor maps are passed by value, which only the driver API's launch delivers: no second copy

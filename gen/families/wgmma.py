@@ -49,9 +49,9 @@ CLUSTER_HELP = "blocks of a cluster, on tiles one above the other: each copies h
 # half the SMs): stream-K over tiles of 192 and 128 columns, narrower tiles and splits. Many: the
 # default and its relatives, stream-K's among them, in the order of wave_cost. Stream-K only where
 # it pays (stream_k_pays). Clusters of two (the default's tiles, whole or stream-K, and 64 x 128 ones
-# for a few tiles) after every tile alone: they won at a short K (3000x5000x1000, 2000x7000x3000) and
-# took 1.04-1.13x the time at the Llama shapes (data/h200/session-2026-11-29d/cluster-suite.md), so a
-# tune measures them and the untuned choice is never one.
+# for a few tiles) after every tile alone: they win at a short K (3000x5000x1000, 2000x7000x3000) and
+# still take 1.02-1.04x the time at large ones (4096^3, 2048x28672x4096: data/h200/session-2026-11-29e/
+# end-barrier-after.md), so a tune measures them and the untuned choice is never one.
 FILL = 0
 THIN_M = ({"bm": 64, "bn": 64, "consumers": 1, "stages": 12, "schedule": "grid", "store": "direct", "split": FILL},
           {"bm": 64, "bn": 128, "consumers": 1, "stages": 8, "schedule": "grid", "store": "direct", "split": FILL},

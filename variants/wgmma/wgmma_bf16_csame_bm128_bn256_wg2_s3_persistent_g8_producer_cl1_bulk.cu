@@ -17,7 +17,7 @@
 //   bias      none
 //   act       none
 //   residual  none
-//   template  wgmma.cu.j2 (sha256 18627f8a09e2)
+//   template  wgmma.cu.j2 (sha256 9d289f6b3871)
 //
 // Reproduce with:
 //   tilegen render wgmma -p dtype=bf16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=bulk -p split=1 -p scale=none -p bias=none -p act=none -p residual=none
@@ -278,9 +278,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) wgmma_bf16_csame_bm128_bn25
     if (warp_group == CONSUMERS) {
         // The producer: needs few registers, and gives them to the consumers.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        if (threadIdx.x % 128 == 0)  // one thread asks for every copy
+        if (threadIdx.x % 128 == 0) {  // one thread asks for every copy
             while (copy_next()) {
             }
+        }
     } else {
         // A consumer: rows warp_group * ROWS .. + ROWS - 1 of each tile.
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
