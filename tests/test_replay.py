@@ -229,21 +229,26 @@ def test_the_local_search_makes_most_of_the_portfolio_s_proposals_where_no_membe
     assert 25 <= min(chosen.count(1), chosen.count(2)) and max(chosen.count(1), chosen.count(2)) < chosen.count(0)
 
 
-def test_local_search_tries_every_value_of_one_parameter_where_no_step_up_or_down_is_faster(tmp_path: Path) -> None:
+def test_local_search_tries_every_value_of_one_parameter_then_two_parameters_at_once(tmp_path: Path) -> None:
     """A 5 x 5 grid whose point (2, 2) is faster than every point one parameter away from it: once its
     steps up and down are measured, the climb tries the other values of one parameter (two positions
-    away), not the points one position away in both parameters (no two-parameter steps)."""
+    away), and only then the points one position away in both parameters."""
     grid = [({"a": a, "b": b}, 1.0 + abs(a - 2) + abs(b - 2) + 10 * ((a == 2) != (b == 2)), 1.0)
             for a in range(5) for b in range(5)]
     measured = read_measured(_t4(tmp_path / "grid.json", [(p, float(t), c) for p, t, c in grid]))
     by_key = {measured.space.key(v): v for v in measured.space.variants}
     farther = {by_key[key] for key in [(0, 2), (4, 2), (2, 0), (2, 4)]}
+    diagonal = {by_key[(a, b)] for a in (1, 3) for b in (1, 3)}
+    assert set(measured.space.pair_steps(by_key[(2, 2)])) == diagonal
     for seed in range(5):
         climb = make_strategy("local", measured.space, seed)
         for key in [(2, 2), (1, 2), (3, 2), (2, 1), (2, 3)]:  # the best and its steps up and down
             climb.tell(by_key[key], measured.time_ms[by_key[key].name])
         proposed = [climb.ask(1)[0] for _ in range(4)]
         assert set(proposed) == farther
+        for variant in proposed:
+            climb.tell(variant, measured.time_ms[variant.name])
+        assert {climb.ask(1)[0] for _ in range(4)} == diagonal
 
 
 def test_two_parameter_steps_on_the_measured_slice_move_two_parameters_one_position_each() -> None:

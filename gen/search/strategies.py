@@ -102,14 +102,14 @@ class SimulatedAnnealing(Strategy):
 
 class LocalSearch(Strategy):
     """Iterated local search with a variable-neighbourhood descent: from the best of a few random
-    points, first improvement over two neighbourhoods in turn (the next value up or down of one
-    parameter, then any value of one parameter), moving as soon as one is faster; where none is, it
-    jumps a few random steps from the best point found and climbs again. No two-parameter steps: at a
-    trap they doubled what the climb tries before another value of one parameter or a jump, and on the
-    public convolution spaces another value (of the block width) or a jump is the way on. (Alone it is
-    slower without them on dedispersion MI250X, whose tile size and stride they changed together; in
-    the portfolio the other members cross that basin: docs/results/search-replay.md, the
-    neighbourhoods' round.)"""
+    points, first improvement over three neighbourhoods in turn (the next value up or down of one
+    parameter, then any value of one parameter, then the next values of two parameters at once),
+    moving as soon as one is faster; where none is, it jumps a few random steps from the best point
+    found and climbs again. The two-parameter steps cross what one-parameter steps cannot (a basin
+    whose way out changes two parameters together: dedispersion's tile size and stride, sgemm's tile
+    shapes), but come last: at a trap they are the most points, and on the public convolution spaces
+    another value of one parameter (the block width) is the way on (docs/results/search-replay.md,
+    the neighbourhoods' round)."""
 
     name = "local"
     INITIAL, JUMP = 3, 3
@@ -143,7 +143,7 @@ class LocalSearch(Strategy):
         return [v for v in dict.fromkeys(near) if self._unseen(v)]
 
     def _neighbourhoods(self, variant: Variant) -> list[list[Variant]]:
-        return [self.space.neighbours(variant), self.space.other_values(variant)]
+        return [self.space.neighbours(variant), self.space.other_values(variant), self.space.pair_steps(variant)]
 
     def _jump(self) -> Variant | None:
         measured = [(time_ms, i, v) for i, (v, time_ms) in enumerate(self.results.items()) if time_ms is not None]
