@@ -198,9 +198,10 @@ def test_the_portfolio_starts_with_the_points_farthest_apart(tmp_path: Path) -> 
 
 def test_the_portfolio_follows_the_member_that_improves_lately() -> None:
     """A member whose proposals improved the best early but no longer does loses the lead to one that
-    improves now: the counts of long ago are forgotten."""
+    improves now: the counts of long ago are forgotten (the draws alone, without the local search's floor)."""
     measured = read_measured(T4)
     portfolio = make_strategy("portfolio", measured.space, seed=1)
+    portfolio.LOCAL_FLOOR = 0.0
     for variant in portfolio.ask(portfolio.INITIAL):  # the start: no member's
         portfolio.tell(variant, 1000.0)
     chosen = []
@@ -212,21 +213,42 @@ def test_the_portfolio_follows_the_member_that_improves_lately() -> None:
     assert chosen[10:20].count(0) >= 7 and chosen[30:].count(0) <= 1
 
 
-def test_local_search_steps_two_parameters_at_once_where_no_one_parameter_step_is_faster(tmp_path: Path) -> None:
-    """A 5 x 5 grid whose point (2, 2) is faster than every point one parameter away from it: the climb
-    tries the four points one position away in both parameters before any other value of one."""
+def test_the_local_search_makes_most_of_the_portfolio_s_proposals_where_no_member_improves() -> None:
+    """Its floor: the local search proposes with probability LOCAL_FLOOR before any draw, so where no
+    member improves it makes more of the proposals than either other member (about half), not a third."""
+    measured = read_measured(T4)
+    portfolio = make_strategy("portfolio", measured.space, seed=2)
+    for variant in portfolio.ask(portfolio.INITIAL):
+        portfolio.tell(variant, 1.0)
+    chosen = []
+    for _ in range(150):
+        (variant,) = portfolio.ask(1)
+        chosen.append(portfolio.proposer[variant])
+        portfolio.tell(variant, 1000.0)
+    assert portfolio.LOCAL_FLOOR <= chosen.count(0) / len(chosen) <= 0.7
+    assert 25 <= min(chosen.count(1), chosen.count(2)) and max(chosen.count(1), chosen.count(2)) < chosen.count(0)
+
+
+def test_local_search_tries_every_value_of_one_parameter_then_two_parameters_at_once(tmp_path: Path) -> None:
+    """A 5 x 5 grid whose point (2, 2) is faster than every point one parameter away from it: once its
+    steps up and down are measured, the climb tries the other values of one parameter (two positions
+    away), and only then the points one position away in both parameters."""
     grid = [({"a": a, "b": b}, 1.0 + abs(a - 2) + abs(b - 2) + 10 * ((a == 2) != (b == 2)), 1.0)
             for a in range(5) for b in range(5)]
     measured = read_measured(_t4(tmp_path / "grid.json", [(p, float(t), c) for p, t, c in grid]))
     by_key = {measured.space.key(v): v for v in measured.space.variants}
+    farther = {by_key[key] for key in [(0, 2), (4, 2), (2, 0), (2, 4)]}
     diagonal = {by_key[(a, b)] for a in (1, 3) for b in (1, 3)}
     assert set(measured.space.pair_steps(by_key[(2, 2)])) == diagonal
     for seed in range(5):
         climb = make_strategy("local", measured.space, seed)
-        for key in [(2, 2), (1, 2), (3, 2), (2, 1), (2, 3)]:  # the best and its one-parameter neighbours
+        for key in [(2, 2), (1, 2), (3, 2), (2, 1), (2, 3)]:  # the best and its steps up and down
             climb.tell(by_key[key], measured.time_ms[by_key[key].name])
         proposed = [climb.ask(1)[0] for _ in range(4)]
-        assert set(proposed) == diagonal
+        assert set(proposed) == farther
+        for variant in proposed:
+            climb.tell(variant, measured.time_ms[variant.name])
+        assert {climb.ask(1)[0] for _ in range(4)} == diagonal
 
 
 def test_two_parameter_steps_on_the_measured_slice_move_two_parameters_one_position_each() -> None:
