@@ -18,7 +18,7 @@
 //   act       none
 //   residual  none
 //   scaling   rowcol
-//   template  wgmma.cu.j2 (sha256 9d289f6b3871)
+//   template  wgmma.cu.j2 (sha256 cc39736b1bad)
 //
 // Reproduce with:
 //   tilegen render fp8gemm -p dtype=e5m2 -p out=bf16 -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=direct -p split=1 -p scale=none -p bias=none -p act=none -p residual=none -p scaling=rowcol
@@ -112,6 +112,15 @@ __device__ __forceinline__ unsigned shared_address(const void* pointer)
 __device__ __forceinline__ void barrier_arrive(unsigned barrier)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(barrier) : "memory");
+}
+
+// The ring's next stage, and its phase: flipped at each turn of the ring.
+__device__ __forceinline__ void next_stage(int& stage, int& phase)
+{
+    if (++stage == STAGES) {
+        stage = 0;
+        phase ^= 1;
+    }
 }
 
 // A stage this warp is done with.
@@ -257,10 +266,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8gemm_e5m2_cbf16_bm128_bn
         #pragma unroll
         for (int j = 0; j < BN / BOX; ++j)
             load_box(b + j * BOX_BYTES, b_map, (copy_first + copy_step) * BK, block_n + j * BOX, arrived);
-        if (++copy_stage == STAGES) {
-            copy_stage = 0;
-            copy_phase ^= 1;
-        }
+        next_stage(copy_stage, copy_phase);
         if (++copy_step == copy_count) {
             copy_step = 0;
             copying = piece(++copy_piece, copy_unit, copy_first, copy_count);
