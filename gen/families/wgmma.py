@@ -124,7 +124,7 @@ class WgmmaVariant(Variant):
                                   "multiplying warps' first thread asks for the copies too")
     cluster: int = choice(1, (1, 2), tag="cl", space=(1, 2), emitted=(1,), help=CLUSTER_HELP)
     store: str = choice("bulk", ("direct", "bulk"), space=("direct", "bulk"), emitted=("direct", "bulk"),
-                        help="direct: from registers, each element checked; bulk: whole tiles through shared memory "
+                        help="direct: from registers (a 16-bit C in 16 bytes a lane), checked at C's edges; bulk: whole tiles through shared memory "
                              "and the bulk copy engine, behind the next tile's products")
     split: int = choice(1, SPLITS, tag="split", omit=1, space=SPLITS[:3],
                         help="blocks per tile of C, a cluster, each multiplying its share of K; the first adds the "

@@ -18,7 +18,7 @@
 //   act       none
 //   residual  none
 //   scaling   none
-//   template  wgmma.cu.j2 (sha256 e901efae4421)
+//   template  wgmma.cu.j2 (sha256 c45312bd66f0)
 //
 // Reproduce with:
 //   tilegen render fp8gemm -p dtype=e4m3 -p out=bf16 -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=direct -p split=1 -p scale=none -p bias=none -p act=none -p residual=none -p scaling=none
@@ -183,19 +183,50 @@ __device__ __forceinline__ unsigned pack(float x0, float x1)
     return packed;
 }
 
-// Two neighbouring outputs of one row, (row, col) and (row, col + 1), each stored if it is inside C.
-__device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x0, float x1)
+// A quad's four lanes each hold pair `lane % 4` of four groups of eight columns (w[0..3]); exchanged
+// across the quad in two rounds of shuffles, lane j holds group j's four pairs, its eight columns in
+// order: one 16-byte store where the lanes held four of 4 bytes (half of each 32-byte sector).
+__device__ __forceinline__ void quad_transpose(unsigned (&w)[4], int lane)
+{
+    const bool high = lane & 2, odd = lane & 1;
+    unsigned x0 = high ? w[0] : w[2], x1 = high ? w[1] : w[3];  // lanes 0, 1 swap groups 2, 3 for 2, 3's groups 0, 1
+    x0 = __shfl_xor_sync(0xffffffffu, x0, 2);
+    x1 = __shfl_xor_sync(0xffffffffu, x1, 2);
+    if (high) {
+        w[0] = x0;
+        w[1] = x1;
+    } else {
+        w[2] = x0;
+        w[3] = x1;
+    }
+    x0 = odd ? w[0] : w[1];  // then lanes 0 and 1 (2 and 3) swap odd groups for even ones
+    x1 = odd ? w[2] : w[3];
+    x0 = __shfl_xor_sync(0xffffffffu, x0, 1);
+    x1 = __shfl_xor_sync(0xffffffffu, x1, 1);
+    if (odd) {
+        w[0] = x0;
+        w[2] = x1;
+    } else {
+        w[1] = x0;
+        w[3] = x1;
+    }
+}
+
+// Eight neighbouring outputs of one row from (row, col), packed in pairs (col a multiple of 8): one
+// 16-byte store where all lie inside C and the row's pitch keeps them on 16-byte boundaries, else
+// each checked.
+__device__ __forceinline__ void store_eight(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, const unsigned (&w)[4])
 {
     if (row >= M || col >= N)
         return;
-    const unsigned packed = pack(x0, x1);
-    if (col + 1 < N && ldc % 2 == 0) {
-        *reinterpret_cast<unsigned*>(&C[row * ldc + col]) = packed;  // 4 bytes: C is 16-byte aligned, col even
+    if (col + 8 <= N && ldc % 8 == 0) {
+        *reinterpret_cast<uint4*>(&C[row * ldc + col]) = make_uint4(w[0], w[1], w[2], w[3]);  // C is 16-byte aligned
     } else {
         unsigned short* const c = reinterpret_cast<unsigned short*>(C);
-        c[row * ldc + col] = static_cast<unsigned short>(packed);
-        if (col + 1 < N)
-            c[row * ldc + col + 1] = static_cast<unsigned short>(packed >> 16);
+        #pragma unroll
+        for (int e = 0; e < 8; ++e)
+            if (col + e < N)
+                c[row * ldc + col + e] = static_cast<unsigned short>(w[e / 2] >> 16 * (e % 2));
     }
 }
 
@@ -323,11 +354,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8gemm_e4m3_cbf16_bm128_bn
             for (int i = 0; i < PIECES; ++i) {
                 const int row = block_m + first_row + i * 64 + warp * 16 + lane / 4;
                 #pragma unroll
-                for (int g = 0; g < BN / 8; ++g) {
-                    const int col = block_n + g * 8 + lane % 4 * 2;
-                    store_pair(C, ldc, M, N, row, col, d[i][4 * g], d[i][4 * g + 1]);
-                    store_pair(C, ldc, M, N, row + 8, col, d[i][4 * g + 2], d[i][4 * g + 3]);
-                }
+                for (int h = 0; h < 2; ++h)  // rows row and row + 8
+                    #pragma unroll
+                    for (int t = 0; t < BN / 32; ++t) {  // four groups of eight columns at a time: a quad's 64 bytes of a row
+                        unsigned w[4];
+                        #pragma unroll
+                        for (int q = 0; q < 4; ++q)
+                            w[q] = pack(d[i][4 * (4 * t + q) + 2 * h], d[i][4 * (4 * t + q) + 2 * h + 1]);
+                        quad_transpose(w, lane);
+                        store_eight(C, ldc, M, N, row + 8 * h, block_n + (4 * t + lane % 4) * 8, w);
+                    }
             }
         }
     }
