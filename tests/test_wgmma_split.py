@@ -131,9 +131,10 @@ def test_tall_stream_k_tiles_are_a_tunes_last_pick_never_the_untuned_choice() ->
 
 
 def test_clusters_of_two_are_in_the_space_and_a_tunes_picks_but_not_fp8s() -> None:
-    """Clusters of two ran 81-87% of cuBLAS at 3000x5000x1000 against 74-80% without, 78% at 2000x7000x3000
-    against 70-72%, and 88-93% against 95-99% at the suite's larger shapes (an H200): a tune measures
-    them, the untuned choice does not take them."""
+    """Clusters of two ran 87% of cuBLAS at 3000x5000x1000 against 75% without, 86% at 2000x7000x3000
+    against 72%, 87% at 1000^3 against 84% (rows of A and B off L2's 32-byte sectors), and 88-98% against
+    91-99% where the rows fall on the sectors (an H200): a tune measures them, the untuned choice takes
+    them first off the sectors only."""
     valid = Space.default(WGMMA, {"dtype": ["bf16"]}).expand().valid
     assert {v.cluster for v in valid} == {1, 2}
     assert {v.schedule for v in valid if v.cluster == 2} == {"grid", "persistent", "pingpong", "streamk"}
@@ -142,5 +143,7 @@ def test_clusters_of_two_are_in_the_space_and_a_tunes_picks_but_not_fp8s() -> No
         assert any(v.cluster == 2 for v in WGMMA.likely_best(WGMMA.parse_shape(size), "bf16")), size
     for m, n, k in itertools.product((1, 100, 128, 1000, 3000, 8192), (64, 1000, 6144, 28672), (64, 1000, 14336)):
         likely = WGMMA.likely_best(WGMMA.parse_shape(f"{m}x{n}x{k}"), "bf16")  # more blocks or fewer rounds:
-        assert likely[0].cluster == 1, (m, n, k)  # still clusters last
+        off_sectors = n % 16 != 0 or k % 16 != 0  # rows of 2000 bytes: 16 off a sector
+        first = 2 if off_sectors and any(v.cluster == 2 for v in likely) else 1
+        assert likely[0].cluster == first, (m, n, k)  # clusters first there, else after the tiles alone
     assert {v.cluster for v in Space.default(get_family("fp8gemm")).expand().valid} == {1}

@@ -21,12 +21,17 @@ _L2_128B, _L2_256B = 2, 3  # its CUtensorMapL2promotion
 SECTOR = 32  # bytes: L2's unit of a read
 
 
+def off_sectors(row_bytes: int) -> bool:
+    """Whether rows this many bytes apart start off L2's 32-byte sectors (half of them do)."""
+    return row_bytes % SECTOR != 0
+
+
 def l2_promotion(row_bytes: int) -> int:
     """How much L2 fetches from memory around what a box asks for: 256 bytes where rows fall on
     32-byte sectors, 128 where they do not (measured with wgmma in bf16 on an H200, where 128 was 11%
     faster off the sectors and as fast on them: docs/results/h200-models.md, "Rows off the sectors";
     FP8's maps follow the same rule, not measured)."""
-    return _L2_256B if row_bytes % SECTOR == 0 else _L2_128B
+    return _L2_128B if off_sectors(row_bytes) else _L2_256B
 
 
 def box_map(address: int, rows: int, columns: int, row_bytes: int, name: str, element_bytes: int = 2,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..core.errors import InvalidVariant
-from ..core.tensor_maps import BOX
+from ..core.tensor_maps import BOX, off_sectors
 from .family import Family, Launch, blocks, check_shared_bytes
 from .gemm import MatmulShape
 from .epilogue import Epilogue, epilogue_field, epilogue_problem, with_epilogue
@@ -49,9 +49,11 @@ CLUSTER_HELP = "blocks of a cluster, on tiles one above the other: each copies h
 # half the SMs): stream-K over tiles of 192 and 128 columns, narrower tiles and splits. Many: the
 # default and its relatives, stream-K's among them, in the order of wave_cost. Stream-K only where
 # it pays (stream_k_pays). Clusters of two (the default's tiles, whole or stream-K, and 64 x 128 ones
-# for a few tiles) after every tile alone: they win at a short K (3000x5000x1000, 2000x7000x3000) and
-# still take 1.02-1.04x the time at large ones (4096^3, 2048x28672x4096: data/h200/session-2026-11-29e/
-# end-barrier-after.md), so a tune measures them and the untuned choice is never one.
+# for a few tiles) after every tile alone, but first where the rows of A or B start off L2's sectors:
+# there the halved loads of B win (3000x5000x1000 87% of cuBLAS against 75%, 2000x7000x3000 stream-K 86%
+# against 72%, 1000^3 87% against 84%: data/h200/session-2026-11-29g/cl-*.md); on the sectors they take
+# 1.02-1.04x the time, at a short K too (4096^3, 2048x28672x4096: data/h200/session-2026-11-29e/
+# end-barrier-after.md; 4096x4096x1024, 8192x8192x1024: session-2026-11-29g/shortk.md).
 FILL = 0
 THIN_M = ({"bm": 64, "bn": 64, "consumers": 1, "stages": 12, "schedule": "grid", "store": "direct", "split": FILL},
           {"bm": 64, "bn": 128, "consumers": 1, "stages": 8, "schedule": "grid", "store": "direct", "split": FILL},
@@ -288,8 +290,9 @@ class WgmmaFamily(Family):
     def likely_best(self, shape: MatmulShape, dtype: str | None = None) -> list[Variant]:
         default = self.adapted_default(shape, dtype)
         many = shape.m > 64 and blocks(shape.m, default.bm) * blocks(shape.n, default.bn) >= PERSISTENT_BLOCKS // 2
+        clusters_first = any(off_sectors(rows * element_bytes(default.dtype)) for rows in (shape.lda, shape.ldb))
         if many:
-            changes = sorted(MANY_TILES, key=lambda change: (change.get("cluster", 1) > 1,  # clusters last
+            changes = sorted(MANY_TILES, key=lambda change: ((change.get("cluster", 1) > 1) != clusters_first,
                                                              wave_cost(replace(default, **change), shape))) + [TALL_STREAM_K]
         elif shape.m <= 64:
             changes = (THIN_M_WIDE_N if blocks(shape.n, 192) >= PERSISTENT_BLOCKS
@@ -309,8 +312,9 @@ class WgmmaFamily(Family):
             # in 4 last (with 64 and 128 columns 1.3-1.6x slower than a split in 2 at 16 and 128 tokens), then
             # the most consumer warp groups at work (data/h200/thin-2026-11-28/thin.md), then the most blocks
             # (at 1000³, 64 x 128 tiles on 128 SMs ran 80% of cuBLAS, 128 x 128 ones on 64 SMs with two
-            # consumers each 74%: data/h200/session-2026-11-29c/low-rows.md), then the widest tile; clusters last
-            chosen.sort(key=lambda v: (v.cluster > 1, self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS, v.split > 2,
+            # consumers each 74%: data/h200/session-2026-11-29c/low-rows.md), then the widest tile; clusters
+            # last (first off the sectors)
+            chosen.sort(key=lambda v: ((v.cluster > 1) != clusters_first, self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS, v.split > 2,
                                        -self.launch(v, shape).grid[0] * consumers_at_work(v, shape),
                                        -self.launch(v, shape).grid[0], -v.bn))
         return chosen
