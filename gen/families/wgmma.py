@@ -76,13 +76,12 @@ FEW_TILES = ({"bn": 192, "stages": 5, "schedule": "streamk", "store": "direct"},
              {"bm": 64, "bn": 192, "consumers": 1, "stages": 5, "schedule": "grid", "store": "direct", "split": FILL},
              {"stages": 4, "schedule": "grid", "store": "direct", "split": FILL},
              {"bn": 192, "stages": 4, "schedule": "grid", "split": FILL}, {})
+# Stream-K's 256 x 128 tiles come before its 128 x 256 ones where wave_cost ties them: 0-12% faster at
+# seven suite shapes since C leaves in 16 bytes a lane (data/h200/session-2026-11-29g/tall-*.md)
 MANY_TILES = ({}, {"bn": 192, "stages": 5, "store": "direct"}, {"stages": 4, "store": "direct"},
               {"bm": 256, "bn": 128, "store": "direct"}, {"bn": 128, "stages": 5, "schedule": "pingpong", "store": "direct"},
+              {"bm": 256, "bn": 128, "stages": 4, "schedule": "streamk", "store": "direct"},
               {"schedule": "streamk"}, {"cluster": 2}, {"schedule": "streamk", "cluster": 2})
-# A tune's pick after those, never the untuned choice: 87.8% of cuBLAS against 82.3% at 512x10240x8192
-# (data/h200/session-2026-11-29c/low-rows.md; 87.2% against 83.4% the day before), but 70.8% against
-# 73.5% at 2000x7000x3000, where wave_cost would put it first
-TALL_STREAM_K = {"bm": 256, "bn": 128, "stages": 4, "schedule": "streamk", "store": "direct"}
 # wave_cost's cost of a tile's element by tile: a 128 x 256 tile (or 256 x 128) multiplies most per
 # byte it loads; narrower tiles pay for their loads (fitted to the 512-token shapes' winners)
 ELEMENT_COST = {128 * 256: 1.0, 128 * 192: 1.1, 128 * 128: 1.2}
@@ -293,7 +292,7 @@ class WgmmaFamily(Family):
         clusters_first = any(off_sectors(rows * element_bytes(default.dtype)) for rows in (shape.lda, shape.ldb))
         if many:
             changes = sorted(MANY_TILES, key=lambda change: ((change.get("cluster", 1) > 1) != clusters_first,
-                                                             wave_cost(replace(default, **change), shape))) + [TALL_STREAM_K]
+                                                             wave_cost(replace(default, **change), shape)))
         elif shape.m <= 64:
             changes = (THIN_M_WIDE_N if blocks(shape.n, 192) >= PERSISTENT_BLOCKS
                        else FEW_TOKENS if shape.m <= THIN_ROWS[0] else THIN_M)
