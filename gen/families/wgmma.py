@@ -51,7 +51,7 @@ CLUSTER_HELP = "blocks of a cluster, on tiles one above the other: each copies h
 # it pays (stream_k_pays). Clusters of two (the default's tiles, whole or stream-K, and 64 x 128 ones
 # for a few tiles) after every tile alone, but first where the rows of A or B start off L2's sectors:
 # there the halved loads of B win (3000x5000x1000 87% of cuBLAS against 75%, 2000x7000x3000 stream-K 86%
-# against 72%, 1000^3 87% against 84%: data/h200/session-2026-11-29g/cl-*.md); on the sectors they take
+# against 72%, 1000^3 87% against 85%: data/h200/session-2026-11-29g/cl-*.md); on the sectors they take
 # 1.02-1.04x the time, at a short K too (4096^3, 2048x28672x4096: data/h200/session-2026-11-29e/
 # end-barrier-after.md; 4096x4096x1024, 8192x8192x1024: session-2026-11-29g/shortk.md).
 FILL = 0
@@ -76,8 +76,8 @@ FEW_TILES = ({"bn": 192, "stages": 5, "schedule": "streamk", "store": "direct"},
              {"bm": 64, "bn": 192, "consumers": 1, "stages": 5, "schedule": "grid", "store": "direct", "split": FILL},
              {"stages": 4, "schedule": "grid", "store": "direct", "split": FILL},
              {"bn": 192, "stages": 4, "schedule": "grid", "split": FILL}, {})
-# Stream-K's 256 x 128 tiles come before its 128 x 256 ones where wave_cost ties them: 0-12% faster at
-# seven suite shapes since C leaves in 16 bytes a lane (data/h200/session-2026-11-29g/tall-*.md)
+# Stream-K's 256 x 128 tiles come before its 128 x 256 ones, so a tie in wave_cost goes to them: as fast
+# or up to 12% faster at the eight suite shapes where the two tie (data/h200/session-2026-11-29g/tall-*.md)
 MANY_TILES = ({}, {"bn": 192, "stages": 5, "store": "direct"}, {"stages": 4, "store": "direct"},
               {"bm": 256, "bn": 128, "store": "direct"}, {"bn": 128, "stages": 5, "schedule": "pingpong", "store": "direct"},
               {"bm": 256, "bn": 128, "stages": 4, "schedule": "streamk", "store": "direct"},
@@ -125,8 +125,8 @@ class WgmmaVariant(Variant):
                                   "multiplying warps' first thread asks for the copies too")
     cluster: int = choice(1, (1, 2), tag="cl", space=(1, 2), emitted=(1,), help=CLUSTER_HELP)
     store: str = choice("bulk", ("direct", "bulk"), space=("direct", "bulk"), emitted=("direct", "bulk"),
-                        help="direct: from registers (a 16-bit C in 16 bytes a lane), checked at C's edges; bulk: whole tiles through shared memory "
-                             "and the bulk copy engine, behind the next tile's products")
+                        help="direct: from registers (a 16-bit C in 16 bytes a lane), checked at C's edges; bulk: whole "
+                             "tiles through shared memory and the bulk copy engine, behind the next tile's products")
     split: int = choice(1, SPLITS, tag="split", omit=1, space=SPLITS[:3],
                         help="blocks per tile of C, a cluster, each multiplying its share of K; the first adds the "
                              "others' float32 sums in their order (deterministic) and stores")
@@ -313,8 +313,8 @@ class WgmmaFamily(Family):
             # (at 1000³, 64 x 128 tiles on 128 SMs ran 80% of cuBLAS, 128 x 128 ones on 64 SMs with two
             # consumers each 74%: data/h200/session-2026-11-29c/low-rows.md), then the widest tile; clusters
             # last (first off the sectors)
-            chosen.sort(key=lambda v: ((v.cluster > 1) != clusters_first, self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS, v.split > 2,
-                                       -self.launch(v, shape).grid[0] * consumers_at_work(v, shape),
+            chosen.sort(key=lambda v: ((v.cluster > 1) != clusters_first, self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS,
+                                       v.split > 2, -self.launch(v, shape).grid[0] * consumers_at_work(v, shape),
                                        -self.launch(v, shape).grid[0], -v.bn))
         return chosen
 
