@@ -139,8 +139,8 @@ def test_tall_stream_k_tiles_come_first_where_wave_cost_ties_them_with_wide_ones
 
 def test_clusters_of_two_are_in_the_space_and_a_tunes_picks_but_not_fp8s() -> None:
     """Clusters of two ran 87% of cuBLAS at 3000x5000x1000 against 75% without, 86% at 2000x7000x3000
-    against 72%, 87% at 1000^3 against 84% (rows of A and B off L2's 32-byte sectors), and 88-98% against
-    91-99% where the rows fall on the sectors (an H200): a tune measures them, the untuned choice takes
+    against 72%, 87% at 1000^3 against 85% (rows of A and B off L2's 32-byte sectors), and 89-94% against
+    92-96% where the rows fall on the sectors (an H200): a tune measures them, the untuned choice takes
     them first off the sectors only."""
     valid = Space.default(WGMMA, {"dtype": ["bf16"]}).expand().valid
     assert {v.cluster for v in valid} == {1, 2}

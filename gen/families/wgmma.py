@@ -290,8 +290,9 @@ class WgmmaFamily(Family):
         default = self.adapted_default(shape, dtype)
         many = shape.m > 64 and blocks(shape.m, default.bm) * blocks(shape.n, default.bn) >= PERSISTENT_BLOCKS // 2
         clusters_first = any(off_sectors(rows * element_bytes(default.dtype)) for rows in (shape.lda, shape.ldb))
+        later = lambda cluster: (cluster > 1) != clusters_first  # noqa: E731  (sorts after: clusters, or tiles alone)
         if many:
-            changes = sorted(MANY_TILES, key=lambda change: ((change.get("cluster", 1) > 1) != clusters_first,
+            changes = sorted(MANY_TILES, key=lambda change: (later(change.get("cluster", 1)),
                                                              wave_cost(replace(default, **change), shape)))
         elif shape.m <= 64:
             changes = (THIN_M_WIDE_N if blocks(shape.n, 192) >= PERSISTENT_BLOCKS
@@ -313,8 +314,8 @@ class WgmmaFamily(Family):
             # (at 1000³, 64 x 128 tiles on 128 SMs ran 80% of cuBLAS, 128 x 128 ones on 64 SMs with two
             # consumers each 74%: data/h200/session-2026-11-29c/low-rows.md), then the widest tile; clusters
             # last (first off the sectors)
-            chosen.sort(key=lambda v: ((v.cluster > 1) != clusters_first, self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS,
-                                       v.split > 2, -self.launch(v, shape).grid[0] * consumers_at_work(v, shape),
+            chosen.sort(key=lambda v: (later(v.cluster), self.launch(v, shape).grid[0] > PERSISTENT_BLOCKS, v.split > 2,
+                                       -self.launch(v, shape).grid[0] * consumers_at_work(v, shape),
                                        -self.launch(v, shape).grid[0], -v.bn))
         return chosen
 
