@@ -386,6 +386,31 @@ def test_ceilings_are_measured_in_the_gpu_worker_and_kept_under_the_models_field
                                                                  model.key: {"stencil_points": 400.0}}
 
 
+
+@pytest.mark.parametrize("dtype", ["f64", "f32", "f16", "bf16"])
+def test_the_cublas_ceilings_product_is_a_times_b_at_an_odd_size(dtype: str) -> None:
+    """The GEMM ceilings call cuBLAS through ctypes (no PyTorch import): C = A B of row-major arrays,
+    right against float64 at 257 x 257 x 257, C poisoned with NaN first."""
+    import numpy as np
+    import pycuda.autoprimaryctx  # noqa: F401  (the worker's context, here the test's)
+
+    from gen.gpu.process.ceilings import cublas_product, random_operand
+    from gen.gpu.runtime.launch import fill, to_device, to_host
+
+    def values(bits: np.ndarray) -> np.ndarray:  # bfloat16's bits widened to float32's
+        return (bits.astype(np.uint32) << 16).view(np.float32) if dtype == "bf16" else bits
+
+    n = 257
+    a, b = random_operand(dtype, n, 0), random_operand(dtype, n, 1)
+    c = to_device(np.empty((n, n), a.dtype))
+    fill(c, np.array(0x7FC0 if dtype == "bf16" else np.nan).astype(a.dtype))
+    with cublas_product(dtype, to_device(a), to_device(b), c) as product:
+        product()
+    got = values(to_host(c, np.empty((n, n), a.dtype))).astype(np.float64)
+    want = values(a).astype(np.float64) @ values(b).astype(np.float64)
+    tolerance = {"f64": 1e-12, "f32": 1e-5, "f16": 2e-3, "bf16": 1e-2}[dtype] * np.abs(want).max()
+    assert np.isfinite(got).all() and np.abs(got - want).max() <= tolerance
+
 def _gpu_count() -> int:
     import subprocess
 

@@ -2,9 +2,9 @@
 GPU worker process and kept in `ceilings.json` in the cache folder.
 
 A ceiling is measured the first time a job asks for it: by its family's own `measure`, or, for
-tilegen's (COPY_BANDWIDTH and cuBLAS's GEMM in f32, f64, f16 and bf16), by the measurers here, found by key. One that
-cannot be measured (a family's without `measure`, the cuBLAS rates without CuPy or PyTorch) has
-no rate, and its rows no share.
+tilegen's (COPY_BANDWIDTH and cuBLAS's GEMM in f32, f64, f16, bf16 and FP8), by the measurers here, found
+by key. One that cannot be measured (a family's without `measure`, the cuBLAS rates without cuBLAS's
+library, CuPy or PyTorch) has no rate, and its rows no share.
 
 The file maps a GPU model's `key` (its fields) to {ceiling key: rate}. tilegen 0.1 and 0.2 keyed
 it by the model's display string: such entries are still read, and left as they are.
@@ -15,13 +15,16 @@ that the file and the family's own measurers work in a stand-in worker too.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import fcntl
+import functools
 import json
 import math
 import numbers
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -113,17 +116,88 @@ def copy_bandwidth(size: int = 1 << 30) -> float:
 
 
 def gemm_rate(dtype: str, n: int = 8192) -> float | None:
-    """cuBLAS GEMM at n³ through CuPy or PyTorch (TF32 off), timed on the default stream both
-    libraries use, in TFLOP/s; None without either (or, for bf16, without PyTorch)."""
+    """cuBLAS GEMM at n³ in TFLOP/s, timed on the default stream: called through its C API where the
+    library is found, else through CuPy or PyTorch (TF32 off); None without any of them."""
     from .timing import event_samples
 
-    vendor = vendor_gemm(dtype)
-    if vendor is None:
-        return None
-    random_matrix, multiply = vendor
-    operands = (random_matrix(n), random_matrix(n))
-    samples = event_samples(lambda: multiply(*operands), CEILING_SAMPLES, before_each=lambda salt: None)
+    with vendor_product(dtype, n) as product:
+        if product is None:
+            return None
+        samples = event_samples(product, CEILING_SAMPLES, before_each=lambda salt: None)
     return 2 * n**3 / (float(np.median(samples)) / 1e3) / 1e12
+
+
+# cuBLAS's data and compute types for cublasGemmEx (library_types.h, cublas_api.h): C = A B with
+# float accumulation (double for f64), as PyTorch's matmul asks for
+CUBLAS_TYPES = {"f32": (0, 68), "f64": (1, 70), "f16": (2, 68), "bf16": (14, 68)}
+
+
+@contextlib.contextmanager
+def vendor_product(dtype: str, n: int) -> Iterator[Callable[[], Any] | None]:
+    """One launch of an n x n x n product of random matrices by cuBLAS: through ctypes on the library
+    the CUDA toolkit or NVIDIA's wheels install (no import of PyTorch, seconds of a fresh machine's
+    first tune), else CuPy's or PyTorch's; None where none serves."""
+    if dtype in CUBLAS_TYPES and _cublas() is not None:
+        from ..runtime.launch import empty, to_device
+
+        a, b = to_device(random_operand(dtype, n, 0)), to_device(random_operand(dtype, n, 1))
+        with cublas_product(dtype, a, b, empty((n, n), a.dtype)) as product:
+            yield product
+        return
+    vendor = vendor_gemm(dtype)
+    yield None if vendor is None else functools.partial(vendor[1], vendor[0](n), vendor[0](n))
+
+
+@contextlib.contextmanager
+def cublas_product(dtype: str, a: Any, b: Any, c: Any) -> Iterator[Callable[[], None]]:
+    """C = A B by cublasGemmEx on the default stream, for square row-major device arrays of `dtype`
+    (bfloat16 as its bits in uint16): cuBLAS reads them by columns, as A^T and B^T, so it is asked
+    for B^T A^T, which is C^T, C by columns."""
+    library, n = _cublas(), a.shape[0]
+    if library is None:
+        raise RuntimeError("cuBLAS's library is not found (cuda.pathfinder looks in NVIDIA's wheels and CUDA_HOME)")
+    data_type, compute_type = CUBLAS_TYPES[dtype]
+    scalar = ctypes.c_double if dtype == "f64" else ctypes.c_float
+    one, zero = scalar(1), scalar(0)
+    handle = ctypes.c_void_p()
+    _cublas_checked(library.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+    try:
+        def product() -> None:
+            _cublas_checked(library.cublasGemmEx(handle, 0, 0, n, n, n, ctypes.byref(one), int(b.gpudata), data_type,
+                                                 n, int(a.gpudata), data_type, n, ctypes.byref(zero), int(c.gpudata),
+                                                 data_type, n, compute_type, -1), "cublasGemmEx")
+        yield product
+    finally:
+        library.cublasDestroy_v2(handle)
+
+
+@functools.cache
+def _cublas() -> ctypes.CDLL | None:
+    """cuBLAS's library, found by cuda.pathfinder; None where it is not installed."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        library = ctypes.CDLL(load_nvidia_dynamic_lib("cublas").abs_path)
+    except Exception:  # noqa: BLE001 - no cuda-pathfinder, or no cuBLAS: the libraries' path then
+        return None
+    library.cublasGemmEx.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                     ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                     ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    return library
+
+
+def _cublas_checked(status: int, call: str) -> None:
+    if status != 0:
+        raise RuntimeError(f"cuBLAS: {call} returned status {status}")
+
+
+def random_operand(dtype: str, n: int, seed: int) -> np.ndarray:
+    """An n x n matrix uniform in [-1, 1) in `dtype`: bfloat16 as its bits, float32's top half."""
+    values = np.random.default_rng(seed).random((n, n), dtype=np.float32) * 2 - 1
+    if dtype == "bf16":
+        return (values.view(np.uint32) >> 16).astype(np.uint16)
+    return values.astype({"f32": np.float32, "f64": np.float64, "f16": np.float16}[dtype])
 
 
 def vendor_gemm(dtype: str) -> tuple[Callable[[int], Any], Callable[[Any, Any], Any]] | None:
