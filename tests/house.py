@@ -26,7 +26,7 @@ THIRD_PARTY = {
     "pycuda": {"gpu/runtime"}, "cuda": {"gpu/runtime"},  # the CUDA bindings' one owner (the driver API: cuda.bindings)
     "torch": {"gpu/process", "call"}, "cupy": {"gpu/process"},  # cuBLAS ceilings; call/torch_ops
     "pynvml": {"gpu/process"}, "distributed": {"gpu"}, "dask": {"gpu"},
-    "cuda.bindings.nvrtc": {"compiling"}, "cuda.pathfinder": {"compiling"},  # NVRTC, the compiler
+    "cuda.bindings.nvrtc": {"compiling"}, "cuda.pathfinder": {"compiling", "gpu/runtime"},  # NVRTC, the compiler; cuBLAS
     "jinja2": {"compiling"}, "matplotlib": {"store"}, "ml_dtypes": {"families"},
 }
 MAX_MODULE_LINES = 400

@@ -394,7 +394,8 @@ def test_the_cublas_ceilings_product_is_a_times_b_at_an_odd_size(dtype: str) -> 
     import numpy as np
     import pycuda.autoprimaryctx  # noqa: F401  (the worker's context, here the test's)
 
-    from gen.gpu.process.ceilings import cublas_product, random_operand
+    from gen.gpu.process.ceilings import random_operand
+    from gen.gpu.runtime import cublas
     from gen.gpu.runtime.launch import fill, to_device, to_host
 
     def values(bits: np.ndarray) -> np.ndarray:  # bfloat16's bits widened to float32's
@@ -404,7 +405,7 @@ def test_the_cublas_ceilings_product_is_a_times_b_at_an_odd_size(dtype: str) -> 
     a, b = random_operand(dtype, n, 0), random_operand(dtype, n, 1)
     c = to_device(np.empty((n, n), a.dtype))
     fill(c, np.array(0x7FC0 if dtype == "bf16" else np.nan).astype(a.dtype))
-    with cublas_product(dtype, to_device(a), to_device(b), c) as product:
+    with cublas.product(dtype, to_device(a), to_device(b), c) as product:
         product()
     got = values(to_host(c, np.empty((n, n), a.dtype))).astype(np.float64)
     want = values(a).astype(np.float64) @ values(b).astype(np.float64)

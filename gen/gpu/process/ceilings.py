@@ -16,7 +16,6 @@ that the file and the family's own measurers work in a stand-in worker too.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import functools
 import json
@@ -127,69 +126,22 @@ def gemm_rate(dtype: str, n: int = 8192) -> float | None:
     return 2 * n**3 / (float(np.median(samples)) / 1e3) / 1e12
 
 
-# cuBLAS's data and compute types for cublasGemmEx (library_types.h, cublas_api.h): C = A B with
-# float accumulation (double for f64), as PyTorch's matmul asks for
-CUBLAS_TYPES = {"f32": (0, 68), "f64": (1, 70), "f16": (2, 68), "bf16": (14, 68)}
-
-
 @contextlib.contextmanager
 def vendor_product(dtype: str, n: int) -> Iterator[Callable[[], Any] | None]:
     """One launch of an n x n x n product of random matrices by cuBLAS: through ctypes on the library
     the CUDA toolkit or NVIDIA's wheels install (no import of PyTorch, seconds of a fresh machine's
     first tune), else CuPy's or PyTorch's; None where none serves."""
-    if dtype in CUBLAS_TYPES and _cublas() is not None:
+    from ..runtime import cublas
+
+    if dtype in cublas.TYPES and cublas.available():
         from ..runtime.launch import empty, to_device
 
         a, b = to_device(random_operand(dtype, n, 0)), to_device(random_operand(dtype, n, 1))
-        with cublas_product(dtype, a, b, empty((n, n), a.dtype)) as product:
+        with cublas.product(dtype, a, b, empty((n, n), a.dtype)) as product:
             yield product
         return
     vendor = vendor_gemm(dtype)
     yield None if vendor is None else functools.partial(vendor[1], vendor[0](n), vendor[0](n))
-
-
-@contextlib.contextmanager
-def cublas_product(dtype: str, a: Any, b: Any, c: Any) -> Iterator[Callable[[], None]]:
-    """C = A B by cublasGemmEx on the default stream, for square row-major device arrays of `dtype`
-    (bfloat16 as its bits in uint16): cuBLAS reads them by columns, as A^T and B^T, so it is asked
-    for B^T A^T, which is C^T, C by columns."""
-    library, n = _cublas(), a.shape[0]
-    if library is None:
-        raise RuntimeError("cuBLAS's library is not found (cuda.pathfinder looks in NVIDIA's wheels and CUDA_HOME)")
-    data_type, compute_type = CUBLAS_TYPES[dtype]
-    scalar = ctypes.c_double if dtype == "f64" else ctypes.c_float
-    one, zero = scalar(1), scalar(0)
-    handle = ctypes.c_void_p()
-    _cublas_checked(library.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
-    try:
-        def product() -> None:
-            _cublas_checked(library.cublasGemmEx(handle, 0, 0, n, n, n, ctypes.byref(one), int(b.gpudata), data_type,
-                                                 n, int(a.gpudata), data_type, n, ctypes.byref(zero), int(c.gpudata),
-                                                 data_type, n, compute_type, -1), "cublasGemmEx")
-        yield product
-    finally:
-        library.cublasDestroy_v2(handle)
-
-
-@functools.cache
-def _cublas() -> ctypes.CDLL | None:
-    """cuBLAS's library, found by cuda.pathfinder; None where it is not installed."""
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        library = ctypes.CDLL(load_nvidia_dynamic_lib("cublas").abs_path)
-    except Exception:  # noqa: BLE001 - no cuda-pathfinder, or no cuBLAS: the libraries' path then
-        return None
-    library.cublasGemmEx.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                     ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                                     ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                     ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-    return library
-
-
-def _cublas_checked(status: int, call: str) -> None:
-    if status != 0:
-        raise RuntimeError(f"cuBLAS: {call} returned status {status}")
 
 
 def random_operand(dtype: str, n: int, seed: int) -> np.ndarray:
