@@ -23,7 +23,7 @@ from .arrays import (DeviceArray, caller_stream, describe, from_dlpack, layout_k
 from ..compiling.compiler import CompileOptions, compile_variant
 from ..core.errors import UsageError
 from ..families import get_family
-from ..families.family import Family
+from ..families.family import Family, refused
 from ..families.problem import Scalar, Workspace, element_type_of, numpy_dtype
 from ..families.variant import Variant
 from ..gpu.runtime.regions import spans
@@ -169,6 +169,8 @@ class Kernel:
             raise UsageError(f"{self.output} is read-only; give an array the result can be written into")
         if any(array.pointer % VECTOR_BYTES for array in described.values()):
             variant = _aligned(get_family(variant.family), variant, shape)
+        if reason := refused(get_family(variant.family), variant, shape):  # never a launch that leaves C half written
+            raise UsageError(f"{variant.name} cannot run {shape}: {reason}")
         return variant, shape
 
     def _shape_of(self, described: dict[str, DeviceArray]) -> Any:
