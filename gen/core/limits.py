@@ -6,6 +6,7 @@ capability 9.0).
 """
 
 MAX_THREADS_PER_BLOCK = 1024
+MAX_THREADS_PER_SM = 2048  # compute capability 7.0, 8.0 and 9.0 (7.5: 1024; 8.6 and 8.9: 1536)
 MAX_BLOCK_DIMS = (1024, 1024, 64)
 MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
 MAX_STATIC_SHARED_BYTES = 48 * 1024

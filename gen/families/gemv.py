@@ -16,11 +16,13 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..core.errors import InvalidVariant
+from ..core.limits import MAX_THREADS_PER_SM, REGISTERS_PER_SM
 from .family import Family, Launch, arch_cc, blocks, check_shared_bytes, check_threads
 from .gemm import MatmulShape
 from .epilogue import Epilogue, epilogue_field, with_epilogue
 from .hgemm import CHUNK, HALF_GEMM, HalfGemmProblem
 from .variant import Variant, choice
+from .wgmma import PERSISTENT_BLOCKS
 
 ROWS = (1, 2, 4, 8)
 SPLITS = (1, 2, 4, 8)  # blocks of a cluster sharing K: 8 the most a cluster portably holds
@@ -30,6 +32,12 @@ SPLITS = (1, 2, 4, 8)  # blocks of a cluster sharing K: 8 the most a cluster por
 THREADS_READING = 1 << 16
 MIN_STEPS = 2  # chunks of `unroll` rows each thread reads at least
 BLOCKS = ((128, 32), (128, 64), (64, 32), (256, 16), (64, 16))  # (bn, kgroups) likely_best tries, in turn
+# Blocks beyond what the SMs hold at once come in rounds: likely_best splits K until those rounds are this
+# full. At 1x57344x8192 on an H200 (448 blocks of 512 threads, 264 at once) splitting in four (rounds 97%
+# full) ran 0.232 ms against 0.242 unsplit and 0.239 in two (both 85% full); where every block fits at
+# once, no more splits paid (docs/results/h200-models.md)
+FULL_ROUNDS = 0.95
+REGISTERS_PER_THREAD = 64  # a thread's at unroll 8 (NVRTC 13.0 and 13.5, sm_90a): two blocks of 512 an SM
 
 
 @dataclass(frozen=True, order=True)
@@ -140,7 +148,9 @@ class GemvFamily(Family):
 
     def likely_best(self, shape: MatmulShape, dtype: str | None = None) -> list[Variant]:
         """For each block of BLOCKS, in turn, the fewest blocks per cluster that have THREADS_READING
-        threads read B, each keeping MIN_STEPS chunks of K (the most that do, where none reaches it)."""
+        threads read B, each keeping MIN_STEPS chunks of K, and whose rounds of blocks are full (the
+        fewest that read enough where none fills its rounds; the most that keep MIN_STEPS, where none
+        reads enough)."""
         rows = next((rows for rows in ROWS if rows >= shape.m), None)
         if rows is None:
             return []
@@ -148,9 +158,21 @@ class GemvFamily(Family):
         chosen: list[Variant] = []
         for bn, kgroups in BLOCKS:
             splits = [split for split in SPLITS if kgroups * split * unroll * MIN_STEPS <= max(shape.k, 1)] or [1]
-            split = next((split for split in splits if blocks(shape.n, CHUNK) * kgroups * split >= THREADS_READING),
-                         splits[-1])
-            variant = replace(default, rows=rows, bn=bn, kgroups=kgroups, unroll=unroll, split=split)
+            enough = [split for split in splits if blocks(shape.n, CHUNK) * kgroups * split >= THREADS_READING]
+            block = replace(default, rows=rows, bn=bn, kgroups=kgroups, unroll=unroll)
+            split = next((split for split in enough if rounds_full(replace(block, split=split), shape)),
+                         enough[0] if enough else splits[-1])
+            variant = replace(block, split=split)
             if self.runnable(variant, shape) == variant and variant not in chosen:
                 chosen.append(variant)
         return chosen
+
+
+def rounds_full(variant: GemvVariant, shape: MatmulShape) -> bool:
+    """Whether the SMs hold every block of the launch at once (by REGISTERS_PER_THREAD), or its rounds
+    of blocks are at least FULL_ROUNDS full."""
+    threads = variant.threads_per_block
+    at_once = PERSISTENT_BLOCKS * max(1, min(MAX_THREADS_PER_SM // threads,
+                                             REGISTERS_PER_SM // (threads * REGISTERS_PER_THREAD)))
+    launched = blocks(shape.n, variant.bn) * variant.split
+    return launched <= at_once or launched / (blocks(launched, at_once) * at_once) >= FULL_ROUNDS
