@@ -44,6 +44,7 @@ import pycuda.gpuarray as gpuarray  # noqa: E402
 
 import gen  # noqa: E402
 from gen.families import get_family  # noqa: E402
+from gen.families.family import refused  # noqa: E402
 from gen.call.kernels import Kernel  # noqa: E402
 from gen.call.lookup import tuned_with_reason  # noqa: E402
 from gen.core.timing import TimingOptions  # noqa: E402
@@ -207,11 +208,10 @@ def hgemm_row(family_name: str, size: str, dtype: str, db: Path | None, name: st
         variant = family.runnable(variant, shape) or variant
     else:
         variant, reason = tuned_with_reason(family_name, size, dtype=dtype, db=db)
-    try:
-        run_ours = kernel(variant, size, {"A": a_whole, "B": b_whole, "C": ours_whole})  # tensors as they are
-    except gen.UsageError as refusal:  # gemv at more than eight rows of A, say
+    if refusal := refused(family, variant, shape):  # gemv at more than eight rows of A, say
         return [f"{family_name} {dtype} {size}", f"{variant.name} ({reason})", "refused", "cuBLAS (PyTorch)", "", "",
-                str(refusal)]
+                refusal]
+    run_ours = kernel(variant, size, {"A": a_whole, "B": b_whole, "C": ours_whole})  # tensors as they are
     run_theirs = lambda: torch.matmul(a, b, out=theirs)  # noqa: E731
     run_ours()
     run_theirs()

@@ -319,9 +319,12 @@ def test_a_layout_key_changes_with_anything_a_launch_depends_on() -> None:
 
 def test_a_variant_that_cannot_run_the_shape_is_refused_before_any_launch() -> None:
     """gemv computes at most eight rows of A: at 16 rows its default (one row) would write C's first
-    row only, so the kernel refuses, naming the family's reason, before anything is launched."""
-    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
-    kernel = gen.kernel("gemv", 16, 64, 64, dtype="f16")
-    with pytest.raises(gen.UsageError, match=r"^gemv_f16_r1_\S+ cannot run 16x64x64: rows 1 computes at most 1 rows "
-                                             r"of A; 16x64x64 has M = 16 \(use wgmma or hgemm\)$"):
-        kernel(FakeDeviceArray((16, 64), "<f2"), FakeDeviceArray((64, 64), "<f2"), FakeDeviceArray((16, 64), "<f2"))
+    row only, so gen.kernel refuses, naming the family's reason: given the shape, at once; choosing
+    the variant per call, at the call, before anything is launched."""
+    refusal = (r"^gemv_f16_r1_\S+ cannot run 16x64x64: rows 1 computes at most 1 rows of A; 16x64x64 has M = 16 "
+               r"\(use wgmma or hgemm\)$")
+    with pytest.raises(gen.UsageError, match=refusal):
+        gen.kernel("gemv", 16, 64, 64, dtype="f16")
+    per_call = gen.kernel("gemv", dtype="f16")
+    with pytest.raises(gen.UsageError, match=refusal):
+        per_call(FakeDeviceArray((16, 64), "<f2"), FakeDeviceArray((64, 64), "<f2"), FakeDeviceArray((16, 64), "<f2"))

@@ -129,3 +129,31 @@ def test_the_ceilings_lock_is_never_opened_through_a_link(tmp_path: Path) -> Non
     with pytest.raises(UsageError, match="ceilings.json.lock is a symbolic link, not a file tilegen made"):
         Ceilings(H100, path).rate(_ceiling("points", Counted(12.5)))
     assert thesis.read_text() == "three years of work\n" and not path.exists()
+
+
+def test_without_cublas_the_gemm_ceiling_is_the_libraries_product_and_without_them_none(monkeypatch) -> None:
+    """Where cuBLAS's library is not found, the GEMM ceilings' product is CuPy's or PyTorch's, on two
+    random n x n operands; with neither, there is none (the rows then have no share)."""
+    from gen.gpu.process import ceilings
+    from gen.gpu.runtime import cublas
+
+    calls = []
+    monkeypatch.setattr(cublas, "available", lambda: False)
+    monkeypatch.setattr(ceilings, "vendor_gemm", lambda dtype: (lambda n: ("operand", n), lambda a, b: calls.append((a, b))))
+    with ceilings.vendor_product("bf16", 64) as product:
+        product()
+    assert calls == [(("operand", 64), ("operand", 64))]
+    monkeypatch.setattr(ceilings, "vendor_gemm", lambda dtype: None)
+    with ceilings.vendor_product("f16", 64) as product:
+        assert product is None
+
+
+def test_a_bfloat16_operand_is_float32s_upper_half() -> None:
+    import numpy as np
+
+    from gen.gpu.process.ceilings import random_operand
+
+    bits, values = random_operand("bf16", 33, 3), random_operand("f32", 33, 3)
+    assert bits.dtype == np.uint16 and bits.shape == (33, 33)
+    assert np.array_equal(bits, (values.view(np.uint32) >> 16).astype(np.uint16))
+    assert -1 <= values.min() and values.max() < 1 and len(np.unique(bits)) > 100

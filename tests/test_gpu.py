@@ -386,7 +386,6 @@ def test_ceilings_are_measured_in_the_gpu_worker_and_kept_under_the_models_field
                                                                  model.key: {"stencil_points": 400.0}}
 
 
-
 @pytest.mark.parametrize("dtype", ["f64", "f32", "f16", "bf16"])
 def test_the_cublas_ceilings_product_is_a_times_b_at_an_odd_size(dtype: str) -> None:
     """The GEMM ceilings call cuBLAS through ctypes (no PyTorch import): C = A B of row-major arrays,
@@ -397,6 +396,9 @@ def test_the_cublas_ceilings_product_is_a_times_b_at_an_odd_size(dtype: str) -> 
     from gen.gpu.process.ceilings import random_operand
     from gen.gpu.runtime import cublas
     from gen.gpu.runtime.launch import fill, to_device, to_host
+
+    if not cublas.available():
+        pytest.skip("cuBLAS's library is not found here (cuda.pathfinder: NVIDIA's wheels or CUDA_HOME)")
 
     def values(bits: np.ndarray) -> np.ndarray:  # bfloat16's bits widened to float32's
         return (bits.astype(np.uint32) << 16).view(np.float32) if dtype == "bf16" else bits
@@ -411,6 +413,7 @@ def test_the_cublas_ceilings_product_is_a_times_b_at_an_odd_size(dtype: str) -> 
     want = values(a).astype(np.float64) @ values(b).astype(np.float64)
     tolerance = {"f64": 1e-12, "f32": 1e-5, "f16": 2e-3, "bf16": 1e-2}[dtype] * np.abs(want).max()
     assert np.isfinite(got).all() and np.abs(got - want).max() <= tolerance
+
 
 def _gpu_count() -> int:
     import subprocess

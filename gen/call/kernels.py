@@ -123,8 +123,8 @@ class Kernel:
 
     def _prepare(self, described: dict[str, DeviceArray],
                  scalars: Mapping[str, float] = MappingProxyType({})) -> Prepared:
-        native = driver_api()
         variant, shape = self._validated(described)
+        native = driver_api()
         _check_scalars(variant, shape, scalars)
         context, device = native.current_context(next(iter(described.values())).device)
         for name, array in described.items():
@@ -148,7 +148,7 @@ class Kernel:
 
     def _validated(self, described: dict[str, DeviceArray]) -> tuple[Variant, Any]:
         """The variant and shape for these arrays, each array checked: element type, dimensions,
-        strides (dense, row-major) and a writable output."""
+        strides (dense, row-major) and a writable output; UsageError where the variant cannot run the shape."""
         if self.variant is not None:
             variant, shape = self.variant, self.shape
         else:
@@ -169,9 +169,7 @@ class Kernel:
             raise UsageError(f"{self.output} is read-only; give an array the result can be written into")
         if any(array.pointer % VECTOR_BYTES for array in described.values()):
             variant = _aligned(get_family(variant.family), variant, shape)
-        if reason := refused(get_family(variant.family), variant, shape):  # never a launch that leaves C half written
-            raise UsageError(f"{variant.name} cannot run {shape}: {reason}")
-        return variant, shape
+        return _refusing(variant, shape), shape
 
     def _shape_of(self, described: dict[str, DeviceArray]) -> Any:
         if self.shape is not None:
@@ -248,7 +246,7 @@ def kernel(family: str, *dims: int | str, dtype: str | None = None, epilogue: st
         return Kernel(chosen, dtype=None if dtype is None else chosen.check_dtype(dtype))
     shape = chosen.parse_shape(shape_text(dims))
     variant, reason = _choice(chosen.name, str(shape), chosen.check_dtype(dtype), epilogue)
-    return Kernel(chosen, variant, shape, reason=reason)  # the variant may be of the family's fallback
+    return Kernel(chosen, _refusing(variant, shape), shape, reason=reason)  # the variant may be the fallback's
 
 
 def shape_from_dims(family: Family, dims: dict[str, tuple[int, ...]]) -> Any:
@@ -279,6 +277,14 @@ def _choice(family: str, shape: str, dtype: str, epilogue: str = "") -> tuple[Va
     if variant.dtype != dtype:
         raise UsageError(f"the tuned {family} variant {variant.name} is not {dtype}; check the tuning database")
     return variant, reason
+
+
+def _refusing(variant: Variant, shape: Any) -> Variant:
+    """The variant, where it can run the shape; else UsageError with the family's reason (never a launch
+    that leaves the output half written)."""
+    if reason := refused(get_family(variant.family), variant, shape):
+        raise UsageError(f"{variant.name} cannot run {shape}: {reason}")
+    return variant
 
 
 def _check_scalars(variant: Variant, shape: Any, scalars: Mapping[str, float]) -> None:

@@ -169,8 +169,9 @@ class GemvFamily(Family):
 
 
 def rounds_full(variant: GemvVariant, shape: MatmulShape) -> bool:
-    """Whether the SMs hold every block of the launch at once (by REGISTERS_PER_THREAD), or its rounds
-    of blocks are at least FULL_ROUNDS full."""
+    """Whether the SMs (PERSISTENT_BLOCKS of them, an H100's or H200's) hold every block of the launch at
+    once, or its rounds of blocks are at least FULL_ROUNDS full. Blocks an SM holds: by REGISTERS_PER_THREAD,
+    measured at one row of A; more rows take more registers, so there it is an estimate from above."""
     threads = variant.threads_per_block
     at_once = PERSISTENT_BLOCKS * max(1, min(MAX_THREADS_PER_SM // threads,
                                              REGISTERS_PER_SM // (threads * REGISTERS_PER_THREAD)))

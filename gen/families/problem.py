@@ -63,8 +63,8 @@ class Ceiling:
 COPY_BANDWIDTH = Ceiling("copy", "GB/s", 1e9, "a device-to-device copy, counting bytes read and written")
 GEMM_F32 = Ceiling("gemm_f32", "TFLOP/s", 1e12, "cuBLAS SGEMM at 8192^3, no TF32")
 GEMM_F64 = Ceiling("gemm_f64", "TFLOP/s", 1e12, "cuBLAS DGEMM at 8192^3")
-GEMM_F16 = Ceiling("gemm_f16", "TFLOP/s", 1e12, "cuBLAS HGEMM at 8192^3, float16 in and out")
-GEMM_BF16 = Ceiling("gemm_bf16", "TFLOP/s", 1e12, "cuBLAS GEMM at 8192^3, bfloat16 in and out")
+GEMM_F16 = Ceiling("gemm_f16", "TFLOP/s", 1e12, "cuBLAS GEMM at 8192^3, float16 in and out, float32 sums")
+GEMM_BF16 = Ceiling("gemm_bf16", "TFLOP/s", 1e12, "cuBLAS GEMM at 8192^3, bfloat16 in and out, float32 sums")
 GEMM_FP8 = Ceiling("gemm_fp8", "TFLOP/s", 1e12, "cuBLAS FP8 GEMM at 8192^3 (torch._scaled_mm: e4m3, per-tensor "
                    "scales, bfloat16 out)")
 CEILINGS = (COPY_BANDWIDTH, GEMM_F32, GEMM_F64, GEMM_F16, GEMM_BF16, GEMM_FP8)

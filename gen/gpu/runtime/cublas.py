@@ -9,9 +9,12 @@ import ctypes
 import functools
 from typing import Any, Callable, Iterator
 
-# cuBLAS's data and compute types for cublasGemmEx (library_types.h, cublas_api.h): C = A B with
-# float accumulation (double for f64), as PyTorch's matmul asks for
-TYPES = {"f32": (0, 68), "f64": (1, 70), "f16": (2, 68), "bf16": (14, 68)}
+# cublasGemmEx's data types (library_types.h) and compute types (cublas_api.h): C = A B with float32
+# sums (float64 for f64), as PyTorch's matmul asks for
+CUDA_R_32F, CUDA_R_64F, CUDA_R_16F, CUDA_R_16BF = 0, 1, 2, 14
+CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F = 68, 70
+TYPES = {"f32": (CUDA_R_32F, CUBLAS_COMPUTE_32F), "f64": (CUDA_R_64F, CUBLAS_COMPUTE_64F),
+         "f16": (CUDA_R_16F, CUBLAS_COMPUTE_32F), "bf16": (CUDA_R_16BF, CUBLAS_COMPUTE_32F)}
 
 
 def available() -> bool:
@@ -26,6 +29,9 @@ def product(dtype: str, a: Any, b: Any, c: Any) -> Iterator[Callable[[], None]]:
     library, n = _library(), a.shape[0]
     if library is None:
         raise RuntimeError("cuBLAS's library is not found (cuda.pathfinder looks in NVIDIA's wheels and CUDA_HOME)")
+    if any(array.shape != (n, n) or array.dtype != a.dtype for array in (b, c)):
+        raise ValueError(f"cuBLAS's product here takes three n x n arrays of one type, got {a.shape}, {b.shape} and "
+                         f"{c.shape} of {a.dtype}, {b.dtype} and {c.dtype}")
     data_type, compute_type = TYPES[dtype]
     scalar = ctypes.c_double if dtype == "f64" else ctypes.c_float
     one, zero = scalar(1), scalar(0)
