@@ -157,3 +157,43 @@ def test_a_bfloat16_operand_is_float32s_upper_half() -> None:
     assert bits.dtype == np.uint16 and bits.shape == (33, 33)
     assert np.array_equal(bits, (values.view(np.uint32) >> 16).astype(np.uint16))
     assert -1 <= values.min() and values.max() < 1 and len(np.unique(bits)) > 100
+
+
+@pytest.mark.parametrize("fails", [None, "create", "launch"])
+def test_a_cublas_that_cannot_run_leaves_the_ceiling_to_the_libraries(monkeypatch, fails) -> None:
+    """cuBLAS's product is tried with one launch first: where its handle or that launch fails (a
+    library newer than the driver), its handle is let go and CuPy's or PyTorch's product serves."""
+    import contextlib
+    import sys
+    import types
+
+    from gen.gpu.process import ceilings
+    from gen.gpu.runtime import cublas
+
+    events = []
+    memory = types.ModuleType("gen.gpu.runtime.launch")  # no GPU here: device arrays stand in as host ones
+    memory.to_device, memory.empty = (lambda array: array), (lambda dims, dtype: ("C", dims))
+    monkeypatch.setitem(sys.modules, "gen.gpu.runtime.launch", memory)
+
+    @contextlib.contextmanager
+    def product(dtype, a, b, c):
+        if fails == "create":
+            raise RuntimeError("cuBLAS: cublasCreate returned status 3")
+        events.append("created")
+
+        def launch() -> None:
+            if fails == "launch":
+                raise RuntimeError("cuBLAS: cublasGemmEx returned status 13")
+            events.append("launch")
+        try:
+            yield launch
+        finally:
+            events.append("destroyed")
+
+    monkeypatch.setattr(cublas, "available", lambda: True)
+    monkeypatch.setattr(cublas, "product", product)
+    monkeypatch.setattr(ceilings, "vendor_gemm", lambda dtype: (lambda n: n, lambda a, b: events.append("library")))
+    with ceilings.vendor_product("bf16", 8) as launch:
+        launch()
+    assert events == {None: ["created", "launch", "launch", "destroyed"], "create": ["library"],
+                      "launch": ["created", "destroyed", "library"]}[fails]
