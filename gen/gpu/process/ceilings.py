@@ -32,7 +32,8 @@ from ...core.own_files import open_own, write_atomically
 from ...core.paths import cache_dir
 from ...core.results import GpuModel
 from ...core.timing import CEILING_SAMPLES
-from ...families.problem import COPY_BANDWIDTH, GEMM_BF16, GEMM_F16, GEMM_F32, GEMM_F64, GEMM_FP8, Ceiling
+from ...families.problem import (COPY_BANDWIDTH, GEMM_BF16, GEMM_F16, GEMM_F32, GEMM_F64, GEMM_FP8, NUMPY_DTYPE,
+                                Ceiling)
 
 
 
@@ -151,11 +152,12 @@ def vendor_product(dtype: str, n: int) -> Iterator[Callable[[], Any] | None]:
 
 
 def random_operand(dtype: str, n: int, seed: int) -> np.ndarray:
-    """An n x n matrix uniform in [-1, 1) in `dtype`: bfloat16 as its bits, float32's top half."""
+    """An n x n matrix uniform in [-1, 1) in `dtype`: bfloat16 as its bits, float32's top half (no
+    ml_dtypes needed)."""
     values = np.random.default_rng(seed).random((n, n), dtype=np.float32) * 2 - 1
     if dtype == "bf16":
         return (values.view(np.uint32) >> 16).astype(np.uint16)
-    return values.astype({"f32": np.float32, "f64": np.float64, "f16": np.float16}[dtype])
+    return values.astype(NUMPY_DTYPE[dtype])
 
 
 def vendor_gemm(dtype: str) -> tuple[Callable[[int], Any], Callable[[Any, Any], Any]] | None:
