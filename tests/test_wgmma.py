@@ -1,5 +1,6 @@
 """Hopper's wgmma family without a GPU: its rules, its one architecture (sm_90a, refused in one line
-elsewhere), its tensor-map arguments' demands, and its whole default space rendered and compiled."""
+elsewhere), its tensor-map arguments' demands, which copies of B carry an L2 policy, and its whole default
+space rendered and compiled."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from gen.compiling.compiler import CompileOptions
 from gen.compiling.pool import compile_variants
+from gen.compiling.render import render
 from gen.core.errors import InvalidVariant, UsageError
 from gen.families import get_family
 from gen.families.space import Space
@@ -45,6 +47,21 @@ def test_arrays_off_a_16_byte_boundary_are_refused_before_the_driver_is_asked() 
                            ({"A": 0x1000, "B": 0x2000, "C": 0x3004}, "C")):
         with pytest.raises(UsageError, match=f"{name} must start at a 16-byte boundary"):
             WGMMA.problem.kernel_arguments(shape, pointers)
+
+
+def test_b_copies_leave_l2_first_only_from_unclustered_16_bit_tiles_of_two_boxes_or_more() -> None:
+    # where one row of tiles covers M (B read once) the policy is evict-first, else evict-unchanged; a
+    # 64-column tile's box is half of L2's 256-byte fetch (the next tile's half would leave first), a
+    # cluster multicasts its copies, and FP8's B is K-major: those copy B as before
+    tagged = "load_box_tagged(b + j * BOX_BYTES, b_map"
+    for change in ({}, {"bn": 128, "schedule": "streamk"}, {"bm": 16, "bn": 128, "consumers": 1, "store": "direct"}):
+        source = render(WGMMA.variant(change))
+        assert tagged in source and "l2_policy(units_m == 1)" in source
+    for change in ({"bn": 64}, {"cluster": 2}, {"bm": 16, "bn": 64, "consumers": 1, "store": "direct"}):
+        source = render(WGMMA.variant(change))
+        assert tagged not in source
+        assert "load_box(b + j * BOX_BYTES, b_map" in source or "load_box_to_all(b + j * BOX_BYTES, b_map" in source
+    assert tagged not in render(get_family("fp8gemm").default_variant())
 
 
 def test_compiling_for_another_architecture_is_refused_in_one_line(capsys: pytest.CaptureFixture) -> None:
