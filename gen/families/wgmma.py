@@ -9,7 +9,8 @@ multicast); `schedule` gives each block one tile of C, or keeps a persistent blo
 next tile's copies overlap this one's stores), or has its two consumers take whole tiles in turn
 (ping-pong: one's stores overlap the other's products), or shares the last wave's tiles out along K
 among persistent blocks (stream-K); `group` orders the tiles for L2 reuse.
-Where one row of tiles covers M, B's copies leave L2 first (read once), A's stay.
+Where one row of tiles covers M, B's copies leave L2 first (read once), A's stay (16-bit tiles of 128
+columns or more, without clusters).
 `scale`, `bias`, `act` and `residual` fuse an epilogue into the stores (gen.families.epilogue).
 """
 

@@ -18,7 +18,7 @@
 //   act       none
 //   residual  none
 //   scaling   tensor
-//   template  wgmma.cu.j2 (sha256 a2bb57f94389)
+//   template  wgmma.cu.j2 (sha256 6b468cf3fd90)
 //
 // Reproduce with:
 //   tilegen render fp8gemm -p dtype=e5m2 -p out=bf16 -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=direct -p split=1 -p scale=none -p bias=none -p act=none -p residual=none -p scaling=tensor
@@ -94,18 +94,6 @@ __device__ __forceinline__ void barrier_wait(unsigned barrier, int parity)
                  "}\n" :: "r"(barrier), "r"(parity) : "memory");
 }
 
-// An L2 policy for a copy's lines: evict them first where the copy reads a matrix once (so that its
-// stream does not push out of L2 what is read again), else leave them as the tensor map has them.
-__device__ __forceinline__ unsigned long long l2_policy(bool read_once)
-{
-    unsigned long long policy;
-    if (read_once)
-        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-    else
-        asm("createpolicy.fractional.L2::evict_unchanged.b64 %0, 1.0;\n" : "=l"(policy));
-    return policy;
-}
-
 // The 64 x 64 box of `map` whose first element is (column x, row y), to shared memory at `target`
 // (1024-byte aligned: the 128-byte swizzle's pattern repeats every 8 rows), counted on `barrier`.
 __device__ __forceinline__ void load_box(unsigned target, const TensorMap& map, int x, int y, unsigned barrier)
@@ -113,16 +101,6 @@ __device__ __forceinline__ void load_box(unsigned target, const TensorMap& map, 
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  :: "r"(target), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(barrier)
                  : "memory");
-}
-
-// load_box, its lines tagged with an L2 `policy`.
-__device__ __forceinline__ void load_box_tagged(unsigned target, const TensorMap& map, int x, int y, unsigned barrier,
-                                                unsigned long long policy)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
-                 :: "r"(target), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(barrier),
-                    "l"(policy) : "memory");
 }
 
 __device__ __forceinline__ unsigned shared_address(const void* pointer)

@@ -14,7 +14,7 @@
 //   group     8
 //   bounds    none
 //   copy      tma
-//   template  hgemm.cu.j2 (sha256 893899683b67)
+//   template  hgemm.cu.j2 (sha256 26fbfe850255)
 //
 // Reproduce with:
 //   tilegen render hgemm -p dtype=f16 -p out=same -p bm=128 -p bn=128 -p bk=64 -p wm=64 -p wn=64 -p stages=3 -p pipeline=overlap -p layout=swizzle -p group=8 -p bounds=none -p copy=tma
@@ -103,18 +103,6 @@ __device__ __forceinline__ void barrier_wait(unsigned barrier, int parity)
                  "}\n" :: "r"(barrier), "r"(parity) : "memory");
 }
 
-// An L2 policy for a copy's lines: evict them first where the copy reads a matrix once (so that its
-// stream does not push out of L2 what is read again), else leave them as the tensor map has them.
-__device__ __forceinline__ unsigned long long l2_policy(bool read_once)
-{
-    unsigned long long policy;
-    if (read_once)
-        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-    else
-        asm("createpolicy.fractional.L2::evict_unchanged.b64 %0, 1.0;\n" : "=l"(policy));
-    return policy;
-}
-
 // The 64 x 64 box of `map` whose first element is (column x, row y), to shared memory at `target`
 // (1024-byte aligned: the 128-byte swizzle's pattern repeats every 8 rows), counted on `barrier`.
 __device__ __forceinline__ void load_box(unsigned target, const TensorMap& map, int x, int y, unsigned barrier)
@@ -122,16 +110,6 @@ __device__ __forceinline__ void load_box(unsigned target, const TensorMap& map, 
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  :: "r"(target), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(barrier)
                  : "memory");
-}
-
-// load_box, its lines tagged with an L2 `policy`.
-__device__ __forceinline__ void load_box_tagged(unsigned target, const TensorMap& map, int x, int y, unsigned barrier,
-                                                unsigned long long policy)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
-                 :: "r"(target), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(barrier),
-                    "l"(policy) : "memory");
 }
 
 // Four 8 x 8 matrices of 16-bit elements from shared memory, one register of each per lane; lanes

@@ -17,7 +17,7 @@
 //   bias      none
 //   act       none
 //   residual  none
-//   template  wgmma.cu.j2 (sha256 a2bb57f94389)
+//   template  wgmma.cu.j2 (sha256 6b468cf3fd90)
 //
 // Reproduce with:
 //   tilegen render wgmma -p dtype=f16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=streamk -p group=8 -p specialize=producer -p cluster=1 -p store=bulk -p split=1 -p scale=none -p bias=none -p act=none -p residual=none
@@ -102,8 +102,17 @@ __device__ __forceinline__ void barrier_wait(unsigned barrier, int parity)
                  "}\n" :: "r"(barrier), "r"(parity) : "memory");
 }
 
-// An L2 policy for a copy's lines: evict them first where the copy reads a matrix once (so that its
-// stream does not push out of L2 what is read again), else leave them as the tensor map has them.
+// The 64 x 64 box of `map` whose first element is (column x, row y), to shared memory at `target`
+// (1024-byte aligned: the 128-byte swizzle's pattern repeats every 8 rows), counted on `barrier`.
+__device__ __forceinline__ void load_box(unsigned target, const TensorMap& map, int x, int y, unsigned barrier)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(target), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(barrier)
+                 : "memory");
+}
+
+// An L2 policy for a copy's lines: evict first where the copy reads a matrix once (so that its stream
+// does not push out of L2 what is read again), else evict-unchanged (their order in L2 left alone).
 __device__ __forceinline__ unsigned long long l2_policy(bool read_once)
 {
     unsigned long long policy;
@@ -112,15 +121,6 @@ __device__ __forceinline__ unsigned long long l2_policy(bool read_once)
     else
         asm("createpolicy.fractional.L2::evict_unchanged.b64 %0, 1.0;\n" : "=l"(policy));
     return policy;
-}
-
-// The 64 x 64 box of `map` whose first element is (column x, row y), to shared memory at `target`
-// (1024-byte aligned: the 128-byte swizzle's pattern repeats every 8 rows), counted on `barrier`.
-__device__ __forceinline__ void load_box(unsigned target, const TensorMap& map, int x, int y, unsigned barrier)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-                 :: "r"(target), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(barrier)
-                 : "memory");
 }
 
 // load_box, its lines tagged with an L2 `policy`.
