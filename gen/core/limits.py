@@ -18,6 +18,7 @@ MAX_REGISTERS_PER_THREAD = 255
 # shared-memory carveout in percent that goes with each on GPUs that have one (-1 leaves the driver's default).
 CACHE_CONFIGS = {"none": -1, "shared": 100, "l1": 0, "equal": 50}
 REGISTERS_PER_SM = 64 * 1024  # 32-bit registers of one SM, shared by the blocks on it
+HOPPER_SMS = 132  # SMs of an H100 SXM and of an H200: what untuned choices and persistent launches plan for
 # Kernels index with 32-bit ints, so no matrix may hold 2**31 elements or more.
 MAX_ELEMENTS = 2**31 - 1
 

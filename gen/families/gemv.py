@@ -16,13 +16,12 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..core.errors import InvalidVariant
-from ..core.limits import MAX_THREADS_PER_SM, REGISTERS_PER_SM
+from ..core.limits import HOPPER_SMS, MAX_THREADS_PER_SM, REGISTERS_PER_SM
 from .family import Family, Launch, arch_cc, blocks, check_shared_bytes, check_threads
 from .gemm import MatmulShape
 from .epilogue import Epilogue, epilogue_field, with_epilogue
 from .hgemm import CHUNK, HALF_GEMM, HalfGemmProblem
 from .variant import Variant, choice
-from .wgmma import PERSISTENT_BLOCKS
 
 ROWS = (1, 2, 4, 8)
 SPLITS = (1, 2, 4, 8)  # blocks of a cluster sharing K: 8 the most a cluster portably holds
@@ -169,11 +168,11 @@ class GemvFamily(Family):
 
 
 def rounds_full(variant: GemvVariant, shape: MatmulShape) -> bool:
-    """Whether the SMs (PERSISTENT_BLOCKS of them, an H100's or H200's) hold every block of the launch at
+    """Whether the SMs (HOPPER_SMS of them, an H100's or H200's) hold every block of the launch at
     once, or its rounds of blocks are at least FULL_ROUNDS full. Blocks an SM holds: by REGISTERS_PER_THREAD,
     measured at one row of A; more rows take more registers, so there it is an estimate from above."""
     threads = variant.threads_per_block
-    at_once = PERSISTENT_BLOCKS * max(1, min(MAX_THREADS_PER_SM // threads,
-                                             REGISTERS_PER_SM // (threads * REGISTERS_PER_THREAD)))
+    at_once = HOPPER_SMS * max(1, min(MAX_THREADS_PER_SM // threads,
+                                      REGISTERS_PER_SM // (threads * REGISTERS_PER_THREAD)))
     launched = blocks(shape.n, variant.bn) * variant.split
     return launched <= at_once or launched / (blocks(launched, at_once) * at_once) >= FULL_ROUNDS

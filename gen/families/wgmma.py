@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..core.errors import InvalidVariant
+from ..core.limits import HOPPER_SMS
 from ..core.tensor_maps import BOX, off_sectors
 from .family import Family, Launch, blocks, check_shared_bytes
 from .gemm import MatmulShape
@@ -34,7 +35,7 @@ STAGES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20)  # tiles of A and B in shared memory
 SPLITS = (1, 2, 4, 8)  # split-K: blocks of a cluster per tile, 8 the most a cluster portably holds
 BK = 64  # K per stage: 128 bytes of a row, the width of the 128-byte swizzle
 MAX_SUMS = 128  # float32 sums per consumer thread: beyond them, the consumers' 232 registers spill
-PERSISTENT_BLOCKS = 132  # SMs of an H100 SXM and of an H200: one persistent block each
+PERSISTENT_BLOCKS = HOPPER_SMS  # one persistent block per SM
 STREAM_K_FLAGS = 256  # stream-K's workspace: a flag word per block (PERSISTENT_BLOCKS at most), 1 KiB
 STREAM_K_SLOT = 128 * 256  # then a slot of float32 sums per block, as many as the largest tile's
 STREAM_K_WORKSPACE = Workspace("W", STREAM_K_FLAGS + PERSISTENT_BLOCKS * STREAM_K_SLOT)

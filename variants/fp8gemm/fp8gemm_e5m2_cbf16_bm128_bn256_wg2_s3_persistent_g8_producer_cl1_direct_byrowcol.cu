@@ -18,7 +18,7 @@
 //   act       none
 //   residual  none
 //   scaling   rowcol
-//   template  wgmma.cu.j2 (sha256 6b468cf3fd90)
+//   template  wgmma.cu.j2 (sha256 e1035b2f83d7)
 //
 // Reproduce with:
 //   tilegen render fp8gemm -p dtype=e5m2 -p out=bf16 -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=direct -p split=1 -p scale=none -p bias=none -p act=none -p residual=none -p scaling=rowcol

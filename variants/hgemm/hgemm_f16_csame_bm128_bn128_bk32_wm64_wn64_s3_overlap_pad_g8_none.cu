@@ -14,7 +14,7 @@
 //   group     8
 //   bounds    none
 //   copy      async
-//   template  hgemm.cu.j2 (sha256 26fbfe850255)
+//   template  hgemm.cu.j2 (sha256 b9acc95b0397)
 //
 // Reproduce with:
 //   tilegen render hgemm -p dtype=f16 -p out=same -p bm=128 -p bn=128 -p bk=32 -p wm=64 -p wn=64 -p stages=3 -p pipeline=overlap -p layout=pad -p group=8 -p bounds=none -p copy=async

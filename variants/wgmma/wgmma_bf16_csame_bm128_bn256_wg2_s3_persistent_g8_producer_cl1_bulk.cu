@@ -17,7 +17,7 @@
 //   bias      none
 //   act       none
 //   residual  none
-//   template  wgmma.cu.j2 (sha256 6b468cf3fd90)
+//   template  wgmma.cu.j2 (sha256 e1035b2f83d7)
 //
 // Reproduce with:
 //   tilegen render wgmma -p dtype=bf16 -p out=same -p bm=128 -p bn=256 -p consumers=2 -p stages=3 -p schedule=persistent -p group=8 -p specialize=producer -p cluster=1 -p store=bulk -p split=1 -p scale=none -p bias=none -p act=none -p residual=none
@@ -307,8 +307,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) wgmma_bf16_csame_bm128_bn25
 
     // Where one row of tiles covers M, each box of B is read once: its lines leave L2 first, A's stay
     // (only in tiles of two boxes or more: L2 fetches 256 bytes of a row, and those past a 64-column
-    // tile's box are the next tile's, read later). Elsewhere the hint leaves L2's order alone (an
-    // evict-normal one ran 4096^3 12% slower on an H200, a branch between hinted and plain copies 1.5%).
+    // tile's box are the next tile's, read later). Elsewhere an evict-normal hint ran 4096^3 12% slower
+    // on an H200, a branch between hinted and plain copies 1.5%; evict-unchanged costs nothing.
     const unsigned long long b_policy = l2_policy(units_m == 1);
     // The copies: the next step to copy (of this block's pieces in turn), and the stage it goes to.
     int copy_piece = 0, copy_step = 0, copy_stage = 0, copy_phase = 0, copy_unit, copy_first, copy_count;
